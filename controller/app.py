@@ -1,0 +1,194 @@
+"""The os-ken application: installs the tables from `tables.py` and runs the baseline routing plane.
+
+SRv6 forwarding is installed once per switch and never touched again: port changes are not
+even looked at for it. The baseline reacts to port status like a routing protocol would: a
+link seen down is withdrawn from the leaves' ECMP groups only after `detect_ms` (BFD-like by
+default), and put back the same delay after it comes up again.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+import time
+from pathlib import Path
+
+from os_ken.base import app_manager
+from os_ken.controller import ofp_event
+from os_ken.controller.handler import CONFIG_DISPATCHER, MAIN_DISPATCHER, set_ev_cls
+from os_ken.lib import hub
+from os_ken.ofproto import nicira_ext, ofproto_v1_3
+
+from controller.tables import (
+    ETH_TYPE_IPV6,
+    FlowSpec,
+    GroupSpec,
+    baseline_groups,
+    switch_tables,
+)
+from topologies.model import Fabric, FabricParams
+
+LOG = logging.getLogger("mrclab.controller")
+
+# Set by controller.run before os-ken instantiates the app.
+SETTINGS: dict = {}
+
+
+def _atomic_write(path: str, data: dict) -> None:
+    tmp = f"{path}.tmp"
+    with open(tmp, "w") as fh:
+        json.dump(data, fh)
+    os.replace(tmp, path)
+
+
+class MrcFabricController(app_manager.OSKenApp):
+    OFP_VERSIONS = [ofproto_v1_3.OFP_VERSION]
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.fabric = Fabric(FabricParams.from_dict(SETTINGS["fabric"]))
+        self.status_path: str = SETTINGS["status"]
+        self.events_path: str = SETTINGS["events"]
+        self.detect_s: float = SETTINGS.get("detect_ms", 900) / 1000.0
+        self.lock = threading.Lock()
+        self.datapaths: dict[int, object] = {}
+        self.ready: set[int] = set()
+        self.port_down: set[tuple[str, int]] = set()  # (switch, port) the switches report down
+        self.withdrawn: frozenset[str] = frozenset()  # links the baseline has converged around
+        self.generation = 0  # bumps on every port change; a stale timer does nothing
+        Path(self.events_path).write_text("")
+        self._write_status()
+
+    # ----- bookkeeping ----------------------------------------------------------------------
+    def _log_event(self, kind: str, **fields: object) -> None:
+        record = {"t": time.monotonic(), "event": kind, **fields}
+        with open(self.events_path, "a") as fh:
+            fh.write(json.dumps(record) + "\n")
+
+    def _write_status(self) -> None:
+        _atomic_write(self.status_path, {
+            "ready_dpids": sorted(self.ready),
+            "switches": len(self.fabric.switches),
+            "withdrawn_links": sorted(self.withdrawn),
+            "detect_ms": self.detect_s * 1000,
+            "pid": os.getpid(),
+        })
+
+    # ----- switch start-up ------------------------------------------------------------------
+    @set_ev_cls(ofp_event.EventOFPSwitchFeatures, CONFIG_DISPATCHER)
+    def on_features(self, ev) -> None:
+        dp = ev.msg.datapath
+        switch = self.fabric.switch_by_dpid(dp.id)
+        if switch is None:
+            LOG.warning("ignoring unknown datapath %016x", dp.id)
+            return
+        self.datapaths[dp.id] = dp
+        parser, ofp = dp.ofproto_parser, dp.ofproto
+        # Start from empty tables: a reconnecting switch must not keep stale state.
+        dp.send_msg(parser.OFPFlowMod(dp, command=ofp.OFPFC_DELETE, table_id=ofp.OFPTT_ALL,
+                                      out_port=ofp.OFPP_ANY, out_group=ofp.OFPG_ANY))
+        dp.send_msg(parser.OFPGroupMod(dp, command=ofp.OFPGC_DELETE, group_id=ofp.OFPG_ALL))
+        flows, groups = switch_tables(self.fabric, switch)
+        for group in groups:
+            self._send_group(dp, group, ofp.OFPGC_ADD)
+        for flow in flows:
+            dp.send_msg(self._flow_mod(dp, flow))
+        dp.send_msg(parser.OFPBarrierRequest(dp))
+
+    @set_ev_cls(ofp_event.EventOFPBarrierReply, MAIN_DISPATCHER)
+    def on_barrier(self, ev) -> None:
+        with self.lock:
+            if ev.msg.datapath.id not in self.ready:
+                self.ready.add(ev.msg.datapath.id)
+                self._write_status()
+
+    def _flow_mod(self, dp, flow: FlowSpec):
+        parser, ofp = dp.ofproto_parser, dp.ofproto
+        match = {"eth_type": ETH_TYPE_IPV6}
+        if flow.ipv6_dst is not None:
+            match["ipv6_dst"] = (str(flow.ipv6_dst.network_address), str(flow.ipv6_dst.netmask))
+        actions = []
+        for action in flow.actions:
+            if action.kind == "shift_usid":
+                # uN (RFC 9800): the 80 bits after block+own uSID move up 16 bits, the last
+                # 16 bits become zero. OVS fixes the UDP checksum for the rewritten address.
+                actions.append(parser.NXActionRegMove(src_field="ipv6_dst", dst_field="ipv6_dst",
+                                                      n_bits=80, src_ofs=0, dst_ofs=16))
+                actions.append(parser.NXActionRegLoad(ofs_nbits=nicira_ext.ofs_nbits(0, 15),
+                                                      dst="ipv6_dst", value=0))
+            elif action.kind == "dec_ttl":
+                actions.append(parser.OFPActionDecNwTtl())
+            elif action.kind == "set_eth_src":
+                actions.append(parser.OFPActionSetField(eth_src=action.arg))
+            elif action.kind == "set_eth_dst":
+                actions.append(parser.OFPActionSetField(eth_dst=action.arg))
+            elif action.kind == "output":
+                actions.append(parser.OFPActionOutput(action.arg))
+            elif action.kind == "group":
+                actions.append(parser.OFPActionGroup(action.arg))
+            else:  # pragma: no cover - tables.py only produces the kinds above
+                raise ValueError(f"unknown action {action.kind}")
+        inst = []
+        if actions:
+            inst.append(parser.OFPInstructionActions(ofp.OFPIT_APPLY_ACTIONS, actions))
+        if flow.goto is not None:
+            inst.append(parser.OFPInstructionGotoTable(flow.goto))
+        return parser.OFPFlowMod(dp, cookie=flow.cookie, table_id=flow.table,
+                                 priority=flow.priority, match=parser.OFPMatch(**match),
+                                 instructions=inst)
+
+    def _send_group(self, dp, group: GroupSpec, command: int) -> None:
+        parser, ofp = dp.ofproto_parser, dp.ofproto
+        buckets = [parser.OFPBucket(weight=1, watch_port=ofp.OFPP_ANY, watch_group=ofp.OFPG_ANY,
+                                    actions=[parser.OFPActionOutput(port)]) for port in group.ports]
+        dp.send_msg(parser.OFPGroupMod(dp, command=command, type_=ofp.OFPGT_SELECT,
+                                       group_id=group.group_id, buckets=buckets))
+
+    # ----- baseline routing plane -----------------------------------------------------------
+    @set_ev_cls(ofp_event.EventOFPPortStatus, MAIN_DISPATCHER)
+    def on_port_status(self, ev) -> None:
+        msg = ev.msg
+        switch = self.fabric.switch_by_dpid(msg.datapath.id)
+        if switch is None:
+            return
+        ofp = msg.datapath.ofproto
+        port = msg.desc.port_no
+        down = bool(msg.desc.state & ofp.OFPPS_LINK_DOWN) or bool(msg.desc.config & ofp.OFPPC_PORT_DOWN) \
+            or msg.reason == ofp.OFPPR_DELETE
+        with self.lock:
+            key = (switch.name, port)
+            if down == (key in self.port_down):
+                return
+            (self.port_down.add if down else self.port_down.discard)(key)
+            self.generation += 1
+            generation = self.generation
+        link = self.fabric.port_link(switch.name, port)
+        self._log_event("port_down" if down else "port_up", switch=switch.name, port=port,
+                        link=link.name if link else None)
+        # Like BFD/BGP: the routing plane acts only after its detection delay, and only on the
+        # state that still holds then.
+        hub.spawn_after(self.detect_s, self._converge, generation)
+
+    def _converge(self, generation: int) -> None:
+        with self.lock:
+            if generation != self.generation:
+                return
+            down_links = frozenset(
+                link.name for (sw, port) in self.port_down
+                if (link := self.fabric.port_link(sw, port)) is not None)
+            if down_links == self.withdrawn:
+                return
+            changed = down_links ^ self.withdrawn
+            self.withdrawn = down_links
+        for dpid, dp in self.datapaths.items():
+            switch = self.fabric.switch_by_dpid(dpid)
+            if switch is None or switch.plane not in {self.fabric.link(n).plane for n in changed}:
+                continue
+            for group in baseline_groups(self.fabric, switch, down_links):
+                self._send_group(dp, group, dp.ofproto.OFPGC_MODIFY)
+        self._log_event("baseline_converged", withdrawn=sorted(down_links),
+                        changed=sorted(changed))
+        with self.lock:
+            self._write_status()

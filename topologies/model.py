@@ -1,0 +1,377 @@
+"""The fabric model: one source of truth for planes, switches, ports, links, uSIDs and paths.
+
+Pure Python, no Mininet import. The Mininet topology, the controller's flow tables and the
+agents' path tables are all derived from a `Fabric` built from `FabricParams`.
+
+Numbering plan (everything below is computed here and nowhere else):
+
+* A plane is an independent leaf (T0) / spine (T1) fabric; every host has one NIC per plane.
+* uSID (16 bits): ``[plane+1 : 4][role : 2][index : 10]`` with role 1 = leaf, 2 = spine,
+  3 = host. The plane is visible in every uSID (as in production MRC fabrics) and no uSID is
+  0x0000, which RFC 9800 reserves as the end-of-carrier marker.
+* SRv6 address: the 32-bit locator block ``fcbb:bb00::/32`` followed by up to six uSIDs. A
+  switch whose uSID comes first shifts the rest left by 16 bits and looks the result up in a
+  static /48 table. After the last shift the address is ``fcbb:bb00:<host uSID>::``, which is
+  the receiving host's own address on that plane.
+* Baseline (destination-routed) addresses: ``fd00:0:0:<plane>::<host+1>``, routed by the
+  controller's ECMP plane. Linux TCP/MPTCP use these.
+* OpenFlow ports: leaf ports 1..H go to its hosts, H+1..H+S to the spines; spine port l+1 goes
+  to leaf l. Host NIC ``h<n>-eth<p>`` is the host's port on plane p.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Iterator
+
+USID_BLOCK = 0xFCBB_BB00  # 32-bit locator block, fcbb:bb00::/32
+BASELINE_PREFIX = 0xFD00  # fd00::/16, destination-routed addresses for the ECMP baseline
+ROLE_LEAF, ROLE_SPINE, ROLE_HOST = 1, 2, 3
+MAX_PLANES = 15  # 4-bit plane field, value 0 unused
+MAX_INDEX = 1024  # 10-bit index field per role and plane
+MAX_USIDS_IN_ADDRESS = 6  # 128 - 32 bits of block = 96 bits = 6 x 16-bit uSIDs
+IFNAME_MAX = 15  # Linux IFNAMSIZ - 1
+GATEWAY_LLADDR = "fe80::1"  # every host NIC's static next hop; the leaf never answers ND
+
+
+class FabricError(ValueError):
+    """A fabric parameter is invalid; the message names the problem and the fix."""
+
+
+@dataclass(frozen=True)
+class FabricParams:
+    planes: int = 4
+    leaves: int = 2  # T0 switches per plane
+    spines: int = 2  # T1 switches per plane
+    hosts_per_leaf: int = 2
+    link_mbps: float = 10.0  # rate of every link, applied with tc on the switch side
+
+    def validate(self) -> None:
+        for name in ("planes", "leaves", "spines", "hosts_per_leaf"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise FabricError(
+                    f"{name} must be a whole number >= 1, got {value!r}: "
+                    f"pass --{name.replace('_', '-')} 1 or more"
+                )
+        if self.planes > MAX_PLANES:
+            raise FabricError(
+                f"planes={self.planes} exceeds the uSID plan's {MAX_PLANES} planes "
+                f"(4-bit plane field): use --planes {MAX_PLANES} or fewer"
+            )
+        for name, count in (("leaves", self.leaves), ("spines", self.spines),
+                            ("hosts", self.leaves * self.hosts_per_leaf)):
+            if count > MAX_INDEX:
+                raise FabricError(
+                    f"{count} {name} per plane exceed the uSID plan's {MAX_INDEX} "
+                    f"(10-bit index field): use a smaller fabric"
+                )
+        if not isinstance(self.link_mbps, (int, float)) or isinstance(self.link_mbps, bool) \
+                or not 0.01 <= self.link_mbps <= 100_000:
+            raise FabricError(
+                f"link_mbps must be between 0.01 and 100000, got {self.link_mbps!r}: "
+                f"pass --link-mbps 10 for example"
+            )
+        longest = max(
+            len(_ifname(_switch_name(ROLE_LEAF, self.planes - 1, self.leaves - 1),
+                        self.hosts_per_leaf + self.spines)),
+            len(_ifname(_host_name(self.leaves * self.hosts_per_leaf - 1), self.planes - 1)),
+        )
+        if longest > IFNAME_MAX:
+            raise FabricError(
+                f"interface names would be {longest} characters, over Linux's {IFNAME_MAX}: "
+                f"use fewer leaves, spines or hosts per leaf"
+            )
+
+    def as_dict(self) -> dict:
+        return {"planes": self.planes, "leaves": self.leaves, "spines": self.spines,
+                "hosts_per_leaf": self.hosts_per_leaf, "link_mbps": self.link_mbps}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "FabricParams":
+        known = {"planes", "leaves", "spines", "hosts_per_leaf", "link_mbps"}
+        unknown = set(data) - known
+        if unknown:
+            raise FabricError(f"unknown fabric parameter(s) {sorted(unknown)}; known: {sorted(known)}")
+        return cls(**data)
+
+
+def _switch_name(role: int, plane: int, index: int) -> str:
+    return f"p{plane}{'l' if role == ROLE_LEAF else 's'}{index}"
+
+
+def _host_name(index: int) -> str:
+    return f"h{index}"
+
+
+def _ifname(node: str, port: int) -> str:
+    return f"{node}-eth{port}"
+
+
+def usid(role: int, plane: int, index: int) -> int:
+    return ((plane + 1) << 12) | (role << 10) | index
+
+
+def usid_address(usids: tuple[int, ...]) -> ipaddress.IPv6Address:
+    """The SRv6 destination address carrying `usids` after the locator block."""
+    if not 1 <= len(usids) <= MAX_USIDS_IN_ADDRESS:
+        raise FabricError(f"a segment list holds 1..{MAX_USIDS_IN_ADDRESS} uSIDs, got {len(usids)}")
+    value = USID_BLOCK << 96
+    for position, sid in enumerate(usids):
+        value |= sid << (80 - 16 * position)
+    return ipaddress.IPv6Address(value)
+
+
+def usid_prefix(sid: int) -> ipaddress.IPv6Network:
+    """The /48 that a switch matches for uSID `sid` (block + one uSID)."""
+    return ipaddress.IPv6Network(((USID_BLOCK << 96) | (sid << 80), 48))
+
+
+def plane_usid_prefix(plane: int) -> ipaddress.IPv6Network:
+    """Every uSID of `plane` shares its top nibble: block + 4 bits = /36."""
+    return ipaddress.IPv6Network(((USID_BLOCK << 96) | ((plane + 1) << 92), 36))
+
+
+@dataclass(frozen=True)
+class Switch:
+    name: str
+    role: int  # ROLE_LEAF or ROLE_SPINE
+    plane: int
+    index: int
+    usid: int
+    dpid: int
+
+    @property
+    def tier(self) -> str:
+        return "T0" if self.role == ROLE_LEAF else "T1"
+
+
+@dataclass(frozen=True)
+class Nic:
+    host: str
+    plane: int
+    ifname: str
+    mac: str
+    usid: int
+    srv6_addr: ipaddress.IPv6Address  # fcbb:bb00:<host uSID>::
+    baseline_addr: ipaddress.IPv6Address  # fd00:0:0:<plane>::<host+1>
+    leaf: str
+    leaf_port: int
+
+
+@dataclass(frozen=True)
+class Host:
+    name: str
+    index: int
+    leaf_index: int
+    nics: tuple[Nic, ...]  # one per plane, in plane order
+
+
+@dataclass(frozen=True)
+class Link:
+    """A bidirectional link; `a` is the lower tier (host or leaf)."""
+    a: str
+    a_port: int
+    b: str
+    b_port: int
+    plane: int
+    kind: str  # "host" (host-leaf) or "fabric" (leaf-spine, T0-T1)
+
+    @property
+    def name(self) -> str:
+        return f"{self.a}-{self.b}"
+
+    @property
+    def a_ifname(self) -> str:
+        return _ifname(self.a, self.a_port)
+
+    @property
+    def b_ifname(self) -> str:
+        return _ifname(self.b, self.b_port)
+
+
+@dataclass(frozen=True)
+class Path:
+    """One source-routed path between two hosts: what an EV names."""
+    src: str
+    dst: str
+    plane: int
+    spine: int | None  # None for a same-leaf path
+    usids: tuple[int, ...]
+    address: ipaddress.IPv6Address  # the SRv6 destination address the sender writes
+    src_addr: ipaddress.IPv6Address  # the sender's NIC address on this plane
+    links: tuple[str, ...]  # names of the links crossed, in order
+
+    @property
+    def label(self) -> str:
+        via = "direct" if self.spine is None else f"s{self.spine}"
+        return f"p{self.plane}/{via}"
+
+
+@dataclass(frozen=True)
+class Fabric:
+    params: FabricParams
+    switches: tuple[Switch, ...] = field(init=False)
+    hosts: tuple[Host, ...] = field(init=False)
+    links: tuple[Link, ...] = field(init=False)
+
+    def __post_init__(self) -> None:
+        p = self.params
+        p.validate()
+        switches: list[Switch] = []
+        for plane in range(p.planes):
+            for role, count in ((ROLE_LEAF, p.leaves), (ROLE_SPINE, p.spines)):
+                for index in range(count):
+                    switches.append(Switch(
+                        name=_switch_name(role, plane, index), role=role, plane=plane,
+                        index=index, usid=usid(role, plane, index),
+                        dpid=(role << 32) | (plane << 16) | index))
+        hosts: list[Host] = []
+        links: list[Link] = []
+        for h in range(p.leaves * p.hosts_per_leaf):
+            leaf_index, local = divmod(h, p.hosts_per_leaf)
+            nics = []
+            for plane in range(p.planes):
+                sid = usid(ROLE_HOST, plane, h)
+                leaf = _switch_name(ROLE_LEAF, plane, leaf_index)
+                nic = Nic(
+                    host=_host_name(h), plane=plane, ifname=_ifname(_host_name(h), plane),
+                    mac=f"02:00:{plane:02x}:{(h >> 16) & 0xff:02x}:{(h >> 8) & 0xff:02x}:{h & 0xff:02x}",
+                    usid=sid, srv6_addr=usid_address((sid,)),
+                    baseline_addr=ipaddress.IPv6Address((BASELINE_PREFIX << 112) | (plane << 64) | (h + 1)),
+                    leaf=leaf, leaf_port=local + 1)
+                nics.append(nic)
+                links.append(Link(a=nic.host, a_port=plane, b=leaf, b_port=local + 1,
+                                  plane=plane, kind="host"))
+            hosts.append(Host(name=_host_name(h), index=h, leaf_index=leaf_index, nics=tuple(nics)))
+        for plane in range(p.planes):
+            for leaf in range(p.leaves):
+                for spine in range(p.spines):
+                    links.append(Link(
+                        a=_switch_name(ROLE_LEAF, plane, leaf), a_port=p.hosts_per_leaf + spine + 1,
+                        b=_switch_name(ROLE_SPINE, plane, spine), b_port=leaf + 1,
+                        plane=plane, kind="fabric"))
+        object.__setattr__(self, "switches", tuple(switches))
+        object.__setattr__(self, "hosts", tuple(hosts))
+        object.__setattr__(self, "links", tuple(links))
+
+    # ----- look-ups -------------------------------------------------------------------------
+    @cached_property
+    def _switch_by_name(self) -> dict[str, Switch]:
+        return {s.name: s for s in self.switches}
+
+    @cached_property
+    def _host_by_name(self) -> dict[str, Host]:
+        return {h.name: h for h in self.hosts}
+
+    @cached_property
+    def _link_by_name(self) -> dict[str, Link]:
+        return {link.name: link for link in self.links}
+
+    def switch(self, name: str) -> Switch:
+        try:
+            return self._switch_by_name[name]
+        except KeyError:
+            raise FabricError(f"no switch named {name!r} (switches are like p0l0, p0s1)") from None
+
+    def switch_by_dpid(self, dpid: int) -> Switch | None:
+        return next((s for s in self.switches if s.dpid == dpid), None)
+
+    def host(self, name: str) -> Host:
+        try:
+            return self._host_by_name[name]
+        except KeyError:
+            raise FabricError(f"no host named {name!r} (hosts are h0..h{len(self.hosts) - 1})") from None
+
+    def link(self, name: str) -> Link:
+        try:
+            return self._link_by_name[name]
+        except KeyError:
+            raise FabricError(
+                f"no link named {name!r}: T0-T1 links are named like p0l0-p0s1, "
+                f"host links like h0-p0l0") from None
+
+    def leaf(self, plane: int, index: int) -> Switch:
+        return self.switch(_switch_name(ROLE_LEAF, plane, index))
+
+    def spine(self, plane: int, index: int) -> Switch:
+        return self.switch(_switch_name(ROLE_SPINE, plane, index))
+
+    def fabric_links(self) -> list[Link]:
+        return [link for link in self.links if link.kind == "fabric"]
+
+    def links_of(self, node: str) -> list[Link]:
+        return [link for link in self.links if node in (link.a, link.b)]
+
+    def port_link(self, switch: str, port: int) -> Link | None:
+        """The link attached to OpenFlow port `port` of `switch`."""
+        return self._port_index.get((switch, port))
+
+    @cached_property
+    def _port_index(self) -> dict[tuple[str, int], Link]:
+        index: dict[tuple[str, int], Link] = {}
+        for link in self.links:
+            if link.kind == "fabric":
+                index[(link.a, link.a_port)] = link
+            index[(link.b, link.b_port)] = link
+        return index
+
+    # ----- paths ----------------------------------------------------------------------------
+    def paths(self, src: str, dst: str) -> list[Path]:
+        """Every source-routed path from host `src` to host `dst`, plane by plane, spine by spine."""
+        s, d = self.host(src), self.host(dst)
+        if s.name == d.name:
+            raise FabricError(f"source and destination are both {src}")
+        out: list[Path] = []
+        for plane in range(self.params.planes):
+            src_nic, dst_nic = s.nics[plane], d.nics[plane]
+            src_leaf = self.leaf(plane, s.leaf_index)
+            if s.leaf_index == d.leaf_index:
+                sids = (src_leaf.usid, dst_nic.usid)
+                out.append(Path(src, dst, plane, None, sids, usid_address(sids), src_nic.srv6_addr,
+                                (f"{src}-{src_leaf.name}", f"{dst}-{src_leaf.name}")))
+                continue
+            dst_leaf = self.leaf(plane, d.leaf_index)
+            for spine_index in range(self.params.spines):
+                spine = self.spine(plane, spine_index)
+                sids = (src_leaf.usid, spine.usid, dst_leaf.usid, dst_nic.usid)
+                out.append(Path(src, dst, plane, spine_index, sids, usid_address(sids),
+                                src_nic.srv6_addr,
+                                (f"{src}-{src_leaf.name}", f"{src_leaf.name}-{spine.name}",
+                                 f"{dst_leaf.name}-{spine.name}", f"{dst}-{dst_leaf.name}")))
+        return out
+
+    def host_pairs(self) -> Iterator[tuple[str, str]]:
+        for a in self.hosts:
+            for b in self.hosts:
+                if a.name != b.name:
+                    yield a.name, b.name
+
+    def path_capacity_mbps(self, src: str, dst: str, down_links: frozenset[str] = frozenset(),
+                           planes: tuple[int, ...] | None = None) -> float:
+        """Max rate src->dst can reach over `planes` (all by default) with `down_links` cut.
+
+        Per plane: min(host links, sum over spines of min(uplink, downlink)); the host NIC link
+        is the bottleneck on a non-blocking fabric, so a cut only matters when it leaves fewer
+        than one working spine path's worth of capacity.
+        """
+        rate = self.params.link_mbps
+        total = 0.0
+        by_plane: dict[int, list[Path]] = {}
+        for path in self.paths(src, dst):
+            by_plane.setdefault(path.plane, []).append(path)
+        for plane, plane_paths in by_plane.items():
+            if planes is not None and plane not in planes:
+                continue
+            live = [p for p in plane_paths if not set(p.links) & down_links]
+            total += min(rate, rate * len(live))
+        return total
+
+
+def build(params: FabricParams | None = None, **kwargs: object) -> Fabric:
+    """Build and validate a fabric: `build(planes=4, leaves=2, ...)` or `build(params)`."""
+    if params is None:
+        params = FabricParams(**kwargs)  # type: ignore[arg-type]
+    return Fabric(params)

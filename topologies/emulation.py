@@ -17,9 +17,9 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from functools import partial
 from pathlib import Path
-from typing import Sequence
 
 from topologies import hostnet, netns, preflight
 from topologies.model import Fabric
@@ -72,7 +72,7 @@ class Emulation:
         self._stopped = False
 
     # ----- lifecycle ------------------------------------------------------------------------
-    def __enter__(self) -> "Emulation":
+    def __enter__(self) -> Emulation:
         try:
             self.start()
         except BaseException:
@@ -90,6 +90,7 @@ class Emulation:
         cleanup_leftovers()
         t0 = time.monotonic()
         self.workdir.mkdir(parents=True, exist_ok=True)
+        _raise_socket_buffer_limits()
         self._start_controller()
         self.timings["controller"] = time.monotonic() - t0
         self._build_mininet()
@@ -236,6 +237,18 @@ class Emulation:
         return stamp
 
 
+def _raise_socket_buffer_limits(minimum: int = 8 << 20) -> None:
+    """Agents and probers ask for multi-MB socket buffers; the kernel caps them at these global
+    limits (default ~208 KB). Only ever raised, never lowered."""
+    for key in ("rmem_max", "wmem_max"):
+        path = Path(f"/proc/sys/net/core/{key}")
+        try:
+            if int(path.read_text()) < minimum:
+                path.write_text(str(minimum))
+        except OSError:
+            pass
+
+
 def _kill_group(proc: subprocess.Popen) -> None:
     if proc.poll() is not None:
         return
@@ -279,8 +292,8 @@ def our_bridges() -> list[str]:
     return [line.strip().strip('"') for line in result.stdout.splitlines() if line.strip()]
 
 
-def cleanup_leftovers(fabric: Fabric | None = None) -> dict[str, int]:
-    """Delete mrclab bridges, stray veths and host shells from this or an earlier run."""
+def cleanup_leftovers(fabric: Fabric | None = None, kill_shells: bool = False) -> dict[str, int]:
+    """Delete mrclab bridges, stray veths and (`kill_shells`) Mininet host shells of a killed run."""
     import re
 
     bridges = set(our_bridges())
@@ -306,11 +319,14 @@ def cleanup_leftovers(fabric: Fabric | None = None) -> dict[str, int]:
                     removed += 1
                 except Exception:  # noqa: BLE001 - its peer's deletion may have taken it already
                     pass
-    # Mininet host shells (bash started by mnexec with the host's name in its argv).
-    shells = subprocess.run(["pgrep", "-f", r"^bash.*mininet:(h\d+)"], capture_output=True, text=True)
-    for pid in shells.stdout.split():
-        try:
-            os.kill(int(pid), signal.SIGKILL)
-        except (ProcessLookupError, ValueError):
-            pass
-    return {"bridges": len(bridges), "veths": removed}
+    shells = 0
+    if kill_shells:  # Mininet host shells: bash started by mnexec with "mininet:hN" in argv
+        found = subprocess.run(["pgrep", "-f", r"^bash .*mininet:h[0-9]+$"], capture_output=True,
+                               text=True)
+        for pid in found.stdout.split():
+            try:
+                os.kill(int(pid), signal.SIGKILL)
+                shells += 1
+            except (ProcessLookupError, ValueError):
+                pass
+    return {"bridges": len(bridges), "veths": removed, "shells": shells}

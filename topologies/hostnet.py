@@ -36,9 +36,6 @@ _SYSCTLS = {
     "net/ipv6/conf/default/router_solicitations": "0",
     "net/ipv6/conf/all/accept_ra": "0",
     "net/ipv6/conf/default/accept_ra": "0",
-    # Raw and UDP sockets may need large buffers to keep up with sprayed traffic.
-    "net/core/rmem_max": "8388608",
-    "net/core/wmem_max": "8388608",
 }
 
 
@@ -47,7 +44,7 @@ def _write_sysctl(key: str, value: str) -> None:
         with open(f"/proc/sys/{key}", "w") as fh:
             fh.write(value)
     except OSError:
-        pass  # not every kernel has every knob (e.g. rmem_max outside init_net); harmless
+        pass  # not every kernel has every knob; none of these is essential
 
 
 def baseline_prefix(plane: int) -> str:

@@ -22,9 +22,9 @@ Numbering plan (everything below is computed here and nowhere else):
 from __future__ import annotations
 
 import ipaddress
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Iterator
 
 USID_BLOCK = 0xFCBB_BB00  # 32-bit locator block, fcbb:bb00::/32
 BASELINE_PREFIX = 0xFD00  # fd00::/16, destination-routed addresses for the ECMP baseline
@@ -90,7 +90,7 @@ class FabricParams:
                 "hosts_per_leaf": self.hosts_per_leaf, "link_mbps": self.link_mbps}
 
     @classmethod
-    def from_dict(cls, data: dict) -> "FabricParams":
+    def from_dict(cls, data: dict) -> FabricParams:
         known = {"planes", "leaves", "spines", "hosts_per_leaf", "link_mbps"}
         unknown = set(data) - known
         if unknown:

@@ -1,0 +1,337 @@
+"""The host agent: one process per emulated host, running MRC (and the go-back-N baseline) QPs
+over real sockets around the sans-IO core.
+
+`python -m endpoints.agent --config FILE` inside the host's namespace. The experiment runner
+drives it through a Unix socket speaking JSON lines (see `endpoints/control.py`).
+
+Paths come from the fabric model, like everything else: the EVs of a QP to peer P are the
+model's paths from this host to P (EV -> SRv6 destination address); acknowledgements go back
+over this host's own paths to the sender. Goodput is binned per 10 ms on CLOCK_MONOTONIC,
+which every namespace shares, so the runner can line bins up with the faults it injects.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import hashlib
+import json
+import os
+import random
+import selectors
+import signal
+import socket
+import sys
+import time
+from dataclasses import dataclass, field
+
+from endpoints.config import TransportConfig
+from endpoints.gobackn import GbnReceiver, GbnSender
+from endpoints.receiver import MrcReceiver
+from endpoints.sender import EvInfo, MrcSender
+from endpoints.wire import qpn_of
+
+from endpoints import netio
+from endpoints.control import ControlError, ControlServer
+from topologies.model import Fabric, FabricParams
+
+BIN_S = 0.010
+RECV_BURST = 256  # datagrams drained per wake-up before timers and transmits get a turn
+
+
+def ev_value(plane: int, index: int) -> int:
+    """The 32-bit EV naming path `index` of a peer's path list: flow label half = plane + 1,
+    source-port half in the ephemeral range, so ECMP hashes see realistic ports."""
+    return ((plane + 1) << 16) | (0xC000 + index)
+
+
+@dataclass
+class PeerPaths:
+    evs: list[EvInfo]
+    dst: dict[int, tuple[bytes, bytes, str]]  # ev -> (src packed, dst packed, dst text)
+
+
+@dataclass
+class Qp:
+    qpn: int
+    peer: str
+    peer_qpn: int
+    transport: str  # "mrc" | "gbn"
+    role: str  # "send" | "recv"
+    core: object
+    paths: PeerPaths
+    bins: collections.Counter = field(default_factory=collections.Counter)
+    digests: dict[int, str] = field(default_factory=dict)  # msn -> sha256 of the message
+    stream_until: float = 0.0
+    stream_bytes: int = 0
+    msg_seed: int = 0
+    queued: int = 0  # messages handed to the core and not yet completed (sender side)
+    last_delivered: int = 0
+
+
+class Agent:
+    def __init__(self, settings: dict) -> None:
+        self.settings = settings
+        self.fabric = Fabric(FabricParams.from_dict(settings["fabric"]))
+        self.host = self.fabric.host(settings["host"])
+        overrides = settings.get("transport", {})
+        self.config = TransportConfig(**overrides)
+        self.seed = int(settings.get("seed", 1))
+        self.sender = netio.RawSender()
+        self.rx = netio.open_receiver(netio.MRC_PORT)
+        self.selector = selectors.DefaultSelector()
+        self.selector.register(self.rx, selectors.EVENT_READ, "rx")
+        self.control = ControlServer(settings["control"], self.selector, self.handle_command)
+        self.qps: dict[int, Qp] = {}
+        self.backlog: collections.deque[tuple[bytes, str]] = collections.deque()
+        self.trace = open(settings["trace"], "a") if settings.get("trace") else None
+        self.stats = collections.Counter()
+        self.running = True
+        self._paths_cache: dict[tuple[str, str], PeerPaths] = {}
+
+    # ----- path tables from the model -------------------------------------------------------
+    def peer_paths(self, peer: str, transport: str, plane: int) -> PeerPaths:
+        key = (peer, f"{transport}{plane}")
+        if key in self._paths_cache:
+            return self._paths_cache[key]
+        if transport == "gbn":
+            # One path per QP: destination routing over the plane's ECMP groups.
+            me, them = self.host.nics[plane], self.fabric.host(peer).nics[plane]
+            ev = ev_value(plane, 0x3FFF & (self.host.index * 131 + them.plane))
+            table = PeerPaths([EvInfo(ev, plane)],
+                              {ev: (me.baseline_addr.packed, them.baseline_addr.packed,
+                                    str(them.baseline_addr))})
+        else:
+            evs, dst = [], {}
+            for index, path in enumerate(self.fabric.paths(self.host.name, peer)):
+                ev = ev_value(path.plane, index)
+                evs.append(EvInfo(ev, path.plane))
+                dst[ev] = (path.src_addr.packed, path.address.packed, str(path.address))
+            table = PeerPaths(evs, dst)
+        self._paths_cache[key] = table
+        return table
+
+    # ----- control --------------------------------------------------------------------------
+    def handle_command(self, req: dict) -> dict:
+        cmd = req.get("cmd")
+        now = time.monotonic()
+        if cmd == "ping":
+            return {"host": self.host.name, "pid": os.getpid()}
+        if cmd == "open":
+            return self._open(req, now)
+        if cmd == "stream":
+            qp = self._qp(req, "send")
+            qp.stream_bytes = _positive_int(req, "msg_bytes", 1 << 30)
+            qp.stream_until = now + _positive_float(req, "seconds")
+            self._refill(qp, now)
+            return {"qpn": qp.qpn}
+        if cmd == "write":
+            qp = self._qp(req, "send")
+            msn = self._post(qp, _positive_int(req, "bytes", 1 << 30), now)
+            return {"qpn": qp.qpn, "msn": msn}
+        if cmd == "stop_stream":
+            qp = self._qp(req, "send")
+            qp.stream_until = 0.0
+            return {"qpn": qp.qpn}
+        if cmd == "stats":
+            return self._stats(self._qp(req, None))
+        if cmd == "agent_stats":
+            return {"counters": dict(self.stats), "backlog": len(self.backlog),
+                    "raw_send_dropped": self.sender.dropped, "qps": sorted(self.qps)}
+        if cmd == "shutdown":
+            self.running = False
+            return {}
+        raise ControlError(f"unknown command {cmd!r}: use open, stream, write, stop_stream, "
+                           f"stats, agent_stats, ping or shutdown")
+
+    def _qp(self, req: dict, role: str | None) -> Qp:
+        qpn = _positive_int(req, "qpn", 0xFFFFFF)
+        qp = self.qps.get(qpn)
+        if qp is None:
+            raise ControlError(f"no QP {qpn} on {self.host.name}: open it first")
+        if role is not None and qp.role != role:
+            raise ControlError(f"QP {qpn} on {self.host.name} is a {qp.role} QP")
+        return qp
+
+    def _open(self, req: dict, now: float) -> dict:
+        qpn = _positive_int(req, "qpn", 0xFFFFFF)
+        peer_qpn = _positive_int(req, "peer_qpn", 0xFFFFFF)
+        if qpn in self.qps:
+            raise ControlError(f"QP {qpn} is already open on {self.host.name}")
+        peer = str(req.get("peer", ""))
+        if peer == self.host.name:
+            raise ControlError("a QP's peer must be another host")
+        self.fabric.host(peer)  # raises FabricError with the valid names
+        transport = req.get("transport", "mrc")
+        role = req.get("role")
+        if transport not in ("mrc", "gbn") or role not in ("send", "recv"):
+            raise ControlError("transport must be mrc or gbn, role send or recv")
+        plane = int(req.get("plane", 0))
+        if not 0 <= plane < self.fabric.params.planes:
+            raise ControlError(f"plane must be 0..{self.fabric.params.planes - 1}")
+        paths = self.peer_paths(peer, transport, plane)
+        seed = self.seed * 1_000_003 + qpn
+        if transport == "mrc":
+            core = (MrcSender(qpn, peer_qpn, paths.evs, self.config, seed) if role == "send"
+                    else MrcReceiver(qpn, peer_qpn, paths.evs, self.config, seed))
+        else:
+            ev = paths.evs[0].ev
+            core = (GbnSender(qpn, peer_qpn, ev, self.config, seed) if role == "send"
+                    else GbnReceiver(qpn, peer_qpn, ev, self.config, seed))
+        self.qps[qpn] = Qp(qpn, peer, peer_qpn, transport, role, core, paths,
+                           msg_seed=int(req.get("data_seed", seed)))
+        return {"qpn": qpn, "paths": len(paths.evs)}
+
+    def _post(self, qp: Qp, size: int, now: float) -> int:
+        msn_hint = len(qp.digests)
+        data = random.Random(qp.msg_seed * 7919 + msn_hint).randbytes(size)
+        msn = qp.core.send_message(data, now)
+        qp.digests[msn] = hashlib.sha256(data).hexdigest()
+        qp.queued += 1
+        return msn
+
+    def _refill(self, qp: Qp, now: float) -> None:
+        # Keep two messages in flight so the window never starves between messages.
+        while qp.stream_until > now and qp.queued < 2:
+            self._post(qp, qp.stream_bytes, now)
+
+    def _stats(self, qp: Qp) -> dict:
+        core = qp.core
+        out = {"qpn": qp.qpn, "peer": qp.peer, "transport": qp.transport, "role": qp.role,
+               "paths": len(qp.paths.evs), "stats": dict(getattr(core, "stats", {})),
+               "bins": {str(k): v for k, v in sorted(qp.bins.items())}, "bin_s": BIN_S,
+               "digests": {str(k): v for k, v in qp.digests.items()}}
+        if qp.role == "recv":
+            out["bytes_delivered"] = core.bytes_delivered
+        else:
+            out["bytes_acked"] = getattr(core, "bytes_acked", 0)
+            if hasattr(core, "ev_states"):
+                states = core.ev_states()
+                out["ev_states"] = {str(ev): s for ev, s in states.items()}
+        return out
+
+    # ----- data path ------------------------------------------------------------------------
+    def _transmit(self, qp: Qp, items: list[tuple[int, bytes]]) -> None:
+        table = qp.paths.dst
+        for ev, payload in items:
+            src, dst, dst_text = table[ev]
+            packet = netio.build_packet(src, dst, ev, payload)
+            if self.backlog or not self.sender.send(packet, dst_text):
+                self.backlog.append((packet, dst_text))  # NIC backpressure, not loss
+
+    def _flush_backlog(self) -> None:
+        while self.backlog:
+            packet, dst = self.backlog[0]
+            if not self.sender.send(packet, dst):
+                self.sender.dropped -= 1  # a retry later, not a drop
+                return
+            self.backlog.popleft()
+
+    def _receive(self, now: float) -> None:
+        for _ in range(RECV_BURST):
+            try:
+                data, anc, _flags, addr = self.rx.recvmsg(4096, netio.CMSG_SPACE)
+            except BlockingIOError:
+                return
+            _local, label, tclass = netio.parse_ancillary(anc)
+            ev = netio.ev_from_wire(addr[1], label)
+            try:
+                qpn = qpn_of(data)
+            except ValueError:
+                self.stats["malformed"] += 1
+                continue
+            qp = self.qps.get(qpn)
+            if qp is None:
+                self.stats["unknown_qp"] += 1
+                continue
+            qp.core.on_datagram(data, ev, now, (tclass & 3) == netio.ECN_CE)
+            if qp.role == "recv":
+                delivered = qp.core.bytes_delivered
+                if delivered != qp.last_delivered:
+                    qp.bins[int(now / BIN_S)] += delivered - qp.last_delivered
+                    qp.last_delivered = delivered
+
+    def _service(self, now: float) -> float | None:
+        """Run every QP's timers and transmissions; return the earliest deadline."""
+        earliest: float | None = None
+        for qp in self.qps.values():
+            core = qp.core
+            items = core.poll(now)
+            if items:
+                self._transmit(qp, items)
+            if qp.role == "recv":
+                for msn, data in core.take_completed():
+                    qp.digests[msn] = hashlib.sha256(data).hexdigest()
+            else:
+                done = core.take_completed() if hasattr(core, "take_completed") else []
+                qp.queued -= len(done)
+                if qp.stream_until:
+                    self._refill(qp, now)
+                    if qp.queued and not items:
+                        items = core.poll(now)
+                        if items:
+                            self._transmit(qp, items)
+            if self.trace is not None:
+                for event in core.take_events():
+                    self.trace.write(json.dumps([qp.qpn, *event]) + "\n")
+            deadline = core.next_deadline()
+            if deadline is not None and (earliest is None or deadline < earliest):
+                earliest = deadline
+        return earliest
+
+    def run(self) -> None:
+        deadline: float | None = None
+        while self.running:
+            now = time.monotonic()
+            timeout = 0.05 if deadline is None else min(max(deadline - now, 0.0), 0.05)
+            if self.backlog:
+                timeout = min(timeout, 0.0002)
+            for key, _ in self.selector.select(timeout):
+                if key.data == "rx":
+                    self._receive(time.monotonic())
+                else:
+                    key.data(key)
+            self._flush_backlog()
+            deadline = self._service(time.monotonic())
+        self.close()
+
+    def close(self) -> None:
+        self.control.close()
+        self.rx.close()
+        self.sender.close()
+        if self.trace is not None:
+            self.trace.close()
+
+
+def _positive_int(req: dict, name: str, maximum: int) -> int:
+    value = req.get(name)
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 < value <= maximum:
+        raise ControlError(f"{name} must be a whole number in 1..{maximum}, got {value!r}")
+    return value
+
+
+def _positive_float(req: dict, name: str) -> float:
+    value = req.get(name)
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not value > 0:
+        raise ControlError(f"{name} must be a number > 0, got {value!r}")
+    return float(value)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="MRC host agent")
+    parser.add_argument("--config", required=True)
+    args = parser.parse_args(argv)
+    with open(args.config) as fh:
+        settings = json.load(fh)
+    agent = Agent(settings)
+    signal.signal(signal.SIGTERM, lambda *_: setattr(agent, "running", False))
+    try:
+        agent.run()
+    except KeyboardInterrupt:
+        agent.close()
+    return 0
+
+
+if __name__ == "__main__":
+    socket.setdefaulttimeout(None)
+    sys.exit(main())

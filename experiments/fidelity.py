@@ -1,0 +1,98 @@
+"""Emulation-fidelity checks recorded with every run: CPU headroom and achieved link rates.
+
+An emulated 10 Mbit/s link only behaves like one while the host has CPU to spare: once the two
+cores are saturated, OVS-netdev and the agents fall behind and every figure measures the VM,
+not the protocol. The sampler records the minimum idle share over 250 ms windows; runs below
+`CPU_IDLE_FLOOR_PCT` are flagged.
+"""
+
+from __future__ import annotations
+
+import platform
+import re
+import subprocess
+import sys
+import threading
+import time
+from importlib import metadata
+
+CPU_IDLE_FLOOR_PCT = 10.0
+LINK_RATE_FLOOR = 0.85  # achieved / configured on a link that should be saturated
+
+
+def _cpu_times() -> tuple[int, int]:
+    with open("/proc/stat") as fh:
+        fields = [int(x) for x in fh.readline().split()[1:]]
+    idle = fields[3] + fields[4]  # idle + iowait
+    return idle, sum(fields[:8])
+
+
+class CpuSampler:
+    """Background sampler of whole-machine CPU idle %."""
+
+    def __init__(self, interval: float = 0.25) -> None:
+        self.interval = interval
+        self.samples: list[tuple[float, float]] = []  # (monotonic time, idle %)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> CpuSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        idle0, total0 = _cpu_times()
+        while not self._stop.wait(self.interval):
+            idle1, total1 = _cpu_times()
+            if total1 > total0:
+                self.samples.append((time.monotonic(), 100.0 * (idle1 - idle0) / (total1 - total0)))
+            idle0, total0 = idle1, total1
+
+    def min_idle(self, start: float = 0.0, end: float = float("inf")) -> float | None:
+        values = [v for t, v in self.samples if start <= t <= end]
+        return round(min(values), 1) if values else None
+
+    def mean_idle(self, start: float = 0.0, end: float = float("inf")) -> float | None:
+        values = [v for t, v in self.samples if start <= t <= end]
+        return round(sum(values) / len(values), 1) if values else None
+
+
+_PORT_RE = re.compile(r"port\s+(\d+):\s*rx pkts=(\d+), bytes=(\d+).*?tx pkts=(\d+), bytes=(\d+)", re.S)
+
+
+def port_counters(bridge: str) -> dict[int, dict[str, int]]:
+    """Per-port packet and byte counters of an OVS bridge (ovs-ofctl dump-ports)."""
+    out = subprocess.run(["ovs-ofctl", "-O", "OpenFlow13", "dump-ports", bridge],
+                         capture_output=True, text=True).stdout
+    counters = {}
+    for m in _PORT_RE.finditer(out):
+        port, rxp, rxb, txp, txb = (int(x) for x in m.groups())
+        counters[port] = {"rx_pkts": rxp, "rx_bytes": rxb, "tx_pkts": txp, "tx_bytes": txb}
+    return counters
+
+
+def software_versions() -> dict[str, str]:
+    def pkg(name: str) -> str:
+        try:
+            return metadata.version(name)
+        except metadata.PackageNotFoundError:
+            return "absent"
+
+    def cmd(argv: list[str]) -> str:
+        try:
+            return subprocess.run(argv, capture_output=True, text=True).stdout.splitlines()[0]
+        except (OSError, IndexError):
+            return "absent"
+
+    try:
+        import mininet.net
+        mn = mininet.net.VERSION
+    except ImportError:
+        mn = "absent"
+    return {"python": sys.version.split()[0], "kernel": platform.release(),
+            "os_ken": pkg("os-ken"), "pyroute2": pkg("pyroute2"), "matplotlib": pkg("matplotlib"),
+            "mininet": mn, "ovs": cmd(["ovs-vswitchd", "--version"])}

@@ -1,0 +1,67 @@
+"""Recovery metrics from 10 ms goodput bins: pure functions, unit-tested.
+
+`recovery_ms`: from the fault to the start of the first bin after which goodput stays at or above
+90% of its pre-fault level (scaled by the capacity that survives) for at least 200 ms. A 10 ms
+bin holds only about a dozen packets at 10 Mbit/s, so one bin jitters by +-10% with no fault at
+all; "goodput" in that test is therefore the 50 ms moving average starting at each bin.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+BIN_S = 0.010
+SMOOTH_BINS = 5  # 50 ms
+HOLD_S = 0.200
+THRESHOLD = 0.90
+
+
+def series(bins: Mapping[int, int], start_bin: int, n_bins: int) -> list[float]:
+    """Mbit/s per bin for bins start_bin .. start_bin + n_bins - 1 (missing bins are zero)."""
+    scale = 8 / BIN_S / 1e6
+    return [bins.get(start_bin + i, 0) * scale for i in range(n_bins)]
+
+
+def mean(values: Sequence[float]) -> float:
+    return sum(values) / len(values) if values else 0.0
+
+
+def smoothed(values: Sequence[float], width: int = SMOOTH_BINS) -> list[float]:
+    """Forward moving average: out[i] = mean(values[i:i+width]) (shorter at the end)."""
+    out = []
+    acc = sum(values[:width])
+    for i in range(len(values)):
+        n = min(width, len(values) - i)
+        out.append(acc / n if n else 0.0)
+        acc -= values[i]
+        if i + width < len(values):
+            acc += values[i + width]
+    return out
+
+
+def recovery_ms(mbps: Sequence[float], fault_index: int, target: float,
+                end_index: int | None = None) -> float | None:
+    """Milliseconds from bin `fault_index` to the first bin from which the smoothed goodput
+    holds >= `target` for HOLD_S, searching up to `end_index`; None if it never does."""
+    end = len(mbps) if end_index is None else min(end_index, len(mbps))
+    hold = round(HOLD_S / BIN_S)
+    smooth = smoothed(mbps)
+    run_start = None
+    for i in range(fault_index, end):
+        if smooth[i] >= target:
+            if run_start is None:
+                run_start = i
+            if i - run_start + 1 >= hold:
+                return (run_start - fault_index) * BIN_S * 1000
+        else:
+            run_start = None
+    return None
+
+
+def longest_stall_ms(mbps: Sequence[float], start: int = 0, end: int | None = None) -> float:
+    """Longest run of bins with nothing delivered, in ms."""
+    best = run = 0
+    for value in mbps[start:end]:
+        run = run + 1 if value == 0 else 0
+        best = max(best, run)
+    return best * BIN_S * 1000

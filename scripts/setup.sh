@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Idempotent set-up: system packages, the venv, Open vSwitch running. A second run takes seconds.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if [ "$(id -u)" -ne 0 ]; then
+  echo "mrclab: error: setup installs packages and starts Open vSwitch: run it as root (sudo make setup)" >&2
+  exit 2
+fi
+
+APT_PACKAGES="mininet openvswitch-switch iproute2 ethtool nftables python3-venv python3-pip procps"
+missing=""
+for pkg in $APT_PACKAGES; do
+  dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing="$missing $pkg"
+done
+if [ -n "$missing" ]; then
+  echo "setup: installing$missing"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends $missing >/dev/null
+fi
+
+# The venv is made from the system Python so that it sees Debian's Mininet package.
+SYS_PY=/usr/bin/python3
+if [ ! -x .venv/bin/python ]; then
+  echo "setup: creating .venv"
+  "$SYS_PY" -m venv --system-site-packages .venv
+fi
+stamp=.venv/.mrclab-installed
+if [ ! -f "$stamp" ] || [ setup.py -nt "$stamp" ]; then
+  echo "setup: installing Python dependencies"
+  .venv/bin/pip install -q --disable-pip-version-check -e '.[test]'
+  touch "$stamp"
+fi
+
+scripts/start-ovs.sh
+echo "setup: ok ($(.venv/bin/python -c 'import topologies.preflight as p; print("OVS datapath:", p.choose_datapath())'))"

@@ -1,0 +1,16 @@
+from setuptools import setup
+
+setup(
+    name="mrclab",
+    version="0.1.0",
+    description="Mininet testbed for MRC (Multipath Reliable Connection) over static SRv6",
+    packages=["topologies", "controller", "endpoints", "experiments"],
+    python_requires=">=3.10",
+    install_requires=[
+        "os-ken>=4.0",  # Ryu's maintained fork: Ryu 4.34 no longer starts on Python 3.11
+        "pyroute2>=0.9",
+        "matplotlib>=3.7",
+    ],
+    extras_require={"test": ["pytest>=7", "hypothesis>=6", "ruff>=0.5"]},
+    entry_points={"console_scripts": ["mrclab=experiments.cli:main"]},
+)

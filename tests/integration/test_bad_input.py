@@ -1,0 +1,70 @@
+"""Bad input: one line naming the problem and the fix, exit status 2, nothing left behind."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests.integration.helpers import REPO, assert_nothing_left
+
+
+def _mrclab(*args, env=None, user=None):
+    argv = [sys.executable, "-m", "experiments.cli", *args]
+    if user is not None:
+        argv = ["setpriv", f"--reuid={user}", f"--regid={user}", "--clear-groups", *argv]
+    return subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, **(env or {})})
+
+
+@pytest.mark.parametrize("args, words", [
+    (["check-fabric", "--planes", "0"], "planes must be"),
+    (["check-fabric", "--planes", "16"], "exceeds the uSID plan"),
+    (["check-fabric", "--leaves", "600", "--hosts-per-leaf", "2"], "1200 hosts"),
+    (["check-fabric", "--planes", "two"], "invalid int value"),
+    (["check-fabric", "--cut", "p9l9-p9s9"], "no link named"),
+    (["check-fabric", "--cut", "h0-p0l0"], "is a host link"),
+    (["demo", "--spines", "1"], "2+ spines"),
+    (["demo", "--cut-at", "5", "--restore-at", "4"], "--cut-at < --restore-at"),
+    (["frobnicate"], "invalid choice"),
+])
+def test_bad_parameters_get_one_line_and_exit_2(args, words, emulation_ready):
+    proc = _mrclab(*args)
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("mrclab: error:"), proc.stderr
+    assert words in lines[0]
+    assert "Traceback" not in proc.stderr
+    assert_nothing_left()
+
+
+def test_not_root_is_named_with_the_fix():
+    proc = _mrclab("check-fabric", user=65534)
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == "mrclab: error: mrclab needs root to build namespaces and " \
+                                  "switches: run it with sudo"
+
+
+def test_missing_ovs_is_named_with_the_fix(tmp_path, emulation_ready):
+    # A PATH with python but without any Open vSwitch tool.
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    for tool in ("mnexec", "ip", "tc", "pgrep"):
+        real = subprocess.run(["which", tool], capture_output=True, text=True).stdout.strip()
+        if real:
+            (bindir / tool).symlink_to(real)
+    proc = _mrclab("check-fabric", env={"PATH": str(bindir)})
+    assert proc.returncode == 2
+    assert "Open vSwitch is not installed" in proc.stderr and "make setup" in proc.stderr
+    assert_nothing_left()
+
+
+def test_missing_mininet_is_named_with_the_fix(tmp_path):
+    fake = tmp_path / "mininet"
+    fake.mkdir()
+    (fake / "__init__.py").write_text("raise ImportError('hidden for the test')\n")
+    proc = _mrclab("check-fabric", env={"PYTHONPATH": str(tmp_path)})
+    if os.geteuid() != 0:
+        pytest.skip("the root check comes first")
+    assert proc.returncode == 2
+    assert "Mininet is not installed" in proc.stderr

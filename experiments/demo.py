@@ -166,7 +166,8 @@ def _run(fabric: Fabric, out: Path, staging: Path, workdir: Path, src: str, dst:
     problems = []
     if idle_min is not None and idle_min < fidelity.CPU_IDLE_FLOOR_PCT:
         problems.append(f"CPU idle fell to {idle_min}% (< {fidelity.CPU_IDLE_FLOOR_PCT}%)")
-    if fidelity_block["link_rate_ratio"] is not None and fidelity_block["link_rate_ratio"] < fidelity.LINK_RATE_FLOOR:
+    ratio = fidelity_block["link_rate_ratio"]
+    if ratio is not None and ratio < fidelity.LINK_RATE_FLOOR:
         problems.append(f"the saturated link reached only {achieved:.1f} of {configured} Mbit/s")
     fidelity_block["faithful"] = not problems
     fidelity_block["problems"] = problems
@@ -213,7 +214,7 @@ def format_table(summary: dict, out: Path) -> str:
         rows.append((name, rec, f"{t['stall_ms']:.0f}", f"{t['goodput_before_mbps']:.1f}",
                      f"{t['goodput_after_mbps']:.1f}", "yes" if t["data_ok"] else "NO"))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)) for r in rows]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in rows]
     f = summary["failure"]
     fid = summary["fidelity"]
     lines.insert(0, f"cut {f['link']} at {f['at_s']} s, restored at {f['restored_at_s']} s; "

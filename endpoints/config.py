@@ -1,0 +1,60 @@
+"""Every transport parameter in one place, with the reason for its default."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+
+
+@dataclass(frozen=True)
+class TransportConfig:
+    # Packetisation
+    mtu_payload: int = 1024  # data bytes per packet: ~1.1 KB frames keep 10 Mbit/s links at ~1.1k pkt/s
+    # EV set (MRC-NOTES: 128-256 EVs split evenly over planes, >100 active, rest backups)
+    ev_set_size: int = 256  # upper bound; fewer when the fabric has fewer paths
+    active_fraction: float = 0.75  # of each plane's EVs; the rest are backups of that plane
+    ev_min_active: int = 2  # floor: never mark EVs bad below this many usable ones
+    skip_rotations: int = 1  # an ECN echo / trimmed NACK skips the EV for about one rotation
+    # Loss detection and retransmission
+    reorder_slack: float = 0.002  # s added to srtt + 4 rttvar before a SACK-overtaken packet counts lost
+    rto_min: float = 0.030  # tails only: SACK-based detection handles losses mid-stream
+    rto_max: float = 0.200
+    rto_initial: float = 0.050
+    # Probing of ASSUMED_BAD EVs
+    probe_interval: float = 0.005  # s between probes of each bad EV
+    probes_to_resurrect: int = 3  # consecutive successes that bring an EV back
+    probe_timeout: float = 0.050  # an unanswered probe resets its EV's success count
+    reverse_evs_per_plane: int = 2  # receiver's reverse EV set for SACKs (>= 1 per plane)
+    reverse_probe_interval: float = 0.020
+    # Acknowledgement cadence
+    sack_every: int = 4  # data packets per SACK
+    sack_delay: float = 0.0005  # s: a lone packet is still acknowledged promptly
+    # Receiver limits (forged or runaway input must not exhaust memory)
+    max_message: int = 1 << 28
+    psn_window: int = 1 << 16  # packets beyond cumulative ACK accepted (PSN_OOR_WINDOW past it)
+    max_open_messages: int = 64
+    # Congestion control, in the spirit of UET NSCC (docs/transport.md)
+    init_cwnd_pkts: float = 16.0
+    min_cwnd_pkts: float = 2.0
+    max_cwnd_pkts: float = 2048.0
+    target_delay_min: float = 0.002  # s: floor of the RTT target
+    target_over_base: float = 1.5  # target = max(floor, base RTT x this)
+    proportional_gain: float = 0.5  # cwnd growth per acked packet at zero queueing delay
+    fair_increase_pkts: float = 1.0  # additive growth per RTT when above target, no ECN
+    md_factor: float = 0.5  # strongest multiplicative decrease (ECN and far above target)
+    delay_md_over_target: float = 1.5  # no ECN from the fabric: smoothed RTT > this x target decreases
+    delay_skip_over_target: float = 2.0  # one RTT sample > this x target skips its EV, like ECN
+    # Go-back-N baseline (RoCE-like)
+    gbn_window_pkts: int = 32
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+                raise ValueError(f"transport parameter {f.name} must be a positive number, got {value!r}")
+        if not 0 < self.active_fraction <= 1:
+            raise ValueError("active_fraction must be in (0, 1]")
+        if self.mtu_payload > 8192:
+            raise ValueError("mtu_payload above 8192 would not fit a jumbo frame")
+
+    def as_dict(self) -> dict:
+        return asdict(self)

@@ -1,0 +1,193 @@
+"""The sender's EV set and per-EV state machine.
+
+GOOD ---(ECN echo / TRIMMED NACK)--> SKIP ---(one rotation later)--> GOOD
+GOOD/SKIP ---(real loss or timeout)--> ASSUMED_BAD: leaves the active set at once, a backup of
+    the same plane takes its place; probed in the background
+ASSUMED_BAD ---(probes_to_resurrect probe replies in a row)--> GOOD (back as a backup, or active
+    when its plane is short)
+any ---(operator)--> DENIED: never used again
+
+Spraying walks the active set in a fresh pseudo-random order each rotation (a shuffled deck), so
+every active EV carries one packet per rotation: an even spread with no coordination, and
+"skip for one rotation" has a precise meaning.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from typing import NamedTuple
+
+GOOD, SKIP, ASSUMED_BAD, DENIED = "GOOD", "SKIP", "ASSUMED_BAD", "DENIED"
+
+
+class EvInfo(NamedTuple):
+    ev: int  # 32-bit entropy value, opaque to the core
+    plane: int  # which plane the EV's path crosses (backups come from the same plane)
+
+
+def spread_over_planes(evs: Sequence[EvInfo], limit: int) -> list[EvInfo]:
+    """Up to `limit` EVs, taken round-robin across planes so every plane gets an even share."""
+    by_plane: dict[int, list[EvInfo]] = {}
+    for info in evs:
+        by_plane.setdefault(info.plane, []).append(info)
+    chosen: list[EvInfo] = []
+    queues = [list(v) for _, v in sorted(by_plane.items())]
+    while len(chosen) < limit and any(queues):
+        for q in queues:
+            if q and len(chosen) < limit:
+                chosen.append(q.pop(0))
+    return chosen
+
+
+class EvSet:
+    def __init__(self, evs: Sequence[EvInfo], active_fraction: float, min_active: int,
+                 skip_rotations: int, rng: random.Random, limit: int = 256) -> None:
+        if not evs:
+            raise ValueError("an EV set needs at least one EV")
+        chosen = spread_over_planes(evs, limit)
+        self.plane = {e.ev: e.plane for e in chosen}
+        if len(self.plane) != len(chosen):
+            raise ValueError("EV values must be unique")
+        self.state = {e.ev: GOOD for e in chosen}
+        self.rng = rng
+        self.min_active = min_active
+        self.skip_rotations = skip_rotations
+        self.active: list[int] = []
+        self.backup: dict[int, list[int]] = {}
+        self._plane_active_target: dict[int, int] = {}
+        by_plane: dict[int, list[int]] = {}
+        for e in chosen:
+            by_plane.setdefault(e.plane, []).append(e.ev)
+        for plane, plane_evs in sorted(by_plane.items()):
+            n_active = max(1, round(len(plane_evs) * active_fraction))
+            self.active += plane_evs[:n_active]
+            self.backup[plane] = plane_evs[n_active:]
+            self._plane_active_target[plane] = n_active
+        self.skip_until: dict[int, int] = {}  # ev -> rotation number it may be used again
+        self.rotation = 0
+        self._deck: list[int] = []
+        self.bad_since: dict[int, float] = {}
+        self.probe_ok: dict[int, int] = {}
+        self.changes: list[tuple[int, str, str]] = []  # (ev, old, new), drained by the sender
+
+    # ----- queries --------------------------------------------------------------------------
+    def usable(self) -> list[int]:
+        return [ev for ev in self.active if self.state[ev] in (GOOD, SKIP)]
+
+    def bad(self) -> list[int]:
+        return [ev for ev, s in self.state.items() if s == ASSUMED_BAD]
+
+    def counts(self) -> dict[str, int]:
+        out = {GOOD: 0, SKIP: 0, ASSUMED_BAD: 0, DENIED: 0}
+        for s in self.state.values():
+            out[s] += 1
+        return out
+
+    # ----- spraying -------------------------------------------------------------------------
+    def next_ev(self) -> int:
+        """The EV for the next packet: the next card of this rotation's shuffled deck."""
+        for _ in range(3):
+            while self._deck:
+                ev = self._deck.pop()
+                state = self.state[ev]
+                if state == GOOD:
+                    return ev
+                if state == SKIP and self.rotation >= self.skip_until.get(ev, 0):
+                    self._set(ev, GOOD)
+                    return ev
+            self._new_deck()
+        return self._fallback()
+
+    def _new_deck(self) -> None:
+        """One rotation: every plane gets the same number of cards (its usable EVs, repeated up
+        to the largest plane's count), shuffled within the plane, then interleaved. A plane that
+        lost an EV keeps its share on its surviving EVs, as backup swap-in does with larger sets."""
+        self.rotation += 1
+        by_plane: dict[int, list[int]] = {}
+        for ev in self.active:
+            state = self.state[ev]
+            if state == GOOD or (state == SKIP and self.rotation >= self.skip_until.get(ev, 0)):
+                by_plane.setdefault(self.plane[ev], []).append(ev)
+        if not by_plane:
+            self._deck = []
+            return
+        width = max(len(v) for v in by_plane.values())
+        columns = []
+        for evs in by_plane.values():
+            cards = [evs[i % len(evs)] for i in range(width)]
+            self.rng.shuffle(cards)
+            columns.append(cards)
+        self.rng.shuffle(columns)
+        self._deck = [col[i] for i in range(width) for col in columns]
+
+    def _fallback(self) -> int:
+        """Nothing usable is active: use the least recently failed EV rather than stop."""
+        candidates = [ev for ev, s in self.state.items() if s != DENIED]
+        if not candidates:
+            raise RuntimeError("every EV is DENIED: nothing to send on")
+        return min(candidates, key=lambda ev: -self.bad_since.get(ev, float("-inf")))
+
+    # ----- state changes --------------------------------------------------------------------
+    def _set(self, ev: int, new: str) -> None:
+        old = self.state[ev]
+        if old != new:
+            self.state[ev] = new
+            self.changes.append((ev, old, new))
+
+    def skip(self, ev: int) -> None:
+        if self.state.get(ev) == GOOD:
+            self.skip_until[ev] = self.rotation + self.skip_rotations + 1
+            self._set(ev, SKIP)
+
+    def mark_bad(self, ev: int, now: float) -> bool:
+        """A real loss or a timeout on `ev`. Returns False if the floor kept it in use."""
+        if self.state.get(ev) not in (GOOD, SKIP):
+            return False
+        if ev in self.active and len(self.usable()) <= self.min_active:
+            return False
+        self._set(ev, ASSUMED_BAD)
+        self.bad_since[ev] = now
+        self.probe_ok[ev] = 0
+        if ev in self.active:
+            self.active.remove(ev)
+            plane = self.plane[ev]
+            spare = next((b for b in self.backup[plane] if self.state[b] == GOOD), None)
+            if spare is not None:
+                self.backup[plane].remove(spare)
+                self.active.append(spare)
+        elif ev in self.backup.get(self.plane[ev], []):
+            self.backup[self.plane[ev]].remove(ev)
+        return True
+
+    def probe_result(self, ev: int, ok: bool, needed: int) -> bool:
+        """Record a probe outcome for an ASSUMED_BAD EV; True when it is resurrected."""
+        if self.state.get(ev) != ASSUMED_BAD:
+            return False
+        self.probe_ok[ev] = self.probe_ok.get(ev, 0) + 1 if ok else 0
+        if self.probe_ok[ev] < needed:
+            return False
+        self._set(ev, GOOD)
+        plane = self.plane[ev]
+        self.backup[plane].append(ev)
+        self._rebalance(plane)
+        return True
+
+    def _rebalance(self, plane: int) -> None:
+        """Keep the plane's active share: a resurrected EV fills a slot its failure emptied."""
+        want = self._plane_active_target[plane]
+        active = [a for a in self.active if self.plane[a] == plane]
+        while len(active) < want and self.backup[plane]:
+            ev = self.backup[plane].pop(0)
+            self.active.append(ev)
+            active.append(ev)
+
+    def deny(self, ev: int) -> None:
+        if ev not in self.state:
+            raise KeyError(f"EV {ev:#x} is not in this QP's set")
+        self._set(ev, DENIED)
+        if ev in self.active:
+            self.active.remove(ev)
+        for b in self.backup.values():
+            if ev in b:
+                b.remove(ev)

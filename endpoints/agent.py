@@ -39,6 +39,17 @@ BIN_S = 0.010
 RECV_BURST = 256  # datagrams drained per wake-up before timers and transmits get a turn
 
 
+TARGET_QUEUE_PACKETS = 6  # NSCC target: this many full frames of queueing at the link rate
+
+
+def target_delay_for(link_mbps: float, mtu_payload: int = 1024) -> float:
+    """The RTT target's floor from the fabric's link rate. Emulated links (HTB) shape rate but
+    not per-packet serialisation, so an idle path's RTT is sub-millisecond whatever the rate;
+    the target must allow a few packets of queueing at the bottleneck to keep it busy."""
+    frame_bits = (mtu_payload + 40 + 62) * 8
+    return TARGET_QUEUE_PACKETS * frame_bits / (link_mbps * 1e6)
+
+
 def ev_value(plane: int, index: int) -> int:
     """The 32-bit EV naming path `index` of a peer's path list: flow label half = plane + 1,
     source-port half in the ephemeral range, so ECMP hashes see realistic ports."""
@@ -65,8 +76,8 @@ class Qp:
     stream_until: float = 0.0
     stream_bytes: int = 0
     msg_seed: int = 0
-    queued: int = 0  # messages handed to the core and not yet completed (sender side)
     last_delivered: int = 0
+    completed: int = 0  # messages fully acknowledged (sender side)
 
 
 class Agent:
@@ -74,7 +85,9 @@ class Agent:
         self.settings = settings
         self.fabric = Fabric(FabricParams.from_dict(settings["fabric"]))
         self.host = self.fabric.host(settings["host"])
-        overrides = settings.get("transport", {})
+        overrides = dict(settings.get("transport", {}))
+        if "target_delay_min" not in overrides:
+            overrides["target_delay_min"] = target_delay_for(self.fabric.params.link_mbps)
         self.config = TransportConfig(**overrides)
         self.seed = int(settings.get("seed", 1))
         self.sender = netio.RawSender()
@@ -187,12 +200,12 @@ class Agent:
         data = random.Random(qp.msg_seed * 7919 + msn_hint).randbytes(size)
         msn = qp.core.send_message(data, now)
         qp.digests[msn] = hashlib.sha256(data).hexdigest()
-        qp.queued += 1
         return msn
 
     def _refill(self, qp: Qp, now: float) -> None:
-        # Keep two messages in flight so the window never starves between messages.
-        while qp.stream_until > now and qp.queued < 2:
+        # Keep two messages not yet transmitted, so the window never waits for a message's
+        # tail to be acknowledged before the next one is posted.
+        while qp.stream_until > now and qp.core.unsent_messages < 2:
             self._post(qp, qp.stream_bytes, now)
 
     def _stats(self, qp: Qp) -> dict:
@@ -205,9 +218,15 @@ class Agent:
             out["bytes_delivered"] = core.bytes_delivered
         else:
             out["bytes_acked"] = getattr(core, "bytes_acked", 0)
+            out["messages_acked"] = qp.completed
             if hasattr(core, "ev_states"):
                 states = core.ev_states()
                 out["ev_states"] = {str(ev): s for ev, s in states.items()}
+            cc = getattr(core, "cc", None)
+            if cc is not None:
+                out["congestion"] = {"cwnd_pkts": round(cc.cwnd, 1), "srtt_ms": round(cc.srtt * 1e3, 2),
+                                     "base_rtt_ms": round(cc.base_rtt * 1e3, 2),
+                                     "target_ms": round(cc.target * 1e3, 2), "decreases": cc.decreases}
         return out
 
     # ----- data path ------------------------------------------------------------------------
@@ -263,14 +282,12 @@ class Agent:
                 for msn, data in core.take_completed():
                     qp.digests[msn] = hashlib.sha256(data).hexdigest()
             else:
-                done = core.take_completed() if hasattr(core, "take_completed") else []
-                qp.queued -= len(done)
+                qp.completed += len(core.take_completed())
                 if qp.stream_until:
                     self._refill(qp, now)
-                    if qp.queued and not items:
-                        items = core.poll(now)
-                        if items:
-                            self._transmit(qp, items)
+                    items = core.poll(now)
+                    if items:
+                        self._transmit(qp, items)
             if self.trace is not None:
                 for event in core.take_events():
                     self.trace.write(json.dumps([qp.qpn, *event]) + "\n")

@@ -44,7 +44,7 @@ class TransportConfig:
     delay_md_over_target: float = 1.5  # no ECN from the fabric: smoothed RTT > this x target decreases
     delay_skip_over_target: float = 2.0  # one RTT sample > this x target skips its EV, like ECN
     # Go-back-N baseline (RoCE-like)
-    gbn_window_pkts: int = 32
+    gbn_window_pkts: int = 8  # about the path BDP at 10 Mbit/s: fills the link, not the queues
 
     def __post_init__(self) -> None:
         for f in fields(self):

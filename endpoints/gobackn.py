@@ -54,6 +54,10 @@ class GbnSender:
         events, self.events = self.events, []
         return events
 
+    @property
+    def unsent_messages(self) -> int:
+        return len(self.queue)
+
     def ev_states(self) -> dict[int, str]:
         return {self.ev: "GOOD"}
 

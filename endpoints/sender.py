@@ -35,7 +35,7 @@ def ts_age(now: float, ts: int) -> float:
 
 class _Pkt:
     __slots__ = ("seq", "msn", "offset", "length", "msg_len", "opcode", "ev", "sent", "tx",
-                 "retx")
+                 "retx", "missing")
 
     def __init__(self, seq: int, msn: int, offset: int, length: int, msg_len: int,
                  opcode: int) -> None:
@@ -45,6 +45,7 @@ class _Pkt:
         self.sent = 0.0
         self.tx = 0
         self.retx = 0
+        self.missing = False  # a SACK generated after it was sent reported it absent
 
 
 class MrcSender:
@@ -72,7 +73,7 @@ class MrcSender:
         self.rto = config.rto_initial
         self.ev_rtt: dict[int, list[float]] = {}  # ev -> [srtt, rttvar]: each path's own timing
         self._median_rtt: float | None = None
-        self.ev_acked_tx: dict[int, int] = {}  # ev -> newest transmission acknowledged on it
+        self.recent: dict[int, _Pkt] = {}  # acknowledged packets at or above una (for SACK reasoning)
         self.last_progress = 0.0
         self.probes: dict[int, tuple[int, float]] = {}  # probe id -> (ev, sent)
         self.probe_id = 0
@@ -114,6 +115,11 @@ class MrcSender:
     def take_completed(self) -> list[int]:
         done, self.completed = self.completed, []
         return done
+
+    @property
+    def unsent_messages(self) -> int:
+        """Messages not yet fully transmitted (the agent keeps this topped up when streaming)."""
+        return len(self.messages)
 
     @property
     def in_flight(self) -> int:
@@ -165,10 +171,9 @@ class MrcSender:
             self.retx_seqs.discard(seq)
             p = next(q for q in self.retx_queue if q.seq == seq)
             self.retx_queue.remove(p)
-        if p.tx > self.rack_tx:
+        self.recent[seq] = p
+        if p.retx == 0 and p.tx > self.rack_tx:  # Karn: a resent packet's ack is ambiguous
             self.rack_tx = p.tx
-        if p.tx > self.ev_acked_tx.get(p.ev, 0):
-            self.ev_acked_tx[p.ev] = p.tx
         self.bytes_acked += p.length
         left = self.pkts_left[p.msn] - 1
         self.pkts_left[p.msn] = left
@@ -196,17 +201,25 @@ class MrcSender:
             for seq in range(self.una, cack):
                 if self._ack_seq(seq, now) is not None:
                     acked += 1
-            self.una = cack
         base = wire.psn_unwrap(s.base, ref)
+        # What this one SACK proves: per EV, the newest transmission it reports received.
+        newest: dict[int, int] = {}
         bitmap = s.bitmap
-        while bitmap:
-            low = bitmap & -bitmap
-            seq = base + low.bit_length() - 1
-            bitmap ^= low
+        for i in range(64):
+            seq = base + i
             if seq >= self.next_seq:
                 break
-            if seq >= self.una and self._ack_seq(seq, now) is not None:
-                acked += 1
+            if seq < cack:
+                continue
+            if bitmap >> i & 1:
+                p = self._ack_seq(seq, now)
+                if p is not None:
+                    acked += 1
+                else:
+                    p = self.recent.get(seq)
+                if p is not None and p.retx == 0 and p.tx > newest.get(p.ev, 0):
+                    newest[p.ev] = p.tx
+        self._lost_by_path_order(s, base, cack, newest, now)
         self._advance_una()
         if acked:
             self.last_progress = now
@@ -228,9 +241,32 @@ class MrcSender:
         self._detect_losses(now)
         self._drain_changes(now)
 
+    def _lost_by_path_order(self, s: wire.Sack, base: int, cack: int, newest: dict[int, int],
+                            now: float) -> None:
+        """Each EV is one source route, a FIFO path: a packet this SACK reports missing is lost
+        if the same SACK reports a packet sent after it on the same EV as received."""
+        lost = []
+        for i in range(64):
+            seq = base + i
+            if seq >= self.next_seq:
+                break
+            if seq < cack or s.bitmap >> i & 1:
+                continue
+            p = self.outstanding.get(seq)
+            if p is None:
+                continue
+            if (s.echo_ts - ts_us(p.sent)) & 0xFFFFFFFF < 0x80000000:
+                p.missing = True  # this SACK was triggered by a packet sent after it
+            if newest.get(p.ev, 0) > p.tx:
+                lost.append(p)
+        for p in lost:
+            del self.outstanding[p.seq]
+            self._lose(p, now, "sack")
+
     def _advance_una(self) -> None:
         while self.una < self.next_seq and self.una not in self.outstanding and \
                 self.una not in self.retx_seqs:
+            self.recent.pop(self.una, None)
             self.una += 1
 
     def _on_nack(self, n: wire.Nack, now: float) -> None:
@@ -300,21 +336,18 @@ class MrcSender:
         return base + self.c.reorder_slack
 
     def _detect_losses(self, now: float) -> None:
-        """Two rules. (1) Per-EV order: an EV is one source route, a FIFO path, so a packet is
-        lost once a packet sent after it on the same EV has been acknowledged. (2) Time, for a
-        path gone dark (nothing on it is acknowledged any more): once packets sent after it on
-        other EVs are acknowledged, a packet older than twice its path's RTT (or its srtt +
-        4 rttvar, if larger) plus slack is lost."""
+        """The time rule, for a path gone dark (nothing on it arrives, so path order proves
+        nothing): a packet a SACK reported missing, with packets sent after it acknowledged,
+        is lost once older than twice its path's RTT (or srtt + 4 rttvar, if larger)."""
         lost = []
-        ev_acked = self.ev_acked_tx
         for p in self.outstanding.values():
             if p.tx >= self.rack_tx:
                 break  # nothing transmitted after this one has been acknowledged yet
-            if ev_acked.get(p.ev, 0) > p.tx or now - p.sent >= self._dark_window(p.ev):
+            if p.missing and now - p.sent >= self._dark_window(p.ev):
                 lost.append(p)
         for p in lost:
             del self.outstanding[p.seq]
-            self._lose(p, now, "sack")
+            self._lose(p, now, "dark")
 
     def _lose(self, p: _Pkt, now: float, reason: str) -> None:
         self.stats["lost"] += 1

@@ -111,14 +111,68 @@ class Simulation:
         return self.now
 
 
-def fabric_like_paths(planes: int, spines: int, rate_bps: float | None = 40e6, delay: float = 0.0003,
-                      queue_bytes: int = 64 * 1024) -> tuple[list[SimLink], list[SimLink],
-                                                         dict[tuple[int, int], list[SimLink]]]:
-    """Host NIC links per plane (sender side, receiver side) and a spine link per (plane, spine),
-    shaped like the emulated fabric: returns (src_nics, dst_nics, spine_links)."""
-    src = [SimLink(rate_bps, delay, queue_bytes=queue_bytes) for _ in range(planes)]
-    dst = [SimLink(rate_bps, delay, queue_bytes=queue_bytes) for _ in range(planes)]
-    core = {(p, s): [SimLink(rate_bps, delay, queue_bytes=queue_bytes),
-                     SimLink(rate_bps, delay, queue_bytes=queue_bytes)]
-            for p in range(planes) for s in range(spines)}
-    return src, dst, core
+@dataclass
+class SimFabric:
+    """Paths between two hosts shaped like the emulated Clos: per plane a NIC link at each end,
+    per (plane, spine) an uplink and a downlink, each direction separate."""
+    evs: list  # EvInfo for the forward paths
+    fwd: dict[int, SimPath]
+    rev: dict[int, SimPath]
+    links: dict[tuple, SimLink]  # ("up"|"down"|"rup"|"rdown", plane, spine), ("nic_s"|..., plane)
+
+
+def sim_fabric(planes: int, spines: int, rate_bps: float | None = 10e6, delay: float = 0.0003,
+               queue_bytes: int = 55_000, **link_kw: float) -> SimFabric:
+    from endpoints.evset import EvInfo
+
+    links: dict[tuple, SimLink] = {}
+
+    def link(*key: object) -> SimLink:
+        if key not in links:
+            links[key] = SimLink(rate_bps, delay, queue_bytes=queue_bytes, **link_kw)
+        return links[key]
+
+    evs, fwd, rev = [], {}, {}
+    for p in range(planes):
+        for s in range(spines):
+            ev = ((p + 1) << 16) | (0xC000 + p * spines + s)
+            evs.append(EvInfo(ev, p))
+            fwd[ev] = SimPath([link("nic_s", p), link("up", p, s), link("down", p, s), link("nic_d", p)])
+            rev[ev] = SimPath([link("rnic_d", p), link("rup", p, s), link("rdown", p, s),
+                               link("rnic_s", p)])
+    return SimFabric(evs, fwd, rev, links)
+
+
+@dataclass
+class TransferResult:
+    completed: list[tuple[int, bytes]]
+    sender_events: list[tuple]
+    receiver_events: list[tuple]
+    end: float
+    bins: dict[int, int]  # 10 ms bin -> bytes delivered
+
+
+def run_transfer(sim: Simulation, sender: object, receiver: object, fwd: Mapping[int, SimPath],
+                 rev: Mapping[int, SimPath], messages: Sequence[bytes], until: float) -> TransferResult:
+    """Post `messages` at t=0 and run until all complete at the receiver or `until`."""
+    sim.add_pair(sender, receiver, fwd, rev)
+    for m in messages:
+        sender.send_message(m, sim.now)  # type: ignore[attr-defined]
+    completed: list[tuple[int, bytes]] = []
+    s_events: list[tuple] = []
+    r_events: list[tuple] = []
+    bins: dict[int, int] = {}
+    last = [0]
+
+    def tick(now: float) -> None:
+        completed.extend(receiver.take_completed())  # type: ignore[attr-defined]
+        s_events.extend(sender.take_events())  # type: ignore[attr-defined]
+        r_events.extend(receiver.take_events())  # type: ignore[attr-defined]
+        delivered = receiver.bytes_delivered  # type: ignore[attr-defined]
+        if delivered != last[0]:
+            key = int(now / 0.01)
+            bins[key] = bins.get(key, 0) + delivered - last[0]
+            last[0] = delivered
+
+    end = sim.run(until, stop=lambda: len(completed) >= len(messages), on_tick=tick)
+    return TransferResult(completed, s_events, r_events, end, bins)

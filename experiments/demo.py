@@ -1,5 +1,7 @@
-"""`mrclab demo`: an MRC transfer and a single-path ECMP (go-back-N) transfer between the same two
-hosts on different leaves; the T0-T1 link the baseline's path uses is cut, then restored.
+"""`mrclab demo`: a long MRC transfer and a long single-path ECMP (go-back-N) transfer, each between
+two hosts on different leaves (h0 -> h3 and h1 -> h2 on the default fabric: same leaves, own NICs,
+so neither flow's goodput measures the other's queue); the T0-T1 link the baseline's path uses is
+cut, then restored. With one host per leaf both transfers share one pair.
 
 The baseline's link is found, not guessed: after a warm-up the runner reads the source leaf's
 uplink counters on the baseline's plane and picks the uplink carrying the extra (hashed) flow.
@@ -20,11 +22,22 @@ from experiments.agents import start_agents
 from topologies.emulation import Emulation
 from topologies.model import Fabric, FabricError, FabricParams
 
-DEMO_FABRIC = FabricParams(planes=4, leaves=2, spines=2, hosts_per_leaf=2, link_mbps=10.0)
+# 3 spines: after one uplink is cut, the two left carry both flows' plane-0 traffic.
+DEMO_FABRIC = FabricParams(planes=4, leaves=2, spines=3, hosts_per_leaf=2, link_mbps=10.0)
 MSG_BYTES = 1 << 20
 BASELINE_PLANE = 0
 MRC_QPN, GBN_QPN = 1, 2
 WARMUP_S = 1.0  # excluded from the pre-cut goodput level
+
+
+def demo_pairs(fabric: Fabric) -> dict[str, tuple[str, str]]:
+    """(src, dst) per transport: both from the first leaf to the last one."""
+    hpl = fabric.params.hosts_per_leaf
+    first = [h.name for h in fabric.hosts if h.leaf_index == 0]
+    last = [h.name for h in fabric.hosts if h.leaf_index == fabric.params.leaves - 1]
+    if hpl == 1:
+        return {"mrc": (first[0], last[0]), "baseline": (first[0], last[0])}
+    return {"mrc": (first[0], last[-1]), "baseline": (first[1], last[-2])}
 
 
 def _pick_baseline_link(fabric: Fabric, src: str, before: dict, after: dict) -> str:
@@ -79,38 +92,43 @@ def run_demo(fabric: Fabric, out: Path, duration: float = 8.0, cut_at: float = 3
     if fabric.params.leaves < 2 or fabric.params.spines < 2:
         raise FabricError("the demo needs 2+ leaves (hosts on different leaves) and 2+ spines "
                           "(so the baseline has somewhere to reroute): pass --leaves 2 --spines 2")
-    src = fabric.hosts[0].name
-    dst = next(h.name for h in reversed(fabric.hosts) if h.leaf_index != fabric.hosts[0].leaf_index)
+    pairs = demo_pairs(fabric)
     workdir = Path(tempfile.mkdtemp(prefix="mrclab-demo-"))
     staging = Path(tempfile.mkdtemp(prefix=".demo-", dir=out.parent if out.parent.exists() else None))
     try:
-        return _run(fabric, out, staging, workdir, src, dst, duration, cut_at, restore_at,
+        return _run(fabric, out, staging, workdir, pairs, duration, cut_at, restore_at,
                     detect_ms, seed, datapath, quiet)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+        shutil.rmtree(workdir, ignore_errors=True)
 
 
-def _run(fabric: Fabric, out: Path, staging: Path, workdir: Path, src: str, dst: str,
-         duration: float, cut_at: float, restore_at: float, detect_ms: float, seed: int,
-         datapath: str, quiet: bool) -> dict:
+def _run(fabric: Fabric, out: Path, staging: Path, workdir: Path,
+         pairs: dict[str, tuple[str, str]], duration: float, cut_at: float, restore_at: float,
+         detect_ms: float, seed: int, datapath: str, quiet: bool) -> dict:
+    qpns = {"mrc": MRC_QPN, "baseline": GBN_QPN}
+    kinds = {"mrc": "mrc", "baseline": "gbn"}
+    hosts = sorted({h for pair in pairs.values() for h in pair}, key=lambda n: int(n[1:]))
     with Emulation(fabric, workdir, datapath=datapath, detect_ms=detect_ms) as em, \
             fidelity.CpuSampler() as cpu:
-        agents = start_agents(em, [src, dst], workdir, seed)
-        a, b = agents[src], agents[dst]
-        for qpn, transport in ((MRC_QPN, "mrc"), (GBN_QPN, "gbn")):
-            b.call("open", qpn=qpn, peer=src, peer_qpn=qpn, transport=transport, role="recv",
-                   plane=BASELINE_PLANE)
-            a.call("open", qpn=qpn, peer=dst, peer_qpn=qpn, transport=transport, role="send",
-                   plane=BASELINE_PLANE)
-        leaf = fabric.leaf(BASELINE_PLANE, fabric.host(src).leaf_index).name
+        agents = start_agents(em, hosts, workdir, seed)
+        for name, (src, dst) in pairs.items():
+            qpn = qpns[name]
+            agents[dst].call("open", qpn=qpn, peer=src, peer_qpn=qpn, transport=kinds[name],
+                             role="recv", plane=BASELINE_PLANE)
+            agents[src].call("open", qpn=qpn, peer=dst, peer_qpn=qpn, transport=kinds[name],
+                             role="send", plane=BASELINE_PLANE)
+        base_src, base_dst = pairs["baseline"]
+        leaf = fabric.leaf(BASELINE_PLANE, fabric.host(base_src).leaf_index).name
         t0 = time.monotonic()
-        for qpn in (MRC_QPN, GBN_QPN):
-            a.call("stream", qpn=qpn, msg_bytes=MSG_BYTES, seconds=duration)
+        for name, (src, _dst) in pairs.items():
+            agents[src].call("stream", qpn=qpns[name], msg_bytes=MSG_BYTES, seconds=duration)
         time.sleep(0.3)
         counters_before = fidelity.port_counters(leaf)
         time.sleep(max(cut_at - 0.6 - (time.monotonic() - t0), 0.2))
         counters_after = fidelity.port_counters(leaf)
-        cut_link = _pick_baseline_link(fabric, src, counters_before, counters_after)
+        cut_link = _pick_baseline_link(fabric, base_src, counters_before, counters_after)
+        dst = pairs["mrc"][1]
         dst_leaf = fabric.leaf(BASELINE_PLANE, fabric.host(dst).leaf_index).name
         rx_before = fidelity.port_counters(dst_leaf)
         rx_t0 = time.monotonic()
@@ -121,9 +139,11 @@ def _run(fabric: Fabric, out: Path, staging: Path, workdir: Path, src: str, dst:
         time.sleep(max(t0 + restore_at - time.monotonic(), 0))
         restore_time = em.set_link(cut_link, up=True)
         time.sleep(max(t0 + duration - time.monotonic(), 0) + 0.5)  # let the tail drain
-        stats = {(host, qpn): agents[host].call("stats", qpn=qpn)
-                 for host in (src, dst) for qpn in (MRC_QPN, GBN_QPN)}
-        agent_counters = {host: agents[host].call("agent_stats") for host in (src, dst)}
+        stats = {}
+        for name, (src, dst) in pairs.items():
+            stats[name] = (agents[src].call("stats", qpn=qpns[name]),
+                           agents[dst].call("stats", qpn=qpns[name]))
+        agent_counters = {host: agents[host].call("agent_stats") for host in hosts}
         for client in agents.values():
             client.close()
         events_path = em.events_path
@@ -139,18 +159,24 @@ def _run(fabric: Fabric, out: Path, staging: Path, workdir: Path, src: str, dst:
     cut_i, restore_i = bin_of(cut_time) - t0_bin, bin_of(restore_time) - t0_bin
     down = frozenset({cut_link})
     transports, curves = {}, {}
-    for name, qpn, planes in (("mrc", MRC_QPN, None), ("baseline", GBN_QPN, (BASELINE_PLANE,))):
+    for name, planes in (("mrc", None), ("baseline", (BASELINE_PLANE,))):
+        src, dst = pairs[name]
         cap_before = fabric.path_capacity_mbps(src, dst, planes=planes)
         cap_after = fabric.path_capacity_mbps(src, dst, down, planes=planes)
-        summary, mbps = _transport_summary(name, stats[(dst, qpn)], stats[(src, qpn)], t0_bin,
+        send_stats, recv_stats = stats[name]
+        summary, mbps = _transport_summary(name, recv_stats, send_stats, t0_bin,
                                            n_bins, cut_i, restore_i, cap_before, cap_after)
         summary["capacity_mbps"] = {"before": cap_before, "after_cut": cap_after}
+        summary["hosts"] = {"src": src, "dst": dst}
+        if "congestion" in send_stats:
+            summary["congestion_at_end"] = send_stats["congestion"]
         transports[name] = summary
         curves[name] = mbps
     transports["baseline"]["transport"] = "go-back-N, one ECMP-hashed path on plane 0"
     transports["mrc"]["transport"] = "MRC, sprayed over every path of every plane"
 
     # Fidelity: the receiver's NIC links on the baseline plane are the saturated ones.
+    dst = pairs["mrc"][1]
     dst_port = fabric.host(dst).nics[BASELINE_PLANE].leaf_port
     tx_bytes = rx_after.get(dst_port, {}).get("tx_bytes", 0) - rx_before.get(dst_port, {}).get("tx_bytes", 0)
     achieved = tx_bytes * 8 / rx_window / 1e6 if rx_window > 0 else 0.0
@@ -160,7 +186,8 @@ def _run(fabric: Fabric, out: Path, staging: Path, workdir: Path, src: str, dst:
         "link_mbps_configured": configured,
         "link_mbps_achieved": round(achieved, 2),
         "link_rate_ratio": round(achieved / configured, 3) if configured else None,
-        "link_measured": f"{dst_leaf} port {dst_port} -> {dst} (plane {BASELINE_PLANE}, before the cut)",
+        "link_measured": f"{dst_leaf} port {dst_port} -> {dst} (MRC's receiver, plane "
+                         f"{BASELINE_PLANE}, the second before the cut)",
         "agent_counters": agent_counters,
     }
     problems = []
@@ -175,7 +202,6 @@ def _run(fabric: Fabric, out: Path, staging: Path, workdir: Path, src: str, dst:
     summary = {
         "scenario": "demo",
         "fabric": fabric.params.as_dict(),
-        "hosts": {"src": src, "dst": dst},
         "failure": {"link": cut_link, "at_s": round(cut_time - t0, 3),
                     "restored_at_s": round(restore_time - t0, 3)},
         "routing": {"detect_ms": detect_ms, "controller_events": [

@@ -24,7 +24,8 @@ from pathlib import Path
 from topologies import hostnet, netns, preflight
 from topologies.model import Fabric
 
-QUEUE_PACKETS = 50  # per-port egress queue: ~40 ms at 10 Mbit/s with 1 KB packets
+SWITCH_QUEUE_PACKETS = 50  # switch egress: ~40 ms at 10 Mbit/s with 1 KB packets
+HOST_QUEUE_PACKETS = 1000  # host NIC: a NIC back-pressures its QPs rather than drop (Linux txqueuelen)
 LOCK_PATH = Path("/run/mrclab.lock")
 BRIDGE_TAG = "mrclab"  # external_ids key marking our bridges for `mrclab clean`
 
@@ -35,13 +36,17 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _tc_batch(intfs: Sequence[str], mbps: float) -> str:
+BURST_BYTES = 2 * 1514  # two full frames: a real port serialises, it does not pass 15 KB at once
+
+
+def _tc_batch(intfs: Sequence[str], mbps: float, queue: int) -> str:
     lines = []
     for intf in intfs:
         lines += [
             f"qdisc replace dev {intf} root handle 1: htb default 1",
-            f"class add dev {intf} parent 1: classid 1:1 htb rate {mbps}mbit burst 15k cburst 15k",
-            f"qdisc add dev {intf} parent 1:1 handle 10: pfifo limit {QUEUE_PACKETS}",
+            f"class add dev {intf} parent 1: classid 1:1 htb rate {mbps}mbit "
+            f"burst {BURST_BYTES} cburst {BURST_BYTES}",
+            f"qdisc add dev {intf} parent 1:1 handle 10: pfifo limit {queue}",
         ]
     return "\n".join(lines) + "\n"
 
@@ -163,14 +168,15 @@ class Emulation:
             if link.kind == "fabric":
                 switch_side.append(link.a_ifname)
         if self.shape_links:
-            _run_batch("tc", _tc_batch(switch_side, self.fabric.params.link_mbps))
+            _run_batch("tc", _tc_batch(switch_side, self.fabric.params.link_mbps,
+                                       SWITCH_QUEUE_PACKETS))
         for host in self.fabric.hosts:
             pid = self._pids[host.name]
             hostnet.configure_host(self.fabric, host, pid, offload_off=user_dp)
             if self.shape_links:
                 with netns.inside(pid):
                     _run_batch("tc", _tc_batch([n.ifname for n in host.nics],
-                                               self.fabric.params.link_mbps))
+                                               self.fabric.params.link_mbps, HOST_QUEUE_PACKETS))
 
     def _wait_flows(self, timeout: float = 120.0) -> None:
         want = len(self.fabric.switches)

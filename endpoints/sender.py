@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from endpoints import wire
 from endpoints.config import TransportConfig
 from endpoints.congestion import Nscc
-from endpoints.evset import GOOD, EvInfo, EvSet
+from endpoints.evset import GOOD, SKIP, EvInfo, EvSet
 
 __all__ = ["EvInfo", "MrcSender"]
 
@@ -84,7 +84,7 @@ class MrcSender:
         self.stats = {k: 0 for k in ("sent", "retransmitted", "lost", "timeouts", "trimmed_nacks",
                                      "ecn_echoes", "probes_sent", "probe_replies", "sacks",
                                      "nacks", "malformed", "foreign", "stale_acks", "bad_evs",
-                                     "resurrected", "floor_holds", "delay_skips")}
+                                     "resurrected", "floor_holds", "delay_skips", "stranded_resent")}
 
     # ----- API ------------------------------------------------------------------------------
     def send_message(self, data: bytes | memoryview, now: float) -> int:
@@ -260,8 +260,8 @@ class MrcSender:
             if newest.get(p.ev, 0) > p.tx:
                 lost.append(p)
         for p in lost:
-            del self.outstanding[p.seq]
-            self._lose(p, now, "sack")
+            if self.outstanding.pop(p.seq, None) is not None:  # not already resent as stranded
+                self._lose(p, now, "sack")
 
     def _advance_una(self) -> None:
         while self.una < self.next_seq and self.una not in self.outstanding and \
@@ -346,16 +346,30 @@ class MrcSender:
             if p.missing and now - p.sent >= self._dark_window(p.ev):
                 lost.append(p)
         for p in lost:
-            del self.outstanding[p.seq]
-            self._lose(p, now, "dark")
+            if self.outstanding.pop(p.seq, None) is not None:  # not already resent as stranded
+                self._lose(p, now, "dark")
 
     def _lose(self, p: _Pkt, now: float, reason: str) -> None:
+        """A real loss means a bad path (MRC: congestion is trimmed, not dropped): the EV leaves
+        the active set and what else is in flight on it is resent at once on other EVs. The
+        window is left alone for a path failure, the path state has dealt with it; only a loss
+        on an EV the floor keeps in use (or a timeout) is treated as congestion."""
         self.stats["lost"] += 1
+        state = self.evs.state.get(p.ev)
         if self.evs.mark_bad(p.ev, now):
             self.stats["bad_evs"] += 1
-        elif self.evs.state.get(p.ev) == GOOD:
+            self._queue_retx(p, now, reason)
+            stranded = [q for q in self.outstanding.values() if q.ev == p.ev]
+            for q in stranded:
+                del self.outstanding[q.seq]
+                self.stats["stranded_resent"] += 1
+                self._queue_retx(q, now, "ev_bad")
+            return
+        if state in (GOOD, SKIP):
             self.stats["floor_holds"] += 1
-        self.cc.on_loss(now)
+            self.cc.on_loss(now)
+        elif reason == "rto":
+            self.cc.on_loss(now)
         self._queue_retx(p, now, reason)
 
     def _queue_retx(self, p: _Pkt, now: float, reason: str) -> None:
@@ -380,8 +394,8 @@ class MrcSender:
         self.stats["timeouts"] += 1
         expired = [p for p in self.outstanding.values() if now - p.sent >= self._rto_for(p)]
         for p in expired:
-            del self.outstanding[p.seq]
-            self._lose(p, now, "rto")
+            if self.outstanding.pop(p.seq, None) is not None:  # not already resent as stranded
+                self._lose(p, now, "rto")
         self.rto = min(self.rto * 2, self.c.rto_max)
 
     # ----- probing --------------------------------------------------------------------------

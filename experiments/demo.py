@@ -94,7 +94,9 @@ def run_demo(fabric: Fabric, out: Path, duration: float = 8.0, cut_at: float = 3
                           "(so the baseline has somewhere to reroute): pass --leaves 2 --spines 2")
     pairs = demo_pairs(fabric)
     workdir = Path(tempfile.mkdtemp(prefix="mrclab-demo-"))
-    staging = Path(tempfile.mkdtemp(prefix=".demo-", dir=out.parent if out.parent.exists() else None))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=out.parent))
+    staging.chmod(0o755)  # mkdtemp makes it private; results are for everyone to read
     try:
         return _run(fabric, out, staging, workdir, pairs, duration, cut_at, restore_at,
                     detect_ms, seed, datapath, quiet)
@@ -150,6 +152,12 @@ def _run(fabric: Fabric, out: Path, staging: Path, workdir: Path,
         controller_events = [json.loads(line) for line in events_path.read_text().splitlines()]
         setup_seconds = em.setup_seconds
         datapath_used = em.datapath
+    # Agents stopped with the emulation (SIGTERM: they close their traces); keep the traces
+    # and logs beside the summary so plots and people can dig into what the transports did.
+    traces = staging / "traces"
+    traces.mkdir()
+    for item in sorted(workdir.glob("*-trace.jsonl")) + sorted(workdir.glob("*.log")):
+        shutil.copy(item, traces / item.name)
     idle_min = cpu.min_idle(t0, t0 + duration)
     idle_mean = cpu.mean_idle(t0, t0 + duration)
 

@@ -12,6 +12,8 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+IN_CI = os.environ.get("CI") == "true"
+
 
 def _emulation_unavailable() -> str | None:
     from topologies import preflight
@@ -23,11 +25,24 @@ def _emulation_unavailable() -> str | None:
     return None
 
 
-@pytest.fixture(scope="session")
-def emulation_ready() -> None:
-    reason = _emulation_unavailable()
+def require_or_skip(reason: str | None) -> None:
+    """Skip for `reason` on a laptop; in CI a missing prerequisite is a failure."""
     if reason is None:
         return
-    if os.environ.get("CI") == "true":
+    if IN_CI:
         pytest.fail(f"integration prerequisites missing in CI: {reason}")
     pytest.skip(reason)
+
+
+@pytest.fixture(scope="session")
+def emulation_ready() -> None:
+    require_or_skip(_emulation_unavailable())
+    # Start from a clean machine: a run killed before this session (OVS keeps bridges in its
+    # database across restarts) must not be counted against the tests' "nothing left behind".
+    from topologies import emulation, preflight
+
+    try:
+        emulation.check_lock_free()
+    except preflight.PreflightError as exc:
+        require_or_skip(str(exc))
+    emulation.cleanup_leftovers(kill_shells=True)

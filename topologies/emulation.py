@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -271,7 +272,8 @@ def _kill_group(proc: subprocess.Popen) -> None:
             pass
 
 
-def _take_lock() -> None:
+def check_lock_free() -> None:
+    """Raise PreflightError if another live mrclab process holds the emulation lock."""
     if LOCK_PATH.exists():
         try:
             pid = int(LOCK_PATH.read_text().strip() or 0)
@@ -280,6 +282,10 @@ def _take_lock() -> None:
         if pid and pid != os.getpid() and Path(f"/proc/{pid}").exists():
             raise preflight.PreflightError(
                 f"another mrclab emulation (pid {pid}) is running: wait for it or run `make clean`")
+
+
+def _take_lock() -> None:
+    check_lock_free()
     LOCK_PATH.write_text(str(os.getpid()))
 
 
@@ -291,17 +297,23 @@ def _release_lock() -> None:
         pass
 
 
+BRIDGE_NAME = re.compile(r"p\d+[ls]\d+")  # the model's switch names (topologies/model.py)
+
+
 def our_bridges() -> list[str]:
-    result = subprocess.run(
+    """Bridges tagged as ours, plus untagged ones with our switch names: a run killed between
+    Mininet creating the bridges and the tagging transaction leaves those."""
+    tagged = subprocess.run(
         ["ovs-vsctl", "--timeout=10", "--columns=name", "--format=csv", "--no-headings",
          "find", "bridge", f"external_ids:{BRIDGE_TAG}=1"], capture_output=True, text=True)
-    return [line.strip().strip('"') for line in result.stdout.splitlines() if line.strip()]
+    names = {line.strip().strip('"') for line in tagged.stdout.splitlines() if line.strip()}
+    listed = subprocess.run(["ovs-vsctl", "--timeout=10", "list-br"], capture_output=True, text=True)
+    names |= {b for b in listed.stdout.split() if BRIDGE_NAME.fullmatch(b)}
+    return sorted(names)
 
 
 def cleanup_leftovers(fabric: Fabric | None = None, kill_shells: bool = False) -> dict[str, int]:
     """Delete mrclab bridges, stray veths and (`kill_shells`) Mininet host shells of a killed run."""
-    import re
-
     bridges = set(our_bridges())
     if fabric is not None:
         bridges |= {s.name for s in fabric.switches}

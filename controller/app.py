@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import socket
 import threading
 import time
 from pathlib import Path
@@ -58,8 +59,40 @@ class MrcFabricController(app_manager.OSKenApp):
         self.port_down: set[tuple[str, int]] = set()  # (switch, port) the switches report down
         self.withdrawn: frozenset[str] = frozenset()  # links the baseline has converged around
         self.generation = 0  # bumps on every port change; a stale timer does nothing
+        self.switches_down: set[str] = set()  # switches that stopped forwarding (BFD would see)
         Path(self.events_path).write_text("")
         self._write_status()
+        if SETTINGS.get("notify"):
+            threading.Thread(target=self._notify_loop, args=(SETTINGS["notify"],), daemon=True).start()
+
+    # ----- failures no port event reveals ---------------------------------------------------
+    def _notify_loop(self, path: str) -> None:
+        """A switch that silently stops forwarding keeps its ports up: nothing in OpenFlow says
+        so. BFD sessions over its links would; the fault injector tells us what they would
+        see, on a Unix datagram socket, and the same detection delay applies."""
+        if os.path.exists(path):
+            os.unlink(path)
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        sock.bind(path)
+        while True:
+            try:
+                msg = json.loads(sock.recv(4096))
+                name = str(msg["switch"])
+                self.fabric.switch(name)
+                down = msg["cmd"] == "switch_down"
+                if msg["cmd"] not in ("switch_down", "switch_up"):
+                    raise ValueError(msg["cmd"])
+            except (ValueError, KeyError, TypeError) as exc:
+                LOG.warning("ignoring notification: %s", exc)
+                continue
+            with self.lock:
+                if down == (name in self.switches_down):
+                    continue
+                (self.switches_down.add if down else self.switches_down.discard)(name)
+                self.generation += 1
+                generation = self.generation
+            self._log_event("switch_down" if down else "switch_up", switch=name)
+            hub.spawn_after(self.detect_s, self._converge, generation)
 
     # ----- bookkeeping ----------------------------------------------------------------------
     def _log_event(self, kind: str, **fields: object) -> None:
@@ -177,7 +210,8 @@ class MrcFabricController(app_manager.OSKenApp):
                 return
             down_links = frozenset(
                 link.name for (sw, port) in self.port_down
-                if (link := self.fabric.port_link(sw, port)) is not None)
+                if (link := self.fabric.port_link(sw, port)) is not None) | frozenset(
+                link.name for sw in self.switches_down for link in self.fabric.links_of(sw))
             if down_links == self.withdrawn:
                 return
             changed = down_links ^ self.withdrawn

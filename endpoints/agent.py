@@ -23,20 +23,22 @@ import signal
 import socket
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
+from endpoints import netio, wire
 from endpoints.config import TransportConfig
+from endpoints.control import ControlError, ControlServer
 from endpoints.gobackn import GbnReceiver, GbnSender
 from endpoints.receiver import MrcReceiver
 from endpoints.sender import EvInfo, MrcSender
-from endpoints.wire import qpn_of
-
-from endpoints import netio
-from endpoints.control import ControlError, ControlServer
 from topologies.model import Fabric, FabricParams
 
 BIN_S = 0.010
 RECV_BURST = 256  # datagrams drained per wake-up before timers and transmits get a turn
+# Message contents are windows of one seeded random pattern per QP: drawing every 1 MB message
+# from random.Random cost ~4.5 ms, ~4 us per packet sent. Messages up to this size repeat no
+# byte sequence; longer ones repeat with this prime period, never a multiple of a packet size.
+PATTERN_BYTES = 1_052_693  # a prime just above 2**20
 
 
 TARGET_QUEUE_PACKETS = 6  # NSCC target: this many full frames of queueing at the link rate
@@ -60,6 +62,7 @@ def ev_value(plane: int, index: int) -> int:
 class PeerPaths:
     evs: list[EvInfo]
     dst: dict[int, tuple[bytes, bytes, str]]  # ev -> (src packed, dst packed, dst text)
+    tx: dict[int, netio.TxPath] = field(default_factory=dict)  # ev -> socket state, on first use
 
 
 @dataclass
@@ -76,6 +79,7 @@ class Qp:
     stream_until: float = 0.0
     stream_bytes: int = 0
     msg_seed: int = 0
+    pattern: bytes = b""  # twice PATTERN_BYTES of seeded random bytes, made on the first post
     last_delivered: int = 0
     completed: int = 0  # messages fully acknowledged (sender side)
 
@@ -90,13 +94,16 @@ class Agent:
             overrides["target_delay_min"] = target_delay_for(self.fabric.params.link_mbps)
         self.config = TransportConfig(**overrides)
         self.seed = int(settings.get("seed", 1))
-        self.sender = netio.RawSender()
-        self.rx = netio.open_receiver(netio.MRC_PORT)
+        # raw_send: every packet built in Python and sent on the raw socket (the former path,
+        # kept for comparison and for kernels that refuse the per-path sockets).
+        self.tx = netio.Transmitter(kernel_checksum=not settings.get("raw_send", False))
+        # The local address is not needed (the EV names the path): one control message fewer.
+        self.rx = netio.open_receiver(netio.MRC_PORT, pktinfo=False)
         self.selector = selectors.DefaultSelector()
         self.selector.register(self.rx, selectors.EVENT_READ, "rx")
         self.control = ControlServer(settings["control"], self.selector, self.handle_command)
         self.qps: dict[int, Qp] = {}
-        self.backlog: collections.deque[tuple[bytes, str]] = collections.deque()
+        self.backlog: collections.deque[tuple[netio.TxPath, bytes]] = collections.deque()
         self.trace = open(settings["trace"], "a") if settings.get("trace") else None
         self.stats = collections.Counter()
         self.running = True
@@ -148,14 +155,21 @@ class Agent:
             return {"qpn": qp.qpn}
         if cmd == "stats":
             return self._stats(self._qp(req, None))
+        if cmd == "progress":  # cheap enough to poll every millisecond (collective steps)
+            qp = self._qp(req, None)
+            done = len(qp.digests) if qp.role == "recv" else qp.completed
+            return {"qpn": qp.qpn, "messages": done, "bytes": getattr(qp.core, "bytes_delivered", 0)
+                    if qp.role == "recv" else getattr(qp.core, "bytes_acked", 0)}
         if cmd == "agent_stats":
             return {"counters": dict(self.stats), "backlog": len(self.backlog),
-                    "raw_send_dropped": self.sender.dropped, "qps": sorted(self.qps)}
+                    "raw_send_dropped": self.tx.dropped, "qps": sorted(self.qps),
+                    "kernel_checksum_paths": sum(p.sock is not None for p in self.tx.paths.values()),
+                    "raw_paths": sum(p.sock is None for p in self.tx.paths.values())}
         if cmd == "shutdown":
             self.running = False
             return {}
         raise ControlError(f"unknown command {cmd!r}: use open, stream, write, stop_stream, "
-                           f"stats, agent_stats, ping or shutdown")
+                           f"stats, progress, agent_stats, ping or shutdown")
 
     def _qp(self, req: dict, role: str | None) -> Qp:
         qpn = _positive_int(req, "qpn", 0xFFFFFF)
@@ -177,16 +191,18 @@ class Agent:
         self.fabric.host(peer)  # raises FabricError with the valid names
         transport = req.get("transport", "mrc")
         role = req.get("role")
-        if transport not in ("mrc", "gbn") or role not in ("send", "recv"):
-            raise ControlError("transport must be mrc or gbn, role send or recv")
+        if transport not in ("mrc", "gbn", "spray") or role not in ("send", "recv"):
+            raise ControlError("transport must be mrc, spray or gbn, role send or recv")
         plane = int(req.get("plane", 0))
         if not 0 <= plane < self.fabric.params.planes:
             raise ControlError(f"plane must be 0..{self.fabric.params.planes - 1}")
         paths = self.peer_paths(peer, transport, plane)
         seed = self.seed * 1_000_003 + qpn
-        if transport == "mrc":
-            core = (MrcSender(qpn, peer_qpn, paths.evs, self.config, seed) if role == "send"
-                    else MrcReceiver(qpn, peer_qpn, paths.evs, self.config, seed))
+        if transport in ("mrc", "spray"):
+            # spray: the same sender with its per-path state off (what the state machine adds)
+            config = self.config if transport == "mrc" else replace(self.config, path_state=False)
+            core = (MrcSender(qpn, peer_qpn, paths.evs, config, seed) if role == "send"
+                    else MrcReceiver(qpn, peer_qpn, paths.evs, config, seed))
         else:
             ev = paths.evs[0].ev
             core = (GbnSender(qpn, peer_qpn, ev, self.config, seed) if role == "send"
@@ -196,8 +212,7 @@ class Agent:
         return {"qpn": qpn, "paths": len(paths.evs)}
 
     def _post(self, qp: Qp, size: int, now: float) -> int:
-        msn_hint = len(qp.digests)
-        data = random.Random(qp.msg_seed * 7919 + msn_hint).randbytes(size)
+        data = _message_data(qp, len(qp.digests), size)
         msn = qp.core.send_message(data, now)
         qp.digests[msn] = hashlib.sha256(data).hexdigest()
         return msn
@@ -231,39 +246,49 @@ class Agent:
 
     # ----- data path ------------------------------------------------------------------------
     def _transmit(self, qp: Qp, items: list[tuple[int, bytes]]) -> None:
-        table = qp.paths.dst
+        paths = qp.paths.tx
+        send = self.tx.send
+        backlog = self.backlog
         for ev, payload in items:
-            src, dst, dst_text = table[ev]
-            packet = netio.build_packet(src, dst, ev, payload)
-            if self.backlog or not self.sender.send(packet, dst_text):
-                self.backlog.append((packet, dst_text))  # NIC backpressure, not loss
+            path = paths.get(ev)
+            if path is None:
+                path = paths[ev] = self.tx.path(*qp.paths.dst[ev], ev)
+            if backlog or not send(path, payload):
+                backlog.append((path, payload))  # NIC backpressure, not loss
 
     def _flush_backlog(self) -> None:
         while self.backlog:
-            packet, dst = self.backlog[0]
-            if not self.sender.send(packet, dst):
-                self.sender.dropped -= 1  # a retry later, not a drop
+            path, payload = self.backlog[0]
+            if not self.tx.send(path, payload):
+                self.tx.dropped -= 1  # a retry later, not a drop
                 return
             self.backlog.popleft()
 
     def _receive(self, now: float) -> None:
+        # The per-datagram work is inlined (netio.parse_ancillary, ev_from_wire, wire.qpn_of):
+        # at tens of thousands of datagrams per second, function calls are a visible share.
+        recvmsg, size, space = self.rx.recvmsg, 4096, netio.CMSG_SPACE
+        flowinfo, tclass_kind, tclass_byte = netio.IPV6_FLOWINFO, netio.IPV6_TCLASS, _TCLASS_BYTE
+        qps, stats = self.qps, self.stats
         for _ in range(RECV_BURST):
             try:
-                data, anc, _flags, addr = self.rx.recvmsg(4096, netio.CMSG_SPACE)
+                data, anc, _flags, addr = recvmsg(size, space)
             except BlockingIOError:
                 return
-            _local, label, tclass = netio.parse_ancillary(anc)
-            ev = netio.ev_from_wire(addr[1], label)
-            try:
-                qpn = qpn_of(data)
-            except ValueError:
-                self.stats["malformed"] += 1
+            label = tclass = 0
+            for _level, kind, value in anc:  # only IPPROTO_IPV6 messages are enabled
+                if kind == flowinfo:
+                    label = int.from_bytes(value[2:4], "big")  # the label's low 16 bits
+                elif kind == tclass_kind:
+                    tclass = value[tclass_byte]
+            if len(data) < wire.COMMON.size or data[2] != wire.MAGIC or data[3] != wire.VERSION:
+                stats["malformed"] += 1  # not MRC (wire.qpn_of's test)
                 continue
-            qp = self.qps.get(qpn)
+            qp = qps.get(int.from_bytes(data[5:8], "big"))
             if qp is None:
-                self.stats["unknown_qp"] += 1
+                stats["unknown_qp"] += 1
                 continue
-            qp.core.on_datagram(data, ev, now, (tclass & 3) == netio.ECN_CE)
+            qp.core.on_datagram(data, (label << 16) | addr[1], now, (tclass & 3) == netio.ECN_CE)
             if qp.role == "recv":
                 delivered = qp.core.bytes_delivered
                 if delivered != qp.last_delivered:
@@ -315,9 +340,27 @@ class Agent:
     def close(self) -> None:
         self.control.close()
         self.rx.close()
-        self.sender.close()
+        self.tx.close()
         if self.trace is not None:
             self.trace.close()
+
+
+_TCLASS_BYTE = 0 if sys.byteorder == "little" else 3  # IPV6_TCLASS arrives as a native int
+
+
+def _message_data(qp: Qp, msn_hint: int, size: int) -> bytes | memoryview:
+    """Message `msn_hint` of a QP: a window of the QP's seeded pattern at an offset that differs
+    for every message, so contents are reproducible from `data_seed` and differ between
+    messages; repeated when the message is longer than the pattern. A view, not a copy: the
+    pattern is immutable and lives as long as the QP."""
+    if not qp.pattern:
+        one = random.Random(qp.msg_seed * 7919).randbytes(PATTERN_BYTES)
+        qp.pattern = one + one
+    start = (msn_hint * 2_654_435_761 + qp.msg_seed) % PATTERN_BYTES
+    if size <= PATTERN_BYTES:
+        return memoryview(qp.pattern)[start:start + size]
+    reps = -(-(start + size) // PATTERN_BYTES)
+    return (qp.pattern[:PATTERN_BYTES] * reps)[start:start + size]
 
 
 def _positive_int(req: dict, name: str, maximum: int) -> int:

@@ -7,6 +7,8 @@ from dataclasses import asdict, dataclass, fields
 
 @dataclass(frozen=True)
 class TransportConfig:
+    # Per-path state (False: the `spray` transport, spraying with no EV ever skipped or benched)
+    path_state: bool = True
     # Packetisation
     mtu_payload: int = 1024  # data bytes per packet: ~1.1 KB frames keep 10 Mbit/s links at ~1.1k pkt/s
     # EV set (MRC-NOTES: 128-256 EVs split evenly over planes, >100 active, rest backups)
@@ -49,6 +51,10 @@ class TransportConfig:
     def __post_init__(self) -> None:
         for f in fields(self):
             value = getattr(self, f.name)
+            if f.type in ("bool", bool):
+                if not isinstance(value, bool):
+                    raise ValueError(f"transport parameter {f.name} must be true or false, got {value!r}")
+                continue
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
                 raise ValueError(f"transport parameter {f.name} must be a positive number, got {value!r}")
         if not 0 < self.active_fraction <= 1:

@@ -71,6 +71,11 @@ class Nscc:
             self._decrease(now, min(1.0, (delay - target) / target))
         self.cwnd = min(max(self.cwnd, self.c.min_cwnd_pkts), self.c.max_cwnd_pkts)
 
+    def on_trim(self, now: float) -> None:
+        """A trimmed packet: its queue passed the trimming threshold, well above any target,
+        so this is "ECN and above target" whatever the RTT estimate says (there may be none)."""
+        self._decrease(now, 0.5)
+
     def on_loss(self, now: float) -> None:
         self._decrease(now, 1.0)
 

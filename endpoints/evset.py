@@ -42,7 +42,8 @@ def spread_over_planes(evs: Sequence[EvInfo], limit: int) -> list[EvInfo]:
 
 class EvSet:
     def __init__(self, evs: Sequence[EvInfo], active_fraction: float, min_active: int,
-                 skip_rotations: int, rng: random.Random, limit: int = 256) -> None:
+                 skip_rotations: int, rng: random.Random, limit: int = 256,
+                 stateless: bool = False) -> None:
         if not evs:
             raise ValueError("an EV set needs at least one EV")
         chosen = spread_over_planes(evs, limit)
@@ -50,6 +51,9 @@ class EvSet:
         if len(self.plane) != len(chosen):
             raise ValueError("EV values must be unique")
         self.state = {e.ev: GOOD for e in chosen}
+        # Stateless: plain packet spraying (the `spray` transport), every EV stays GOOD whatever
+        # happens to it; what the state machine adds is measured against this.
+        self.stateless = stateless
         self.rng = rng
         self.min_active = min_active
         self.skip_rotations = skip_rotations
@@ -136,28 +140,32 @@ class EvSet:
             self.changes.append((ev, old, new))
 
     def skip(self, ev: int) -> None:
+        if self.stateless:
+            return
         if self.state.get(ev) == GOOD:
             self.skip_until[ev] = self.rotation + self.skip_rotations + 1
             self._set(ev, SKIP)
 
     def mark_bad(self, ev: int, now: float) -> bool:
         """A real loss or a timeout on `ev`. Returns False if the floor kept it in use."""
+        if self.stateless:
+            return False
         if self.state.get(ev) not in (GOOD, SKIP):
             return False
-        if ev in self.active and len(self.usable()) <= self.min_active:
-            return False
+        plane = self.plane[ev]
+        spare = next((b for b in self.backup[plane] if self.state[b] == GOOD), None)
+        if ev in self.active and spare is None and len(self.usable()) <= self.min_active:
+            return False  # the floor: only when no backup would take its place
         self._set(ev, ASSUMED_BAD)
         self.bad_since[ev] = now
         self.probe_ok[ev] = 0
         if ev in self.active:
             self.active.remove(ev)
-            plane = self.plane[ev]
-            spare = next((b for b in self.backup[plane] if self.state[b] == GOOD), None)
             if spare is not None:
                 self.backup[plane].remove(spare)
                 self.active.append(spare)
-        elif ev in self.backup.get(self.plane[ev], []):
-            self.backup[self.plane[ev]].remove(ev)
+        elif ev in self.backup.get(plane, []):
+            self.backup[plane].remove(ev)
         return True
 
     def probe_result(self, ev: int, ok: bool, needed: int) -> bool:

@@ -6,11 +6,14 @@ with SACKs (cumulative ACK + 64-bit bitmap + the EV and timestamp of the packet 
 it + ECN echo) every `sack_every` packets or after `sack_delay`; NACKs trimmed packets and
 out-of-window PSNs. SACKs travel on a small reverse EV set (`reverse_evs_per_plane` per plane),
 used round-robin and kept honest by probes: a reverse EV whose probes go unanswered twice is
-dropped from the rotation until a probe gets through again.
+swapped for a spare reverse EV (same plane first) when the fabric offers one, else dropped from the
+rotation until a probe gets through again; when every reverse EV looks dead (a probe reply also
+needs a working forward path), SACKs rotate over all of them rather than sit on one.
 """
 
 from __future__ import annotations
 
+import bisect
 import random
 from collections.abc import Sequence
 
@@ -21,12 +24,23 @@ from endpoints.sender import ts_us
 
 
 class _Message:
-    __slots__ = ("buf", "got", "offsets")
+    __slots__ = ("buf", "got", "starts", "ends")
 
     def __init__(self, length: int) -> None:
         self.buf = bytearray(length)
         self.got = 0
-        self.offsets: set[int] = set()
+        self.starts: list[int] = []  # placed byte ranges [start, end), disjoint, sorted
+        self.ends: list[int] = []
+
+    def overlaps(self, offset: int, length: int) -> bool:
+        i = bisect.bisect_right(self.starts, offset)
+        return (i > 0 and self.ends[i - 1] > offset) or \
+            (i < len(self.starts) and self.starts[i] < offset + length)
+
+    def add(self, offset: int, length: int) -> None:
+        i = bisect.bisect_right(self.starts, offset)
+        self.starts.insert(i, offset)
+        self.ends.insert(i, offset + length)
 
 
 class ReverseEvs:
@@ -34,11 +48,14 @@ class ReverseEvs:
 
     def __init__(self, evs: Sequence[EvInfo], per_plane: int, rng: random.Random) -> None:
         planes = {e.plane for e in evs}
-        chosen = spread_over_planes(evs, per_plane * max(len(planes), 1))
-        if not chosen:
+        pool = spread_over_planes(evs, len(evs))
+        if not pool:
             raise ValueError("a receiver needs at least one reverse EV")
-        self.evs = [e.ev for e in chosen]
+        in_use = per_plane * max(len(planes), 1)
+        self.plane = {e.ev: e.plane for e in pool}
+        self.evs = [e.ev for e in pool[:in_use]]
         rng.shuffle(self.evs)
+        self.spares = [e.ev for e in pool[in_use:]]  # swapped in when an EV in use dies
         self.alive = dict.fromkeys(self.evs, True)
         self.misses = dict.fromkeys(self.evs, 0)
         self._i = 0
@@ -49,19 +66,36 @@ class ReverseEvs:
             ev = self.evs[self._i]
             if self.alive[ev]:
                 return ev
-        return self.evs[self._i]  # all presumed dead: keep trying rather than go silent
+        # All presumed dead: rotate over every one of them rather than go silent or sit on one.
+        self._i = (self._i + 1) % len(self.evs)
+        return self.evs[self._i]
 
     def result(self, ev: int, ok: bool) -> tuple[bool, bool] | None:
         """Record a probe outcome; returns (old, new) liveness when it changed."""
+        if ev not in self.alive:
+            return None  # a late answer for an EV swapped out meanwhile
         old = self.alive[ev]
         if ok:
             self.misses[ev] = 0
             self.alive[ev] = True
         else:
             self.misses[ev] += 1
-            if self.misses[ev] >= 2 and sum(self.alive.values()) > 1:
+            if self.misses[ev] >= 2:
                 self.alive[ev] = False
-        return (old, self.alive[ev]) if old != self.alive[ev] else None
+                self._swap(ev)
+        return (old, self.alive.get(ev, False)) if old != self.alive.get(ev, False) else None
+
+    def _swap(self, dead: int) -> None:
+        """Replace a dead EV with a spare, same plane first; the dead one becomes the last spare."""
+        if not self.spares:
+            return
+        spare = next((s for s in self.spares if self.plane[s] == self.plane[dead]), self.spares[0])
+        self.spares.remove(spare)
+        self.spares.append(dead)
+        self.evs[self.evs.index(dead)] = spare
+        del self.alive[dead], self.misses[dead]
+        self.alive[spare] = True
+        self.misses[spare] = 0
 
 
 class MrcReceiver:
@@ -143,7 +177,8 @@ class MrcReceiver:
             self.ce_pending += 1
         if d.flags & wire.F_TRIMMED:
             self.stats["trimmed"] += 1
-            self._nack(seq, wire.NACK_TRIMMED, ev, d.tsval)
+            reason = wire.NACK_TRIMMED_LASTHOP if d.flags & wire.F_TRIMMED_LASTHOP else wire.NACK_TRIMMED
+            self._nack(seq, reason, ev, d.tsval)
             return
         if seq >= self.rcv_nxt + self.c.psn_window:
             self.stats["out_of_window"] += 1
@@ -186,11 +221,13 @@ class MrcReceiver:
             self.stats["forged"] += 1  # disagrees with the message's first packet
             return False
         length = len(d.payload)
-        if d.offset in msg.offsets or length == 0:
+        if length == 0 or msg.overlaps(d.offset, length):
+            # Empty, or over bytes already placed: the same offset twice, or a range no sender
+            # produces. Placing it would overwrite good bytes and count them twice toward `got`.
             self.stats["forged"] += 1
             return False
         msg.buf[d.offset:d.offset + length] = d.payload
-        msg.offsets.add(d.offset)
+        msg.add(d.offset, length)
         msg.got += length
         self.bytes_delivered += length
         if msg.got >= len(msg.buf):

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from endpoints import wire
 from endpoints.config import TransportConfig
 from endpoints.congestion import Nscc
-from endpoints.evset import GOOD, SKIP, EvInfo, EvSet
+from endpoints.evset import DENIED, GOOD, SKIP, EvInfo, EvSet
 
 __all__ = ["EvInfo", "MrcSender"]
 
@@ -54,7 +54,8 @@ class MrcSender:
         self.qpn, self.peer_qpn, self.c = qpn, peer_qpn, config
         self.rng = random.Random(seed)
         self.evs = EvSet([EvInfo(*e) for e in evs], config.active_fraction, config.ev_min_active,
-                         config.skip_rotations, self.rng, config.ev_set_size)
+                         config.skip_rotations, self.rng, config.ev_set_size,
+                         stateless=not config.path_state)
         self.cc = Nscc(config)
         self.next_seq = self.una = initial_psn
         self.outstanding: OrderedDict[int, _Pkt] = OrderedDict()  # in transmission order
@@ -79,6 +80,7 @@ class MrcSender:
         self.probe_id = 0
         self.next_probe_round = 0.0
         self.replies: list[tuple[int, bytes]] = []  # probe replies owed to the receiver
+        self.proven_ev: int | None = None  # forward EV that most recently delivered (ack, probe reply)
         self.events: list[tuple] = []
         self.bytes_acked = 0
         self.stats = {k: 0 for k in ("sent", "retransmitted", "lost", "timeouts", "trimmed_nacks",
@@ -138,7 +140,7 @@ class MrcSender:
                 deadlines.append(oldest.sent + self._dark_window(oldest.ev))
         if self.probes or self.evs.bad():
             deadlines.append(self.next_probe_round)
-        if self.retx_queue or self.replies or (self.messages and self._window_open()):
+        if self.retx_queue or self.replies or self._can_send_new():
             deadlines.append(0.0)
         return min(deadlines) if deadlines else None
 
@@ -174,6 +176,7 @@ class MrcSender:
         self.recent[seq] = p
         if p.retx == 0 and p.tx > self.rack_tx:  # Karn: a resent packet's ack is ambiguous
             self.rack_tx = p.tx
+            self.proven_ev = p.ev
         self.bytes_acked += p.length
         left = self.pkts_left[p.msn] - 1
         self.pkts_left[p.msn] = left
@@ -228,7 +231,7 @@ class MrcSender:
         if ecn:
             self.stats["ecn_echoes"] += 1
             self.evs.skip(s.echo_ev)
-        rtt = ts_age(now, s.echo_ts) if s.echo_ts else None
+        rtt: float | None = ts_age(now, s.echo_ts)  # every SACK echoes a real tsval; 0 is one too
         if rtt is not None and rtt > 10.0:
             rtt = None  # a forged or ancient echo must not poison the estimator
         if rtt is not None and not ecn and rtt > self.c.delay_skip_over_target * self.cc.target:
@@ -280,7 +283,7 @@ class MrcSender:
                 self._queue_retx(p, now, "trimmed")
                 if n.reason == wire.NACK_TRIMMED:
                     self.evs.skip(p.ev)  # congestion on that path, not failure
-            self.cc.on_ack(now, None, True, 0)
+            self.cc.on_trim(now)
         elif n.reason in (wire.NACK_NO_PKT_BUFFER, wire.NACK_PSN_OOR_WINDOW, wire.NACK_NO_BITMAP):
             if p is not None:
                 self.outstanding.pop(seq)
@@ -289,10 +292,14 @@ class MrcSender:
 
     def _on_probe(self, p: wire.Probe, now: float) -> None:
         if p.opcode == wire.OP_EV_PROBE:
-            # The receiver probes its reverse EVs; answer over a good forward EV.
+            # The receiver probes its reverse EVs; answer over the forward EV that delivered last:
+            # an answer lost on a dead forward path would condemn a good reverse one.
             reply = wire.encode_probe(wire.OP_EV_PROBE_REPLY, self.peer_qpn, p.probe_id, p.tsval,
                                       p.probed_ev)
-            self.replies.append((self.evs.next_ev(), reply))
+            ev = self.proven_ev
+            if ev is None or self.evs.state.get(ev, DENIED) == DENIED:
+                ev = self.evs.next_ev()
+            self.replies.append((ev, reply))
             return
         entry = self.probes.pop(p.probe_id, None)
         if entry is None:
@@ -300,6 +307,7 @@ class MrcSender:
             return
         self.stats["probe_replies"] += 1
         ev, _sent = entry
+        self.proven_ev = ev
         if self.evs.probe_result(ev, True, self.c.probes_to_resurrect):
             self.stats["resurrected"] += 1
         self._drain_changes(now)
@@ -365,7 +373,9 @@ class MrcSender:
                 self.stats["stranded_resent"] += 1
                 self._queue_retx(q, now, "ev_bad")
             return
-        if state in (GOOD, SKIP):
+        if self.evs.stateless:
+            self.cc.on_loss(now)  # no path state: a loss can only be read as congestion
+        elif state in (GOOD, SKIP):
             self.stats["floor_holds"] += 1
             self.cc.on_loss(now)
         elif reason == "rto":
@@ -426,9 +436,17 @@ class MrcSender:
     def _window_open(self) -> bool:
         return len(self.outstanding) < int(self.cc.cwnd)
 
+    def _can_send_new(self) -> bool:
+        """Window open, and the next message within `max_open_messages` of the oldest one not yet
+        complete: the receiver drops packets of messages beyond that (they would come back as
+        losses and bench good paths). The receiver completes in MSN order no later than we do."""
+        return bool(self.messages) and self._window_open() and \
+            self.messages[0][0] < self.next_complete + self.c.max_open_messages
+
     def _emit(self, p: _Pkt, now: float, data: memoryview | None, retx: bool) -> tuple[int, bytes]:
         p.ev = self.evs.next_ev()
         p.sent = now
+        p.missing = False  # only a SACK generated after this transmission may say it is missing
         self.tx_count += 1
         p.tx = self.tx_count
         flags = 0
@@ -459,7 +477,7 @@ class MrcSender:
             self.stats["retransmitted"] += 1
             out.append(self._emit(p, now, data, True))
         mtu = self.c.mtu_payload
-        while self.messages and self._window_open():
+        while self._can_send_new():
             entry = self.messages[0]
             msn, data, offset = entry
             length = min(mtu, len(data) - offset)

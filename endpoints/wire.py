@@ -31,6 +31,12 @@ F_PROBE = 0x02
 F_TRIMMED = 0x04  # set by a switch that cut the payload
 F_ECN_ECHO = 0x08  # SACK: the triggering packet arrived CE-marked
 F_ACK_REQ = 0x10  # data: please acknowledge at once (last packet of a burst, retransmissions)
+F_TRIMMED_LASTHOP = 0x20  # with F_TRIMMED: cut by the port facing the receiver (its own incast)
+
+# Traffic class: switches trim only the MRC data class (a per-class feature, as in real
+# switches); the RoCE baseline's packets carry DSCP 0 and see drop-tail.
+TRIM_DSCP = 26
+DATA_TCLASS = TRIM_DSCP << 2 | 0b10  # MRC packets: the trimmable class, ECN-capable (ECT(0))
 
 # NACK reason codes (OCP MRC 1.0).
 NACK_TRIMMED = 1
@@ -108,12 +114,15 @@ class Probe(NamedTuple):
 Packet = Data | Sack | Nack | Probe
 
 
+_DATA = struct.Struct("!BBBBIII" "QIHHII")  # COMMON + DATA_EXT in one call (the hot path)
+
+
 def encode_data(opcode: int, flags: int, qpn: int, psn: int, msn: int, offset: int, msg_len: int,
                 payload: bytes | memoryview, tsval: int = 0, immediate: int = 0) -> bytes:
-    return COMMON.pack(opcode, flags, MAGIC, VERSION, qpn & QPN_MASK, psn & PSN_MASK,
-                       msn & 0xFFFFFFFF) + \
-        DATA_EXT.pack(offset, msg_len, len(payload), 0, immediate & 0xFFFFFFFF,
-                      tsval & 0xFFFFFFFF) + bytes(payload)
+    # bytes + memoryview copies the payload once, where bytes(payload) + ... copied it twice.
+    return _DATA.pack(opcode, flags, MAGIC, VERSION, qpn & QPN_MASK, psn & PSN_MASK,
+                      msn & 0xFFFFFFFF, offset, msg_len, len(payload), 0, immediate & 0xFFFFFFFF,
+                      tsval & 0xFFFFFFFF) + payload
 
 
 def encode_sack(qpn: int, cack: int, base: int, bitmap: int, echo_ev: int, echo_ts: int,

@@ -1,4 +1,4 @@
-"""The `mrclab` command: demo, check-fabric, clean.
+"""The `mrclab` command: demo, check-fabric, run, report, validate, bench, clean.
 
 Every expected failure (bad parameters, no root, no OVS or Mininet) ends with one line naming the
 problem and the fix, exit status 2, and nothing left behind.
@@ -57,6 +57,8 @@ def make_parser() -> argparse.ArgumentParser:
                       help="baseline routing detection delay (BFD 3 x 300 ms by default)")
     demo.add_argument("--routing", choices=("bfd", "bgp"), default=None,
                       help="shorthand for --detect-ms: bfd = 900, bgp = 9000 (3 s keepalive, 9 s hold)")
+    demo.add_argument("--dataplane", choices=("auto", "ebpf", "droptail"), default="auto",
+                      help="switch egress: ECN marking and trimming in eBPF (auto: where it loads)")
     demo.add_argument("--seed", type=int, default=1)
     demo.add_argument("--out", type=Path, default=RESULTS / "demo")
 
@@ -66,8 +68,73 @@ def make_parser() -> argparse.ArgumentParser:
     check.add_argument("--cut", default=None, help="T0-T1 link to cut, like p0l0-p0s1")
     check.add_argument("--seed", type=int, default=1)
 
+    from experiments.scenarios import SCENARIOS
+    run = sub.add_parser("run", help="run one experiment scenario (see `mrclab run --help`)")
+    run.add_argument("scenario", choices=list(SCENARIOS), metavar="NAME",
+                     help="one of: " + ", ".join(SCENARIOS))
+    for name in ("planes", "leaves", "spines", "hosts-per-leaf"):
+        run.add_argument(f"--{name}", type=int, default=None)
+    run.add_argument("--link-mbps", type=float, default=None)
+    run.add_argument("--datapath", choices=("auto", "kernel", "user"), default="auto")
+    run.add_argument("--dataplane", choices=("auto", "ebpf", "droptail"), default="auto",
+                     help="switch egress: ECN marking and trimming in eBPF (auto: where it loads)")
+    run.add_argument("--transports", default=None,
+                     help="comma-separated subset of mrc,roce,spray,tcp,mptcp (default: the scenario's)")
+    run.add_argument("--duration", type=float, default=None, help="seconds per transport")
+    run.add_argument("--fault-at", type=float, default=None, help="seconds after each transport starts")
+    run.add_argument("--fault-end", type=float, default=None, help="restore / end of the fault")
+    run.add_argument("--detect-ms", type=float, default=900.0, help="baseline routing detection delay")
+    run.add_argument("--routing", choices=("bfd", "bgp"), default=None, help="bfd = 900 ms, bgp = 9000 ms")
+    run.add_argument("--link", default=None, help="fault target link (default: the one the flow uses)")
+    run.add_argument("--switch", default=None, help="switch-failure: spine to fail")
+    run.add_argument("--loss", type=float, default=0.2, help="lossy-link: drop probability")
+    run.add_argument("--flaps-per-min", type=float, default=60.0)
+    run.add_argument("--down-ms", type=float, default=300.0, help="link-flap: each flap's down time")
+    run.add_argument("--senders", type=int, default=None, help="incast: number of senders")
+    run.add_argument("--steps", type=int, default=20, help="collective: ring steps per phase")
+    run.add_argument("--step-kb", type=int, default=64, help="collective: chunk per host per step")
+    run.add_argument("--seed", type=int, default=1)
+    run.add_argument("--out", type=Path, default=None, help="default: results/NAME")
+
+    report = sub.add_parser("report", help="one Markdown page over every result in results/")
+    report.add_argument("--results", type=Path, default=RESULTS)
+    validate = sub.add_parser("validate", help="rerun the quick set and check it against the reference")
+    validate.add_argument("--out", type=Path, default=RESULTS / "validate")
+    validate.add_argument("--write-reference", action="store_true",
+                          help="rewrite experiments/reference/quick.json from this run")
+    sub.add_parser("bench", help="the agent's packet rate per CPU core (results/bench/agent.json)")
     sub.add_parser("clean", help="remove bridges, interfaces and processes left by a killed run")
     return parser
+
+
+def run_options(args: argparse.Namespace):  # -> experiments.scenarios.Options
+    from dataclasses import replace
+
+    from experiments.scenarios import Options, parse_transports, scenario, validate
+
+    sc = scenario(args.scenario)
+    f = sc.fabric
+    fabric = FabricParams(
+        planes=f.planes if args.planes is None else args.planes,
+        leaves=f.leaves if args.leaves is None else args.leaves,
+        spines=f.spines if args.spines is None else args.spines,
+        hosts_per_leaf=f.hosts_per_leaf if args.hosts_per_leaf is None else args.hosts_per_leaf,
+        link_mbps=f.link_mbps if args.link_mbps is None else args.link_mbps)
+    build(fabric)  # validates, with the model's own messages
+    detect_ms = {"bfd": 900.0, "bgp": 9000.0}.get(args.routing or "", args.detect_ms)
+    opts = Options(sc, fabric, parse_transports(args.transports, sc.transports),
+                   sc.duration if args.duration is None else args.duration,
+                   sc.fault_at if args.fault_at is None else args.fault_at,
+                   sc.fault_end if args.fault_end is None else args.fault_end,
+                   detect_ms=detect_ms, seed=args.seed, link=args.link, switch=args.switch,
+                   loss=args.loss, flaps_per_min=args.flaps_per_min, down_ms=args.down_ms,
+                   steps=args.steps, step_kb=args.step_kb, datapath=args.datapath,
+                   dataplane=args.dataplane)
+    if args.senders is not None:
+        opts = replace(opts, senders=args.senders)
+    elif sc.kind == "incast":
+        opts = replace(opts, senders=min(opts.senders, len(build(fabric).hosts) - 3))
+    return validate(opts)
 
 
 def _on_sigterm(signum: int, frame: object) -> None:
@@ -97,6 +164,28 @@ def _dispatch(args: argparse.Namespace) -> int:
         print(json.dumps(cleanup_leftovers(kill_shells=True)))
         return 0
 
+    if args.command == "report":
+        from experiments.report import write_report
+        print(write_report(args.results))
+        return 0
+    if args.command == "run":
+        opts = run_options(args)
+        preflight.check_all()
+        from experiments.runner import run_scenario
+        out = args.out or RESULTS / args.scenario
+        summary = run_scenario(opts, out, progress=lambda m: print(f"[{args.scenario}] {m}", flush=True))
+        from experiments.report import format_summary
+        print(format_summary(summary, out))
+        return 0 if all(t.get("data_ok") for t in summary["transports"].values()) else 1
+    if args.command == "validate":
+        preflight.check_all()
+        from experiments.validate import validate_all
+        return 0 if validate_all(args.out, args.write_reference) else 1
+    if args.command == "bench":
+        preflight.require_root()
+        from experiments import bench
+        return bench.main([])
+
     fabric = build(_params(args))
     preflight.check_all()
     if args.command == "check-fabric":
@@ -112,7 +201,7 @@ def _dispatch(args: argparse.Namespace) -> int:
             raise CliError("need 0 < --cut-at < --restore-at < --duration")
         summary = run_demo(fabric, args.out, duration=args.duration, cut_at=args.cut_at,
                            restore_at=args.restore_at, detect_ms=detect_ms, seed=args.seed,
-                           datapath=args.datapath)
+                           datapath=args.datapath, dataplane=args.dataplane)
         return 0 if summary["ok"] else 1
     raise CliError(f"unknown command {args.command}")
 

@@ -88,7 +88,7 @@ def _transport_summary(name: str, stats_recv: dict, stats_send: dict, t0_bin: in
 
 def run_demo(fabric: Fabric, out: Path, duration: float = 8.0, cut_at: float = 3.0,
              restore_at: float = 6.0, detect_ms: float = 900.0, seed: int = 1,
-             datapath: str = "auto", quiet: bool = False) -> dict:
+             datapath: str = "auto", quiet: bool = False, dataplane: str = "auto") -> dict:
     if fabric.params.leaves < 2 or fabric.params.spines < 2:
         raise FabricError("the demo needs 2+ leaves (hosts on different leaves) and 2+ spines "
                           "(so the baseline has somewhere to reroute): pass --leaves 2 --spines 2")
@@ -99,7 +99,7 @@ def run_demo(fabric: Fabric, out: Path, duration: float = 8.0, cut_at: float = 3
     staging.chmod(0o755)  # mkdtemp makes it private; results are for everyone to read
     try:
         return _run(fabric, out, staging, workdir, pairs, duration, cut_at, restore_at,
-                    detect_ms, seed, datapath, quiet)
+                    detect_ms, seed, datapath, quiet, dataplane)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
         shutil.rmtree(workdir, ignore_errors=True)
@@ -107,11 +107,12 @@ def run_demo(fabric: Fabric, out: Path, duration: float = 8.0, cut_at: float = 3
 
 def _run(fabric: Fabric, out: Path, staging: Path, workdir: Path,
          pairs: dict[str, tuple[str, str]], duration: float, cut_at: float, restore_at: float,
-         detect_ms: float, seed: int, datapath: str, quiet: bool) -> dict:
+         detect_ms: float, seed: int, datapath: str, quiet: bool, dataplane: str) -> dict:
     qpns = {"mrc": MRC_QPN, "baseline": GBN_QPN}
     kinds = {"mrc": "mrc", "baseline": "gbn"}
     hosts = sorted({h for pair in pairs.values() for h in pair}, key=lambda n: int(n[1:]))
-    with Emulation(fabric, workdir, datapath=datapath, detect_ms=detect_ms) as em, \
+    with Emulation(fabric, workdir, datapath=datapath, detect_ms=detect_ms,
+                   dataplane_mode=dataplane) as em, \
             fidelity.CpuSampler() as cpu:
         agents = start_agents(em, hosts, workdir, seed)
         for name, (src, dst) in pairs.items():
@@ -152,6 +153,7 @@ def _run(fabric: Fabric, out: Path, staging: Path, workdir: Path,
         controller_events = [json.loads(line) for line in events_path.read_text().splitlines()]
         setup_seconds = em.setup_seconds
         datapath_used = em.datapath
+        dataplane_block = {**em.dataplane_info, "totals": fidelity.dataplane_totals(em)}
     # Agents stopped with the emulation (SIGTERM: they close their traces); keep the traces
     # and logs beside the summary so plots and people can dig into what the transports did.
     traces = staging / "traces"
@@ -217,6 +219,7 @@ def _run(fabric: Fabric, out: Path, staging: Path, workdir: Path,
         "config": {"duration_s": duration, "cut_at_s": cut_at, "restore_at_s": restore_at,
                    "message_bytes": MSG_BYTES, "bin_ms": metrics.BIN_S * 1000,
                    "datapath": datapath_used, "setup_seconds": round(setup_seconds, 2)},
+        "dataplane": dataplane_block,
         "seed": seed,
         "software": fidelity.software_versions(),
         "transports": transports,

@@ -96,3 +96,12 @@ def software_versions() -> dict[str, str]:
     return {"python": sys.version.split()[0], "kernel": platform.release(),
             "os_ken": pkg("os-ken"), "pyroute2": pkg("pyroute2"), "matplotlib": pkg("matplotlib"),
             "mininet": mn, "ovs": cmd(["ovs-vswitchd", "--version"])}
+
+
+def dataplane_totals(em: object) -> dict[str, int]:
+    """Marked / trimmed / dropped packets summed over every switch port (eBPF data plane)."""
+    totals: dict[str, int] = {}
+    for counters in em.dataplane_counters().values():  # type: ignore[attr-defined]
+        for key in ("packets", "marked", "trimmed", "dropped", "control"):
+            totals[key] = totals.get(key, 0) + counters.get(key, 0)
+    return totals

@@ -52,7 +52,7 @@ def recovery_ms(mbps: Sequence[float], fault_index: int, target: float,
             if run_start is None:
                 run_start = i
             if i - run_start + 1 >= hold:
-                return (run_start - fault_index) * BIN_S * 1000
+                return round((run_start - fault_index) * BIN_S * 1000, 1)
         else:
             run_start = None
     return None
@@ -64,4 +64,4 @@ def longest_stall_ms(mbps: Sequence[float], start: int = 0, end: int | None = No
     for value in mbps[start:end]:
         run = run + 1 if value == 0 else 0
         best = max(best, run)
-    return best * BIN_S * 1000
+    return round(best * BIN_S * 1000, 1)

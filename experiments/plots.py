@@ -49,3 +49,116 @@ def plot_recovery(path: Path, curves: dict[str, list[float]], bin_s: float, summ
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
+
+
+TRANSPORT_COLOURS = {"mrc": "#1f77b4", "roce": "#d62728", "spray": "#9467bd", "tcp": "#2ca02c",
+                     "mptcp": "#ff7f0e", "baseline": "#d62728"}
+STATE_COLOURS = {"GOOD": "#2ca02c", "SKIP": "#ffbf00", "ASSUMED_BAD": "#d62728", "DENIED": "#444444"}
+
+
+def _fidelity_stamp(ax, summary: dict) -> None:
+    fid = summary["fidelity"]
+    if not fid.get("faithful", True):
+        ax.text(0.5, 0.5, "EMULATION NOT FAITHFUL:\n" + "\n".join(fid["problems"][:4]),
+                transform=ax.transAxes, ha="center", va="center", color="red", fontsize=9, alpha=0.6)
+
+
+def plot_scenario(folder: Path, summary: dict, curves: dict[str, list[float]],
+                  windows: dict[str, tuple[float, float]], timelines: dict[str, list[list]]) -> None:
+    """goodput.png (one panel per transport, faults marked), path_state.png (MRC's per-EV state
+    over time) and, where distributions matter, cdf.png."""
+    from experiments.metrics import BIN_S
+
+    names = list(curves)
+    if names:
+        fig, axes = plt.subplots(len(names), 1, figsize=(10, 1.9 * len(names) + 0.8), dpi=100,
+                                 sharex=True, squeeze=False)
+        for ax, name in zip(axes[:, 0], names, strict=True):
+            mbps = curves[name]
+            t = [i * BIN_S for i in range(len(mbps))]
+            colour = TRANSPORT_COLOURS.get(name)
+            ax.plot(t, mbps, color=colour, alpha=0.25, linewidth=0.7)
+            ax.plot(t, smoothed(mbps), color=colour, linewidth=1.6)
+            for event in summary["faults"]:
+                if event.get("transport") == name:
+                    bad = event["action"] in ("cut", "fail_switch", "loss", "incast_start")
+                    ax.axvline(event["t"], color="black" if bad else "green", linestyle="--",
+                               linewidth=0.8)
+            fig_t = summary["transports"][name]
+            label = ", ".join(f"{k.replace('_', ' ')} {fig_t[k]}" for k in (
+                "recovery_ms", "stall_ms", "goodput_fraction", "throughput_fraction",
+                "victim_goodput_fraction", "step_time_p50_ms", "step_time_p99_ms") if k in fig_t)
+            ax.set_title(f"{name}: {label}", fontsize=8, loc="left")
+            ax.set_ylabel("Mbit/s", fontsize=8)
+            ax.set_ylim(bottom=0)
+            ax.grid(alpha=0.3)
+        _fidelity_stamp(axes[0, 0], summary)
+        p = summary["fabric"]
+        fig.suptitle(f"{summary['scenario']}: {summary['title']} ({p['planes']} planes x {p['leaves']} "
+                     f"leaves x {p['spines']} spines, {p['hosts_per_leaf']} hosts/leaf, "
+                     f"{p['link_mbps']:g} Mbit/s); dashed: faults", fontsize=9)
+        axes[-1, 0].set_xlabel("time since the transport's start (s); 50 ms average, 10 ms bins faint")
+        fig.tight_layout()
+        fig.savefig(folder / "goodput.png")
+        plt.close(fig)
+    if timelines:
+        _plot_path_state(folder / "path_state.png", summary, timelines, windows)
+    if summary["scenario"] in ("collective", "permutation"):
+        _plot_cdf(folder / "cdf.png", summary)
+
+
+def _plot_path_state(path: Path, summary: dict, timelines: dict[str, list[list]],
+                     windows: dict[str, tuple[float, float]]) -> None:
+    fig, axes = plt.subplots(len(timelines), 1, figsize=(10, 2.4 * len(timelines) + 0.6), dpi=100,
+                             squeeze=False)
+    for ax, (name, changes) in zip(axes[:, 0], timelines.items(), strict=True):
+        t0, t1 = windows[name]
+        evs = sorted({c[1] for c in changes})
+        row = {ev: i for i, ev in enumerate(evs)}
+        state = dict.fromkeys(evs, "GOOD")
+        since = dict.fromkeys(evs, t0)
+        for t, ev, _old, new in sorted(changes):
+            ax.hlines(row[ev], since[ev] - t0, t - t0, color=STATE_COLOURS.get(state[ev], "grey"),
+                      linewidth=5)
+            state[ev], since[ev] = new, t
+        for ev in evs:
+            ax.hlines(row[ev], since[ev] - t0, t1 - t0, color=STATE_COLOURS.get(state[ev], "grey"),
+                      linewidth=5)
+        for event in summary["faults"]:
+            if event.get("transport") == name:
+                ax.axvline(event["t"], color="black", linestyle="--", linewidth=0.8)
+        ax.set_yticks(range(len(evs)), [f"{ev:#x}" for ev in evs], fontsize=6)
+        ax.set_title(f"{name}: per-EV state of the first QP (only EVs that changed state; "
+                     "green GOOD, amber SKIP, red ASSUMED_BAD)", fontsize=8, loc="left")
+        ax.set_xlim(0, t1 - t0)
+    axes[-1, 0].set_xlabel("time since the transport's start (s)")
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def _plot_cdf(path: Path, summary: dict) -> None:
+    fig, ax = plt.subplots(figsize=(7, 4), dpi=100)
+    for name, t in summary["transports"].items():
+        colour = TRANSPORT_COLOURS.get(name)
+        series = []
+        if summary["scenario"] == "collective":
+            series = [(t.get("step_times_ms_no_fault", []), "-", "no fault"),
+                      (t.get("step_times_ms", []), "--", "link cut")]
+            ax.set_xlabel("ring step time (ms)")
+        else:
+            series = [(t.get("flow_goodput_mbps", []), "-", "per-flow goodput")]
+            ax.set_xlabel("per-flow goodput (Mbit/s)")
+        for values, style, what in series:
+            vals = sorted(v for v in values if v is not None)
+            if vals:
+                ax.step(vals, [(i + 1) / len(vals) for i in range(len(vals))], style, color=colour,
+                        where="post", label=f"{name} ({what})")
+    ax.set_ylabel("CDF")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    _fidelity_stamp(ax, summary)
+    ax.set_title(f"{summary['scenario']}: {summary['title']}", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)

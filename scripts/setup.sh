@@ -33,5 +33,17 @@ if [ ! -f "$stamp" ] || [ setup.py -nt "$stamp" ]; then
   touch "$stamp"
 fi
 
+# eBPF switch data plane (ECN marking, trimming, priority class: topologies/dataplane.py).
+# Optional, so not in APT_PACKAGES: without it setup succeeds and the emulation keeps plain
+# HTB queues. The object is rebuilt only when its source or the wire constants change.
+for pkg in clang llvm libbpf-dev bpftool; do
+  dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" && continue
+  echo "setup: installing $pkg (eBPF data plane)"
+  [ -n "${dp_updated:-}" ] || { apt-get update -qq || true; dp_updated=1; }
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$pkg" >/dev/null \
+    || echo "setup: warning: $pkg is not installable here"
+done
+.venv/bin/python -m topologies.dataplane build || echo "setup: warning: data plane build step failed: plain HTB queues"
+
 scripts/start-ovs.sh
 echo "setup: ok ($(.venv/bin/python -c 'import topologies.preflight as p; print("OVS datapath:", p.choose_datapath())'))"

@@ -62,8 +62,16 @@ class Emulation:
     """A running fabric. Use as a context manager; `stop()` is idempotent."""
 
     def __init__(self, fabric: Fabric, workdir: Path, datapath: str = "auto",
-                 detect_ms: float = 900.0, shape_links: bool = True) -> None:
+                 detect_ms: float = 900.0, shape_links: bool = True,
+                 dataplane_mode: str = "auto") -> None:
+        if dataplane_mode not in ("auto", "ebpf", "droptail"):
+            raise preflight.PreflightError(
+                f"unknown data plane {dataplane_mode!r}: use auto, ebpf or droptail")
         self.fabric = fabric
+        self.dataplane_mode = dataplane_mode
+        self.dataplane = None  # topologies.dataplane.DataPlane when the eBPF program runs
+        # What ran at the switch egress ports, recorded in every summary.
+        self.dataplane_info: dict = {"mode": "none" if not shape_links else "droptail"}
         self.workdir = Path(workdir)
         self.datapath_requested = datapath
         self.detect_ms = detect_ms
@@ -112,8 +120,10 @@ class Emulation:
         self.controller_port = port
         self.status_path = self.workdir / "controller-status.json"
         self.events_path = self.workdir / "controller-events.jsonl"
+        self.notify_path = self.workdir / "controller.sock"
         config = {"fabric": self.fabric.params.as_dict(), "status": str(self.status_path),
-                  "events": str(self.events_path), "detect_ms": self.detect_ms, "port": port}
+                  "events": str(self.events_path), "detect_ms": self.detect_ms, "port": port,
+                  "notify": str(self.notify_path)}
         config_path = self.workdir / "controller.json"
         config_path.write_text(json.dumps(config))
         log = open(self.workdir / "controller.log", "w")
@@ -163,14 +173,8 @@ class Emulation:
 
     def _configure_hosts(self) -> None:
         user_dp = self.datapath == "user"
-        switch_side = []
-        for link in self.fabric.links:
-            switch_side.append(link.b_ifname)
-            if link.kind == "fabric":
-                switch_side.append(link.a_ifname)
         if self.shape_links:
-            _run_batch("tc", _tc_batch(switch_side, self.fabric.params.link_mbps,
-                                       SWITCH_QUEUE_PACKETS))
+            self._switch_data_plane()
         for host in self.fabric.hosts:
             pid = self._pids[host.name]
             hostnet.configure_host(self.fabric, host, pid, offload_off=user_dp)
@@ -178,6 +182,47 @@ class Emulation:
                 with netns.inside(pid):
                     _run_batch("tc", _tc_batch([n.ifname for n in host.nics],
                                                self.fabric.params.link_mbps, HOST_QUEUE_PACKETS))
+
+    def _switch_data_plane(self) -> None:
+        """Every switch egress port: HTB at the link rate with a strict-priority control class,
+        and, where eBPF loads, the ECN-marking / trimming program (topologies/dataplane.py);
+        drop-tail FIFOs otherwise, said plainly in `dataplane_info`."""
+        from topologies import dataplane
+
+        ports = []  # (ifname, faces a host)
+        for link in self.fabric.links:
+            ports.append((link.b_ifname, link.kind == "host"))
+            if link.kind == "fabric":
+                ports.append((link.a_ifname, False))
+        mbps = self.fabric.params.link_mbps
+        _run_batch("tc", dataplane.htb_priority_batch([n for n, _ in ports], mbps, SWITCH_QUEUE_PACKETS,
+                                                      BURST_BYTES))
+        if self.dataplane_mode == "droptail":
+            self.dataplane_info = {"mode": "droptail", "reason": "asked for (--dataplane droptail)"}
+            return
+        reason = dataplane.available()
+        if reason is not None:
+            if self.dataplane_mode == "ebpf":
+                raise preflight.PreflightError(f"the eBPF data plane cannot run here: {reason}")
+            self.dataplane_info = {"mode": "droptail", "reason": f"eBPF unavailable: {reason}"}
+            return
+        specs = dataplane.switch_ports(ports, mbps, SWITCH_QUEUE_PACKETS)
+        self.dataplane = dataplane.attach(specs)
+        th = specs[0]
+        self.dataplane_info = {"mode": "ebpf", "trim": True, "mark_bytes": th.mark_bytes,
+                               "trim_bytes": th.trim_bytes, "drop_bytes": th.drop_bytes,
+                               "queue_packets": SWITCH_QUEUE_PACKETS}
+
+    def dataplane_counters(self) -> dict[str, dict[str, int]]:
+        """Per-port counters of the eBPF program (empty when it does not run)."""
+        return self.dataplane.counters() if self.dataplane is not None else {}
+
+    def set_trimming(self, enabled: bool) -> None:
+        if self.dataplane is None:
+            raise preflight.PreflightError("trimming needs the eBPF data plane, which is not running "
+                                           f"({self.dataplane_info.get('reason', 'drop-tail')})")
+        self.dataplane.set_trim(enabled)
+        self.dataplane_info["trim"] = enabled
 
     def _wait_flows(self, timeout: float = 120.0) -> None:
         want = len(self.fabric.switches)
@@ -207,6 +252,8 @@ class Emulation:
                     host.terminate()  # its namespace, and the host ends of its veths, go with it
                 except Exception:  # noqa: BLE001 - teardown must go on whatever one host does
                     pass
+        if self.dataplane is not None:
+            self.dataplane.detach()  # before the bridges go: their ports take the filters along
         cleanup_leftovers(self.fabric)
         if self.controller is not None:
             _kill_group(self.controller)
@@ -214,6 +261,11 @@ class Emulation:
         _release_lock()
 
     # ----- use ------------------------------------------------------------------------------
+    def notify_controller(self, message: dict) -> None:
+        """Tell the controller what BFD would see (a switch that silently stopped forwarding)."""
+        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
+            sock.sendto(json.dumps(message).encode(), str(self.notify_path))
+
     def pid(self, host: str) -> int:
         return self._pids[host]
 
@@ -347,4 +399,7 @@ def cleanup_leftovers(fabric: Fabric | None = None, kill_shells: bool = False) -
                 shells += 1
             except (ProcessLookupError, ValueError):
                 pass
-    return {"bridges": len(bridges), "veths": removed, "shells": shells}
+    from topologies import dataplane
+
+    pins = dataplane.cleanup_leftovers()  # BPF maps pinned by a run that died
+    return {"bridges": len(bridges), "veths": removed, "shells": shells, "bpf_pins": pins}

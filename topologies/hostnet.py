@@ -79,3 +79,22 @@ def configure_host(fabric: Fabric, host: Host, pid: int, offload_off: bool = Tru
                         if name in features.features:
                             features.features[name].enable = False
                     eth.set_features(nic.ifname, features)
+
+
+def configure_mptcp(fabric: Fabric, host: Host, pid: int) -> None:
+    """MPTCP with one subflow per plane: the host announces (ADD_ADDR) its baseline address on
+    every plane but 0; a peer that connected to its plane-0 address opens one more subflow to
+    each, and routing sends each over its own plane. `ip mptcp` (iproute2) rather than pyroute2,
+    whose MPTCP netlink support is partial."""
+    import subprocess
+
+    extra = len(host.nics) - 1
+    commands = [["ip", "mptcp", "endpoint", "flush"],
+                ["ip", "mptcp", "limits", "set", "subflow", str(extra), "add_addr_accepted", str(extra)]]
+    for nic in host.nics[1:]:
+        commands.append(["ip", "mptcp", "endpoint", "add", str(nic.baseline_addr), "dev", nic.ifname,
+                         "signal"])
+    for argv in commands:
+        result = subprocess.run(["mnexec", "-a", str(pid), *argv], capture_output=True, text=True)
+        if result.returncode != 0:
+            raise RuntimeError(f"{host.name}: {' '.join(argv)} failed: {result.stderr.strip()}")

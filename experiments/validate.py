@@ -1,0 +1,104 @@
+"""`mrclab validate`: rerun the quick set and check each figure against the committed reference.
+
+The reference (experiments/reference/quick.json) records, per scenario, the options, fabric and
+seed that produced it, the figures measured, and for each figure how it is checked:
+
+* `at_most` / `at_least`: a bound with slack (recovery times, stalls: timing on a shared VM
+  jitters by tens of ms, so the bound is what the claim needs, not the last value seen);
+* `within`: |value - reference| <= tolerance (fractions of goodput or capacity);
+* `true`: must hold (data_ok).
+
+`--write-reference` reruns the set and rewrites the file with the new values, keeping the
+tolerances: what htsim's validation scripts do with their committed results.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from experiments.runner import run_scenario
+from experiments.scenarios import Options, default_options
+
+REFERENCE = Path(__file__).resolve().parent / "reference" / "quick.json"
+
+# The quick set: small, short runs that still show each claim (about 90 s in all).
+QUICK: dict[str, dict] = {
+    "link-failure": {"transports": ("mrc", "roce"), "duration": 5.0, "fault_at": 2.0,
+                     "fault_end": 3.5},
+    "lossy-link": {"transports": ("mrc",), "duration": 5.0, "fault_at": 2.0, "fault_end": 4.8,
+                   "loss": 0.2},
+    "permutation": {"transports": ("mrc", "roce"), "duration": 4.0},
+}
+CHECKS: dict[str, dict[str, dict[str, tuple[str, float]]]] = {
+    "link-failure": {"mrc": {"recovery_ms": ("at_most", 300.0), "data_ok": ("true", 0.0)},
+                     "roce": {"stall_ms": ("at_least", 800.0), "data_ok": ("true", 0.0)}},
+    "lossy-link": {"mrc": {"goodput_fraction": ("within", 0.15), "data_ok": ("true", 0.0)}},
+    "permutation": {"mrc": {"throughput_fraction": ("within", 0.12), "data_ok": ("true", 0.0)},
+                    "roce": {"throughput_fraction": ("within", 0.15), "data_ok": ("true", 0.0)}},
+}
+
+
+def quick_options(name: str) -> Options:
+    return default_options(name, **QUICK[name])
+
+
+def check(value: object, rule: str, ref: object, tol: float) -> bool:
+    if rule == "true":
+        return value is True
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return False
+    if rule == "at_most":
+        return value <= tol
+    if rule == "at_least":
+        return value >= tol
+    if rule == "within":
+        return isinstance(ref, (int, float)) and abs(value - ref) <= tol
+    raise ValueError(f"unknown check {rule!r}")
+
+
+def compare(name: str, summary: dict, reference: dict) -> list[dict]:
+    rows = []
+    for transport, figures in CHECKS[name].items():
+        measured = summary["transports"].get(transport, {})
+        for figure, (rule, tol) in figures.items():
+            ref = reference.get("figures", {}).get(transport, {}).get(figure)
+            value = measured.get(figure)
+            rows.append({"scenario": name, "transport": transport, "figure": figure, "value": value,
+                         "reference": ref, "rule": rule, "tolerance": tol,
+                         "ok": check(value, rule, ref, tol)})
+    return rows
+
+
+def validate_all(out: Path, write_reference: bool = False, names: list[str] | None = None) -> bool:
+    reference = json.loads(REFERENCE.read_text()) if REFERENCE.exists() else {}
+    rows: list[dict] = []
+    new_ref = dict(reference)
+    for name in names or list(QUICK):
+        opts = quick_options(name)
+        summary = run_scenario(opts, out / name, progress=lambda m, n=name: print(f"[{n}] {m}", flush=True))
+        unfaithful = not summary["fidelity"]["faithful"]
+        if write_reference:
+            new_ref[name] = {"options": opts.as_dict(), "fabric": summary["fabric"], "seed": opts.seed,
+                             "software": summary["software"],
+                             "figures": {t: {f: summary["transports"][t].get(f) for f in figs}
+                                         for t, figs in CHECKS[name].items()}}
+        got = compare(name, summary, new_ref.get(name, {}))
+        for row in got:
+            row["faithful"] = not unfaithful
+        rows += got
+    if write_reference:
+        REFERENCE.parent.mkdir(parents=True, exist_ok=True)
+        REFERENCE.write_text(json.dumps(new_ref, indent=2) + "\n")
+    (out / "validate.json").write_text(json.dumps(rows, indent=2))
+    width = max(len(f"{r['scenario']} {r['transport']} {r['figure']}") for r in rows)
+    for r in rows:
+        bound = {"at_most": f"<= {r['tolerance']:g}", "at_least": f">= {r['tolerance']:g}",
+                 "within": f"{r['reference']} +- {r['tolerance']:g}", "true": "true"}[r["rule"]]
+        flag = "ok  " if r["ok"] else "FAIL"
+        note = "" if r["faithful"] else "  (emulation not faithful: see its summary)"
+        print(f"{flag} {(r['scenario'] + ' ' + r['transport'] + ' ' + r['figure']).ljust(width)}  "
+              f"{r['value']!s:>8}  want {bound}{note}")
+    ok = all(r["ok"] for r in rows)
+    print(f"validate: {sum(r['ok'] for r in rows)} of {len(rows)} figures within the reference")
+    return ok

@@ -1,0 +1,436 @@
+"""The eBPF switch data plane in the kernel (root; no OVS, no emulation).
+
+Two parts: the program run on single frames through BPF_PROG_TEST_RUN with the virtual queue
+set (and frozen) through its map, compared with the Python reference model; and the program
+attached to a veth in namespaces this test creates, shaped by the priority HTB, with real
+bursts delivered to a real UDP socket (the receiving kernel verifies every checksum)."""
+
+from __future__ import annotations
+
+import os
+import socket
+import struct
+import subprocess
+import time
+from dataclasses import replace
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from endpoints import netio, wire
+from topologies import dataplane as dp
+from topologies import netns
+
+SRC, DST = netio.packed("fd00:99::1"), netio.packed("fd00:99::2")
+MAC_A, MAC_B = "02:6d:72:63:00:01", "02:6d:72:63:00:02"
+ETH = bytes.fromhex(MAC_B.replace(":", "")) + bytes.fromhex(MAC_A.replace(":", "")) + b"\x86\xdd"
+FRAME = dp.frame_bytes()
+SPEC = dp.PortSpec("lo", None, 10e6, *dp.default_thresholds(50))
+
+
+@pytest.fixture(scope="module")
+def bpf_ready() -> None:
+    reason = None if os.geteuid() == 0 else "needs root"
+    reason = reason or dp.available()
+    if reason is None:
+        return
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"eBPF data plane unavailable in CI: {reason}")
+    pytest.skip(reason)
+
+
+def frame(payload: bytes, tclass: int = wire.DATA_TCLASS, dport: int = netio.MRC_PORT) -> bytes:
+    return ETH + netio.build_packet(SRC, DST, 0x2C000, payload, tclass=tclass, dport=dport)
+
+
+def data(n: int = 1024, flags: int = 0, psn: int = 9) -> bytes:
+    return wire.encode_data(wire.OP_DATA_MIDDLE, flags, 5, psn, 1, 0, 1 << 20, b"\xab" * n)
+
+
+def udp_ok(f: bytes) -> bool:
+    udp = f[dp._L4:]
+    return netio.udp6_checksum(f[22:38], f[38:54], udp[:6] + b"\0\0" + udp[8:]) == \
+        int.from_bytes(udp[6:8], "big")
+
+
+# ----- single frames through BPF_PROG_TEST_RUN ---------------------------------------------------
+@pytest.fixture
+def prog(bpf_ready):
+    p = dp.Program()
+    p.configure(1, SPEC)  # ifindex 1: the test run's loopback, no device needed
+    yield p
+    p.close()
+
+
+def run_at(prog: dp.Program, f: bytes, vq: int, spec: dp.PortSpec = SPEC) -> dp.RunResult:
+    prog.configure(1, spec)
+    prog.set_queue(1, vq, frozen=True)
+    return prog.run(f)
+
+
+def test_below_between_above_thresholds(prog):
+    th = dp.default_thresholds(50)
+    f = frame(data())
+    below = run_at(prog, f, 0)
+    assert below == (dp.TC_ACT_OK, f, dp.CLASS_DATA)
+    marked = run_at(prog, f, th.mark_bytes)  # q = mark + this frame > mark
+    assert marked.frame[15] & 0x30 == 0x30 and marked.frame[16:] == f[16:]
+    assert marked.priority == dp.CLASS_DATA and udp_ok(marked.frame)  # ECN is outside the sum
+    assert prog.counters(1)["marked"] == 1
+    trimmed = run_at(prog, f, th.trim_bytes)
+    assert trimmed.verdict == dp.TC_ACT_OK and trimmed.priority == dp.CLASS_CONTROL
+    assert len(trimmed.frame) == 14 + 40 + 8 + wire.DATA_HDR
+    assert struct.unpack_from("!H", trimmed.frame, 18)[0] == 8 + wire.DATA_HDR  # IPv6 length
+    assert struct.unpack_from("!H", trimmed.frame, 58)[0] == 8 + wire.DATA_HDR  # UDP length
+    pkt = wire.decode(trimmed.frame[dp._MRC:])
+    assert isinstance(pkt, wire.Data) and pkt.flags & wire.F_TRIMMED and pkt.psn == 9
+    assert pkt.payload == b"" and udp_ok(trimmed.frame)
+    c = prog.counters(1)
+    assert (c["trimmed"], c["dropped"], c["packets"]) == (1, 0, 1)
+    assert c["vq_bytes"] == th.trim_bytes + dp.TRIM_LEN == c["vq_max"]
+    above_drop = run_at(prog, f, th.drop_bytes)  # trimming beats dropping
+    assert len(above_drop.frame) == dp.TRIM_LEN
+
+
+def test_ecn_capability_and_last_hop(prog):
+    vq = SPEC.mark_bytes
+    for tclass, expect, counted in ((0b10, 0b11, 1), (0b01, 0b11, 1), (0b00, 0b00, 0),
+                                    (0b11, 0b11, 0)):  # ECT(0), ECT(1), Not-ECT, CE already
+        out = run_at(prog, frame(data(), tclass=0xA0 | tclass), vq).frame
+        assert (out[15] >> 4) & 3 == expect and out[14] == 0x6A  # DSCP kept
+        assert prog.counters(1)["marked"] == counted
+    last = replace(SPEC, last_hop=True)
+    out = run_at(prog, frame(data()), vq, last).frame
+    assert out == frame(data()) and prog.counters(1)["marked"] == 0
+    assert len(run_at(prog, frame(data()), SPEC.trim_bytes, last).frame) == dp.TRIM_LEN
+
+
+def test_drop_only_what_cannot_be_trimmed(prog):
+    no_trim = replace(SPEC, trim=False)
+    f = frame(data())
+    assert run_at(prog, f, SPEC.trim_bytes, no_trim).frame[16:] == f[16:]
+    assert run_at(prog, f, SPEC.drop_bytes, no_trim).verdict == dp.TC_ACT_SHOT
+    assert prog.counters(1)["dropped"] == 1
+    empty = frame(data(0))  # a header-only data packet has nothing to cut
+    kept = run_at(prog, empty, SPEC.trim_bytes)  # queued as data (and ECN-marked)
+    assert kept.frame[16:] == empty[16:] and kept.priority == dp.CLASS_DATA
+    assert run_at(prog, empty, SPEC.drop_bytes).verdict == dp.TC_ACT_SHOT
+
+
+def test_control_always_high_priority_never_dropped(prog):
+    controls = [wire.encode_sack(1, 2, 2, 3, 4, 5), wire.encode_nack(1, 2, wire.NACK_TRIMMED),
+                wire.encode_probe(wire.OP_EV_PROBE, 1, 2, 3, 4), data(flags=wire.F_TRIMMED)]
+    for payload in controls:
+        f = frame(payload)
+        for vq in (0, SPEC.trim_bytes, 10 * SPEC.drop_bytes):
+            assert run_at(prog, f, vq) == (dp.TC_ACT_OK, f, dp.CLASS_CONTROL)
+            c = prog.counters(1)
+            assert (c["control"], c["dropped"], c["marked"]) == (1, 0, 0)
+
+
+def test_unparsed_frames_pass_untouched_and_uncounted(prog):
+    f = frame(data())
+    ipv4 = f[:12] + b"\x08\x00" + b"\x45" + f[15:]
+    tcp = f[:20] + b"\x06" + f[21:]
+    wrong_version = bytearray(f)
+    wrong_version[dp._MRC + 3] = 2
+    bad_len = bytearray(f)
+    struct.pack_into("!H", bad_len, 58, 100)  # UDP length disagrees with IPv6 payload length
+    # (BPF_PROG_TEST_RUN itself refuses IPv4/IPv6 frames shorter than their L3 header.)
+    not_ip = f[:12] + b"\x88\xb5"
+    cases = [not_ip, not_ip + f[14:], f[:54], f[:60], f[:dp._MRC + wire.COMMON.size - 1], ipv4, tcp,
+             frame(data(), dport=4792), frame(data(), dport=53), bytes(wrong_version),
+             bytes(bad_len), f[:200]]
+    magic = bytearray(f)
+    magic[dp._MRC + 2] = 0x4E
+    cases.append(bytes(magic))
+    for case in cases:
+        res = run_at(prog, case, SPEC.drop_bytes + 1)  # would be trimmed or dropped if MRC
+        assert res == (dp.TC_ACT_OK, case, 0), case[:64].hex()
+        c = prog.counters(1)
+        assert c["packets"] == 0 and c["other_packets"] == 1
+
+
+def test_unconfigured_port_is_plain_forwarding(prog):
+    prog.unconfigure(1)
+    f = frame(data())
+    assert prog.run(f) == (dp.TC_ACT_OK, f, 0)
+
+
+def test_virtual_queue_drains_at_the_port_rate(prog):
+    f = frame(data(0, flags=0))
+    prog.configure(1, SPEC)  # 10 Mbit/s: 1.25 bytes per microsecond
+    start = 30000
+    prog.state.update(1, 0, 0, start << dp.RATE_SHIFT, time.monotonic_ns() - 10_000_000)
+    prog.run(f)
+    drained = start + len(f) - prog.counters(1)["vq_bytes"]
+    assert 12500 <= drained < 12500 + 2500  # 10 ms plus up to 2 ms of test overhead
+    prog.state.update(1, 0, 0, start << dp.RATE_SHIFT, time.monotonic_ns() - 10**9)
+    prog.run(f)
+    assert prog.counters(1)["vq_bytes"] == len(f)  # empty after a long idle time
+
+
+FRAMES = st.one_of(
+    st.builds(lambda n, fl: data(n, fl), st.integers(0, 1400), st.sampled_from([0, 1, 4, 0x10])),
+    st.builds(lambda q: wire.encode_sack(q, 1, 1, 0, 0, 0), st.integers(0, 99)),
+    st.builds(lambda r: wire.encode_nack(1, 2, r), st.integers(1, 6)),
+)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(payload=FRAMES, tclass=st.integers(0, 255), vq=st.integers(0, 70000),
+       last_hop=st.booleans(), trim=st.booleans(), cut=st.integers(0, 1500),
+       flip=st.one_of(st.none(), st.integers(0, 110)), dport=st.sampled_from([4791, 4791, 4790]))
+def test_kernel_matches_reference(prog, payload, tclass, vq, last_hop, trim, cut, flip, dport):
+    f = bytearray(frame(payload, tclass=tclass, dport=dport))
+    if flip is not None and flip < len(f):
+        f[flip] ^= 0x5A  # corrupt any header byte: whatever it becomes, C and Python agree
+    f = bytes(f[:max(54, len(f) - cut)] if cut < 200 else f)  # 54: test runs need the L3 header
+    spec = replace(SPEC, last_hop=last_hop, trim=trim)
+    got = run_at(prog, f, vq, spec)
+    want, vq_after = dp.reference(f, vq, spec)
+    assert got.verdict == want.verdict
+    if want.verdict == dp.TC_ACT_OK:
+        assert got == want
+    assert prog.counters(1)["vq_bytes"] == vq_after
+
+
+# ----- a veth pair in namespaces of our own ------------------------------------------------------
+TAG = f"mrcq{os.getpid() % 100000}"
+IF_A, IF_B = f"{TAG}a", f"{TAG}b"
+NS_A, NS_B = f"{TAG}-a", f"{TAG}-b"
+LINK_MBPS = 1.0
+QUEUE = 50
+
+
+def _ip(*args: str) -> None:
+    subprocess.run(["ip", *args], check=True, capture_output=True)
+
+
+@pytest.fixture(scope="module")
+def veth(bpf_ready):
+    """ns A --IF_A==IF_B-- ns B, IF_A shaped to 1 Mbit/s by the priority HTB. Yields the pids
+    of a sleeper in each namespace (PortSpec and netns.inside want a pid)."""
+    sleepers: list[subprocess.Popen] = []
+    try:
+        _ip("netns", "add", NS_A)
+        _ip("netns", "add", NS_B)
+        _ip("link", "add", IF_A, "netns", NS_A, "address", MAC_A, "type", "veth", "peer", "name",
+            IF_B, "netns", NS_B, "address", MAC_B)
+        for ns, ifname, addr, peer, mac in ((NS_A, IF_A, "fd00:99::1", "fd00:99::2", MAC_B),
+                                            (NS_B, IF_B, "fd00:99::2", "fd00:99::1", MAC_A)):
+            _ip("-n", ns, "link", "set", "lo", "up")
+            _ip("-n", ns, "link", "set", ifname, "up")
+            _ip("-n", ns, "addr", "add", f"{addr}/64", "dev", ifname, "nodad")
+            _ip("-n", ns, "neigh", "replace", peer, "lladdr", mac, "dev", ifname, "nud", "permanent")
+            # Software checksums, so that the corked-socket test sends full ones (no PARTIAL).
+            subprocess.run(["ip", "netns", "exec", ns, "ethtool", "-K", ifname, "tx", "off"],
+                           check=True, capture_output=True)
+            sleepers.append(subprocess.Popen(["ip", "netns", "exec", ns, "sleep", "3600"]))
+        subprocess.run(["ip", "netns", "exec", NS_A, "tc", "-batch", "-"], check=True, text=True,
+                       capture_output=True,
+                       input=dp.htb_priority_batch([IF_A], LINK_MBPS, QUEUE, 2 * 1514))
+        yield sleepers[0].pid, sleepers[1].pid
+    finally:
+        for proc in sleepers:
+            proc.kill()
+            proc.wait()
+        for ns in (NS_A, NS_B):
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+
+
+def _csum_errors(ns: str) -> int:
+    out = subprocess.run(["ip", "netns", "exec", ns, "cat", "/proc/net/snmp6"], capture_output=True,
+                         text=True, check=True).stdout
+    return int(next(line.split()[1] for line in out.splitlines()
+                    if line.startswith("Udp6InCsumErrors")))
+
+
+class Receiver:
+    def __init__(self, pid: int, port: int = netio.MRC_PORT) -> None:
+        with netns.inside(pid):
+            self.sock = netio.open_receiver(port)
+
+    def drain(self, quiet: float = 0.6, limit: float = 10.0) -> list[tuple[bytes, int]]:
+        """(payload, traffic class) of everything received until `quiet` s pass without any."""
+        got: list[tuple[bytes, int]] = []
+        end = time.monotonic() + limit
+        last = time.monotonic()
+        while time.monotonic() < end and time.monotonic() - last < quiet:
+            try:
+                buf, anc, _, _ = self.sock.recvmsg(65535, netio.CMSG_SPACE)
+            except BlockingIOError:
+                time.sleep(0.002)
+                continue
+            got.append((buf, netio.parse_ancillary(anc)[2]))
+            last = time.monotonic()
+        return got
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def _burst(pid: int, payloads: list[bytes], tclass: int = wire.DATA_TCLASS, dport: int = 4791) -> None:
+    """Send as fast as possible (a drop at the egress hook is not reported to a raw socket)."""
+    with netns.inside(pid):
+        sender = netio.RawSender()
+    try:
+        for p in payloads:
+            sender.send(netio.build_packet(SRC, DST, 0x2C000, p, tclass=tclass, dport=dport),
+                        "fd00:99::2")
+    finally:
+        sender.close()
+
+
+def _attach(pid: int, **kw: object) -> dp.DataPlane:
+    spec = dp.switch_ports([(IF_A, False)], LINK_MBPS, QUEUE, netns_pid=pid)[0]
+    return dp.attach([replace(spec, **kw)])
+
+
+def _class_packets(classid: str) -> int:
+    out = subprocess.run(["ip", "netns", "exec", NS_A, "tc", "-s", "class", "show", "dev", IF_A],
+                         capture_output=True, text=True, check=True).stdout
+    block = out.split(f"class htb {classid} ", 1)[1]
+    return int(block.split("Sent ", 1)[1].split()[2])
+
+
+def test_burst_marks_then_trims_and_headers_overtake(veth):
+    pid_a, pid_b = veth
+    rx = Receiver(pid_b)
+    errors_before = _csum_errors(NS_B)
+    sent_before = _class_packets("1:2"), _class_packets("1:3")
+    try:
+        with _attach(pid_a) as plane:
+            _burst(pid_a, [data(psn=i) for i in range(100)])
+            got = rx.drain()
+            c = plane.counters()[IF_A]
+    finally:
+        rx.close()
+    sent = _class_packets("1:2") - sent_before[0], _class_packets("1:3") - sent_before[1]
+    print(f"burst of 100 x {FRAME} B at {LINK_MBPS} Mbit/s: {c}; HTB 1:2/1:3 sent {sent}")
+    assert sent[0] == c["trimmed"] and sent[1] >= 100 - c["trimmed"]  # the classid steering
+    pkts = [(wire.decode(buf), tc) for buf, tc in got]
+    trimmed = [p for p, _ in pkts if p.flags & wire.F_TRIMMED]
+    ce = [p for p, tc in pkts if tc & 3 == netio.ECN_CE]
+    assert len(pkts) == 100 and c["packets"] == 100 and c["dropped"] == 0  # no real loss
+    assert c["trimmed"] == len(trimmed) >= 70
+    assert c["marked"] == len(ce) >= 5
+    assert all(p.payload == b"" for p in trimmed) and _csum_errors(NS_B) == errors_before
+    assert {p.psn for p, _ in pkts} == set(range(100))
+    # Strict priority: trimmed headers sent after the data queue built up arrive before the
+    # last queued full packet does.
+    order = [p.psn for p, _ in pkts]
+    last_full = max(i for i, (p, _) in enumerate(pkts) if not p.flags & wire.F_TRIMMED)
+    first_trim = min(i for i, (p, _) in enumerate(pkts) if p.flags & wire.F_TRIMMED)
+    assert first_trim < last_full, order
+    # Past the trim threshold only headers join the backlog.
+    assert c["vq_max"] <= dp.default_thresholds(QUEUE).trim_bytes + c["trimmed"] * dp.TRIM_LEN
+
+
+def test_burst_without_trimming_drops_at_capacity(veth):
+    pid_a, pid_b = veth
+    rx = Receiver(pid_b)
+    try:
+        with _attach(pid_a, trim=False, last_hop=True) as plane:
+            _burst(pid_a, [data(psn=i) for i in range(80)])
+            got = rx.drain()
+            c = plane.counters()[IF_A]
+    finally:
+        rx.close()
+    print(f"drop-tail burst of 80: {c}")
+    assert c["trimmed"] == 0 and c["marked"] == 0  # last hop: never marked
+    assert c["dropped"] >= 25 and len(got) == 80 - c["dropped"]
+    assert all(tc & 3 == netio.ECN_ECT0 for _, tc in got)
+
+
+def test_other_traffic_untouched_but_queued(veth):
+    pid_a, pid_b = veth
+    rx, rx_other = Receiver(pid_b), Receiver(pid_b, 4792)
+    try:
+        with _attach(pid_a) as plane:
+            _burst(pid_a, [data(psn=i) for i in range(40)], dport=4792)
+            got = rx_other.drain()
+            c = plane.counters()[IF_A]
+    finally:
+        rx.close()
+        rx_other.close()
+    assert len(got) == 40 and all(len(buf) == wire.DATA_HDR + 1024 for buf, _ in got)
+    assert all(tc & 3 == netio.ECN_ECT0 for _, tc in got)
+    assert c["packets"] == 0 and c["other_packets"] == 40 and c["vq_max"] > 20 * FRAME
+
+
+def test_paged_frame_is_trimmed_with_a_valid_checksum(veth):
+    """A corked UDP socket leaves the payload in page fragments: the program must pull the
+    headers before reading them, and trim across the fragments."""
+    pid_a, pid_b = veth
+    rx = Receiver(pid_b)
+    errors_before = _csum_errors(NS_B)
+    try:
+        with _attach(pid_a) as plane:
+            prog, ifindex = plane.program(IF_A)
+            with netns.inside(pid_a):
+                tx = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
+            tx.setsockopt(socket.IPPROTO_IPV6, netio.IPV6_TCLASS, wire.DATA_TCLASS)
+            tx.connect(("fd00:99::2", netio.MRC_PORT))
+            th = dp.default_thresholds(QUEUE)
+            for vq, psn in ((th.mark_bytes, 1), (th.trim_bytes, 2)):
+                prog.set_queue(ifindex, vq, frozen=True)
+                payload = data(psn=psn)
+                tx.send(payload[:10], socket.MSG_MORE)  # header split across the cork
+                tx.send(payload[10:])
+                time.sleep(0.05)
+            tx.close()
+            got = rx.drain()
+            c = plane.counters()[IF_A]
+    finally:
+        rx.close()
+    pkts = {wire.decode(buf).psn: (wire.decode(buf), tc) for buf, tc in got}
+    assert set(pkts) == {1, 2}, c
+    assert pkts[1][1] & 3 == netio.ECN_CE and len(pkts[1][0].payload) == 1024
+    assert pkts[2][0].flags & wire.F_TRIMMED and pkts[2][0].payload == b""
+    assert (c["marked"], c["trimmed"]) == (1, 1) and _csum_errors(NS_B) == errors_before
+
+
+def test_receiver_kernel_really_verifies_checksums(veth):
+    """The negative control for the tests above: a bad checksum is refused, so the trimmed
+    headers that arrived had good ones."""
+    pid_a, pid_b = veth
+    rx = Receiver(pid_b)
+    before = _csum_errors(NS_B)
+    try:
+        pkt = bytearray(netio.build_packet(SRC, DST, 0x2C000, data(8)))
+        pkt[46] ^= 0xFF
+        with netns.inside(pid_a):
+            sender = netio.RawSender()
+        sender.send(bytes(pkt), "fd00:99::2")
+        sender.close()
+        assert rx.drain(quiet=0.3) == []
+    finally:
+        rx.close()
+    assert _csum_errors(NS_B) == before + 1
+
+
+def test_detach_leaves_nothing(veth):
+    pid_a, _ = veth
+    plane = _attach(pid_a)
+    pin_dir = plane.program(IF_A)[0].pin_dir
+    assert pin_dir.exists()
+    plane.detach()
+    plane.detach()  # idempotent
+    out = subprocess.run(["ip", "netns", "exec", NS_A, "tc", "qdisc", "show", "dev", IF_A],
+                         capture_output=True, text=True, check=True).stdout
+    assert "clsact" not in out and "htb" in out  # the shaping stays, ours is gone
+    assert not pin_dir.exists()
+
+
+def test_baseline_class_is_dropped_not_trimmed(prog):
+    """RoCE's packets (DSCP 0) are not in the trimming class: above the drop threshold they are
+    dropped, as RoCE without PFC sees it, while the MRC class is trimmed at the same backlog."""
+    th = dp.default_thresholds(QUEUE)
+    for tclass, verdict, trimmed in ((netio.ECN_ECT0, dp.TC_ACT_SHOT, False),
+                                     (wire.DATA_TCLASS, dp.TC_ACT_OK, True)):
+        res = run_at(prog, frame(data(), tclass=tclass), th.drop_bytes)
+        assert res.verdict == verdict
+        if trimmed:
+            assert wire.decode(res.frame[14 + 48:]).flags & wire.F_TRIMMED

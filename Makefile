@@ -1,8 +1,10 @@
 # mrclab: every target sets up what it needs first (scripts/setup.sh is idempotent).
 PY := .venv/bin/python
 MRCLAB := $(PY) -m experiments.cli
+SCENARIOS := link-failure switch-failure link-flap lossy-link permutation incast collective
 
-.PHONY: setup demo test unit integration lint experiment check-fabric clean
+.PHONY: setup demo test unit integration lint experiment check-fabric bench report validate clean \
+	$(addprefix experiment-,$(SCENARIOS))
 
 setup:
 	@scripts/setup.sh
@@ -25,9 +27,25 @@ lint: setup
 check-fabric: setup
 	$(MRCLAB) check-fabric --planes 4 --leaves 4 --spines 2 --hosts-per-leaf 4
 
+bench: setup
+	$(PY) -m experiments.bench
+
+# One scenario: `make experiment-lossy-link ARGS="--loss 0.1"`.
+$(addprefix experiment-,$(SCENARIOS)): experiment-%: setup
+	$(MRCLAB) run $* $(ARGS)
+
+# Every scenario, with a progress line per step, then the report page.
 experiment: setup
-	$(MRCLAB) check-fabric --planes 4 --leaves 4 --spines 2 --hosts-per-leaf 4
-	$(MRCLAB) demo
+	@n=0; total=$(words $(SCENARIOS)); for s in $(SCENARIOS); do \
+	  n=$$((n+1)); echo "=== [$$n/$$total] $$s"; \
+	  $(MRCLAB) run $$s || exit $$?; \
+	done; $(MRCLAB) report
+
+report: setup
+	$(MRCLAB) report
+
+validate: setup
+	$(MRCLAB) validate
 
 clean:
 	@if [ -x $(PY) ]; then $(MRCLAB) clean; fi

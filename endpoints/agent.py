@@ -270,11 +270,12 @@ class Agent:
         recvmsg, size, space = self.rx.recvmsg, 4096, netio.CMSG_SPACE
         flowinfo, tclass_kind, tclass_byte = netio.IPV6_FLOWINFO, netio.IPV6_TCLASS, _TCLASS_BYTE
         qps, stats = self.qps, self.stats
+        received = False
         for _ in range(RECV_BURST):
             try:
                 data, anc, _flags, addr = recvmsg(size, space)
             except BlockingIOError:
-                return
+                break
             label = tclass = 0
             for _level, kind, value in anc:  # only IPPROTO_IPV6 messages are enabled
                 if kind == flowinfo:
@@ -289,11 +290,15 @@ class Agent:
                 stats["unknown_qp"] += 1
                 continue
             qp.core.on_datagram(data, (label << 16) | addr[1], now, (tclass & 3) == netio.ECN_CE)
-            if qp.role == "recv":
-                delivered = qp.core.bytes_delivered
-                if delivered != qp.last_delivered:
-                    qp.bins[int(now / BIN_S)] += delivered - qp.last_delivered
-                    qp.last_delivered = delivered
+            received = True
+        if received:
+            # Goodput bins once per burst, not per datagram: the burst shares `now`, so its bin.
+            for qp in qps.values():
+                if qp.role == "recv":
+                    delivered = qp.core.bytes_delivered
+                    if delivered != qp.last_delivered:
+                        qp.bins[int(now / BIN_S)] += delivered - qp.last_delivered
+                        qp.last_delivered = delivered
 
     def _service(self, now: float) -> float | None:
         """Run every QP's timers and transmissions; return the earliest deadline."""

@@ -30,6 +30,10 @@ class Nscc:
         self.rttvar = 0.0
         self._last_decrease = -1.0
         self.decreases = 0
+        # Fraction of acknowledgements that echo a CE mark (DCTCP's alpha, g = 1/16): MRC's ECN
+        # marks are per path, so one hot path out of many must trim the window a little, not
+        # halve it; the hot EV itself is skipped by the sender.
+        self.ecn_frac = 0.0
 
     @property
     def target(self) -> float:
@@ -55,20 +59,22 @@ class Nscc:
         delay = rtt if rtt is not None else self.srtt
         if delay <= 0:
             return
+        self.ecn_frac += (float(ecn) - self.ecn_frac) / 16
         target = self.target
         above = delay >= target
         typical = path_delay if path_delay is not None else self.srtt
         if not ecn and typical > self.c.delay_md_over_target * target:
-            # ECN-less fabric: a standing queue across most of the QP's paths (the median
-            # path, not one sample: one hot path is the EV skip's business, not the window's).
-            ecn = above = True
-        if not ecn and not above:
+            # A standing queue across most of the QP's paths with no mark to say so (an
+            # ECN-less fabric, or queues where nothing marks: host NICs, last hops): the median
+            # path, not one sample, since one hot path is the EV skip's business.
+            self._decrease(now, max(0.25, min(1.0, (delay - target) / target)))
+        elif not ecn and not above:
             gain = self.c.proportional_gain * (target - delay) / target
             self.cwnd += gain * acked_pkts
         elif not ecn and above:
             self.cwnd += self.c.fair_increase_pkts * acked_pkts / max(self.cwnd, 1.0)
         elif ecn and above:
-            self._decrease(now, min(1.0, (delay - target) / target))
+            self._decrease(now, max(self.ecn_frac, 1 / 16))
         self.cwnd = min(max(self.cwnd, self.c.min_cwnd_pkts), self.c.max_cwnd_pkts)
 
     def on_trim(self, now: float) -> None:
@@ -84,4 +90,4 @@ class Nscc:
             return  # once per RTT
         self._last_decrease = now
         self.decreases += 1
-        self.cwnd = max(self.c.min_cwnd_pkts, self.cwnd * (1 - self.c.md_factor * max(severity, 0.25)))
+        self.cwnd = max(self.c.min_cwnd_pkts, self.cwnd * (1 - self.c.md_factor * severity))

@@ -112,11 +112,12 @@ def open_path_socket(src: bytes, dst: bytes, ev: int, tclass: int = ECN_ECT0,
 
 class TxPath:
     """One path's sending state: its connected socket, or None to use the raw fallback."""
-    __slots__ = ("src", "dst", "dst_text", "ev", "sock")
+    __slots__ = ("src", "dst", "dst_text", "ev", "tclass", "sock")
 
-    def __init__(self, src: bytes, dst: bytes, dst_text: str, ev: int,
+    def __init__(self, src: bytes, dst: bytes, dst_text: str, ev: int, tclass: int,
                  sock: socket.socket | None) -> None:
-        self.src, self.dst, self.dst_text, self.ev, self.sock = src, dst, dst_text, ev, sock
+        self.src, self.dst, self.dst_text, self.ev = src, dst, dst_text, ev
+        self.tclass, self.sock = tclass, sock
 
 
 class Transmitter:
@@ -127,21 +128,23 @@ class Transmitter:
         self.raw = RawSender(sndbuf)
         self.max_paths = max_paths
         self.kernel_checksum = kernel_checksum
-        self.paths: dict[tuple[bytes, bytes, int], TxPath] = {}
+        self.paths: dict[tuple[bytes, bytes, int, int], TxPath] = {}
         self.refused = 0  # paths the kernel would not open a socket for (raw instead)
         self.dropped = 0  # sends that failed (local queue full): counted like a NIC drop
 
-    def path(self, src: bytes, dst: bytes, dst_text: str, ev: int) -> TxPath:
-        key = (src, dst, ev)
+    def path(self, src: bytes, dst: bytes, dst_text: str, ev: int,
+             tclass: int = ECN_ECT0) -> TxPath:
+        """The path's state, opened on first use in the calling thread's network namespace."""
+        key = (src, dst, ev, tclass)
         path = self.paths.get(key)
         if path is None:
             sock = None
             if self.kernel_checksum and len(self.paths) < self.max_paths:
                 try:
-                    sock = open_path_socket(src, dst, ev)
+                    sock = open_path_socket(src, dst, ev, tclass)
                 except OSError:
                     self.refused += 1  # e.g. source not local or port taken: raw still works
-            path = self.paths[key] = TxPath(src, dst, dst_text, ev, sock)
+            path = self.paths[key] = TxPath(src, dst, dst_text, ev, tclass, sock)
         return path
 
     def send(self, path: TxPath, payload: bytes) -> bool:
@@ -149,8 +152,8 @@ class Transmitter:
         sock = path.sock
         try:
             if sock is None:
-                self.raw.sock.sendto(build_packet(path.src, path.dst, path.ev, payload),
-                                     (path.dst_text, 0))
+                self.raw.sock.sendto(build_packet(path.src, path.dst, path.ev, payload,
+                                                  path.tclass), (path.dst_text, 0))
             else:
                 try:
                     sock.send(payload)

@@ -82,6 +82,7 @@ class Sample:
     system_s: float
     stats: dict[str, int]
     payload_bytes: int = 0  # receiver: bytes delivered; sender: bytes acknowledged
+    sleeps: int = 0  # voluntary context switches: each is a wait in epoll (or a blocked call)
 
 
 def _per_s(count: float, seconds: float) -> float:
@@ -109,6 +110,9 @@ def side_result(start: Sample, end: Sample, data_keys: tuple[str, ...],
         "data_pps_per_cpu_s": _per_s(data, cpu),
         "all_packets_per_cpu_s": _per_s(data + other, cpu),
         "data_pps_wall": _per_s(data, wall),
+        "sleeps": end.sleeps - start.sleeps,  # wake-ups cost a loop iteration each
+        "data_packets_per_wakeup": round(data / (end.sleeps - start.sleeps), 1)
+        if end.sleeps > start.sleeps else None,
         "goodput_mbps": round(8 * (end.payload_bytes - start.payload_bytes) / wall / 1e6, 1)
         if wall > 0 else 0.0,
         "counters": {k: delta(k) for k in (*data_keys, *other_keys)},
@@ -179,6 +183,14 @@ def cpu_times(pid: int) -> tuple[float, float]:
     fields = text[text.rindex(")") + 2:].split()  # the command name may hold spaces
     tick = os.sysconf("SC_CLK_TCK")
     return int(fields[11]) / tick, int(fields[12]) / tick
+
+
+def voluntary_switches(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as fh:
+        for line in fh:
+            if line.startswith("voluntary_ctxt_switches:"):
+                return int(line.split()[1])
+    return 0
 
 
 def cpu_model() -> str:
@@ -359,7 +371,7 @@ def _sample(client: AgentClient, pid: int, qpn: int) -> Sample:
     reply = client.call("stats", qpn=qpn)
     user, system = cpu_times(pid)
     payload = reply.get("bytes_delivered", reply.get("bytes_acked", 0))
-    return Sample(time.monotonic(), user, system, reply["stats"], payload)
+    return Sample(time.monotonic(), user, system, reply["stats"], payload, voluntary_switches(pid))
 
 
 def stream_once(ag: Agents, qpn: int, seconds: float, msg_bytes: int,

@@ -139,7 +139,7 @@ def check_fabric(fabric: Fabric, workdir: Path, sample_pairs: int | None = None,
             em.set_link(cut_link, up=False)
             during = prober.round(2)
             em.set_link(cut_link, up=True)
-            time.sleep(0.2)  # carrier comes back asynchronously in OVS-netdev
+            result["restore_wait_seconds"] = round(em.wait_link_state(cut_link, up=True), 3)
             restored = prober.round(3)
             result["probe_seconds"] = round(time.monotonic() - t0, 2)
         finally:

@@ -106,7 +106,9 @@ class TcpFlow:
         flag = ["--mptcp"] if self.mptcp else []
         log = open(self.workdir / f"{self.transport}-{self.port}.log", "w")
         base = [sys.executable, "-m", "endpoints.tcpflow"]
-        self.procs.append(self.em.popen(self.dst, [*base, "server", "--bind", dst_addr, "--port",
+        # MPTCP: joins arrive at the server's other planes' addresses, so listen on all of them.
+        bind = "::" if self.mptcp else dst_addr
+        self.procs.append(self.em.popen(self.dst, [*base, "server", "--bind", bind, "--port",
                                                    str(self.port), "--seconds", str(seconds + 3),
                                                    "--out", str(self.server_out), *flag],
                                         stdout=log, stderr=log, cwd=str(REPO)))

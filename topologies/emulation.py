@@ -295,6 +295,23 @@ class Emulation:
             stamp = stamp or time.monotonic()
         return stamp
 
+    def wait_link_state(self, name: str, up: bool, timeout: float = 10.0) -> float:
+        """Block until OVS itself reports the switch-side ends of link `name` up (or down):
+        carrier changes reach ovs-vswitchd asynchronously, later on a busy machine. Returns
+        the seconds waited; raises RuntimeError after `timeout`."""
+        link = self.fabric.link(name)
+        ends = [link.b_ifname] + ([link.a_ifname] if link.kind == "fabric" else [])
+        want = "up" if up else "down"
+        t0 = time.monotonic()
+        while True:
+            states = [subprocess.run(["ovs-vsctl", "--timeout=5", "get", "interface", end, "link_state"],
+                                     capture_output=True, text=True).stdout.strip() for end in ends]
+            if all(s == want for s in states):
+                return time.monotonic() - t0
+            if time.monotonic() - t0 > timeout:
+                raise RuntimeError(f"OVS still reports {name} as {states} after {timeout:.0f} s")
+            time.sleep(0.02)
+
 
 def _raise_socket_buffer_limits(minimum: int = 8 << 20) -> None:
     """Agents and probers ask for multi-MB socket buffers; the kernel caps them at these global

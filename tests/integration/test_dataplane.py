@@ -357,7 +357,8 @@ def test_other_traffic_untouched_but_queued(veth):
         rx_other.close()
     assert len(got) == 40 and all(len(buf) == wire.DATA_HDR + 1024 for buf, _ in got)
     assert all(tc & 3 == netio.ECN_ECT0 for _, tc in got)
-    assert c["packets"] == 0 and c["other_packets"] == 40 and c["vq_max"] > 20 * FRAME
+    # The kernel's own neighbour discovery / MLD on the link may add a packet or two.
+    assert c["packets"] == 0 and 40 <= c["other_packets"] <= 43 and c["vq_max"] > 20 * FRAME
 
 
 def test_paged_frame_is_trimmed_with_a_valid_checksum(veth):

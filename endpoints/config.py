@@ -10,7 +10,7 @@ class TransportConfig:
     # Per-path state (False: the `spray` transport, spraying with no EV ever skipped or benched)
     path_state: bool = True
     # Packetisation
-    mtu_payload: int = 1024  # data bytes per packet: ~1.1 KB frames keep 10 Mbit/s links at ~1.1k pkt/s
+    mtu_payload: int = 4096  # data bytes per packet, RoCE's 4096 MTU: ~300 pkt/s per 10 Mbit/s link
     # EV set (MRC-NOTES: 128-256 EVs split evenly over planes, >100 active, rest backups)
     ev_set_size: int = 256  # upper bound; fewer when the fabric has fewer paths
     active_fraction: float = 0.75  # of each plane's EVs; the rest are backups of that plane

@@ -335,13 +335,15 @@ class MrcSender:
     def _dark_window(self, ev: int) -> float:
         """How long a packet may stay unacknowledged after later ones on other paths were:
         paths differ in queueing, and one path's queue can grow fast when it takes over a
-        failed sibling's share, hence twice its RTT, never less than the QP's own spread."""
+        failed sibling's share, hence twice its RTT, never less than the QP's own spread.
+        A path with no RTT sample of its own yet has no timing to judge by (the QP's samples may
+        all be of small packets, on other paths): only the RTO can say it went dark."""
+        est = self.ev_rtt.get(ev)
+        if est is None:
+            return self.rto
         cc = self.cc
         base = cc.srtt + 4 * cc.rttvar if cc.srtt else self.c.rto_initial
-        est = self.ev_rtt.get(ev)
-        if est is not None:
-            base = max(base, 2 * est[0], est[0] + 4 * est[1])
-        return base + self.c.reorder_slack
+        return max(base, 2 * est[0], est[0] + 4 * est[1]) + self.c.reorder_slack
 
     def _detect_losses(self, now: float) -> None:
         """The time rule, for a path gone dark (nothing on it arrives, so path order proves

@@ -329,11 +329,11 @@ def agents(net: BenchNet, workdir: Path, seed: int, transport: dict, raw_send: b
                         "transport": transport, "raw_send": raw_send}
             config = workdir / f"{tag}.json"
             config.write_text(json.dumps(settings))
-            argv = [sys.executable]
             if profile:
                 profiles[host] = workdir / f"{tag}.prof"
-                argv += ["-m", "cProfile", "-o", str(profiles[host])]
-            argv += ["-m", "endpoints.agent", "--config", str(config)]
+                argv = [sys.executable, "-c", _PROFILED_AGENT, str(config), str(profiles[host])]
+            else:
+                argv = [sys.executable, "-m", "endpoints.agent", "--config", str(config)]
             procs[host] = net.popen(host, argv, workdir / f"{tag}.log")
             clients[host] = AgentClient(settings["control"])
         for host, client in clients.items():
@@ -354,6 +354,19 @@ def agents(net: BenchNet, workdir: Path, seed: int, transport: dict, raw_send: b
             client.close()
         for proc in procs.values():
             _stop(proc)
+
+
+# The agent under cProfile with a CPU-time clock: a wall clock would also charge a call for the
+# time its process sat preempted (a send that wakes the peer on a busy 2-core machine).
+_PROFILED_AGENT = """
+import cProfile, sys, time
+from endpoints import agent
+prof = cProfile.Profile(time.thread_time)
+try:
+    prof.runcall(agent.main, ["--config", sys.argv[1]])
+finally:
+    prof.dump_stats(sys.argv[2])
+"""
 
 
 def _stop(proc: subprocess.Popen) -> None:
@@ -478,9 +491,9 @@ def run_bench(seconds: float = 5.0, runs: int = 3, profile_seconds: float = 2.0,
 
 
 def _profile_summary(files: dict[str, Path], run: dict, seconds: float) -> dict:
-    out: dict = {"method": f"cProfile (wall clock) over a separate {seconds} s run, agent start-up "
-                           "included, epoll waits left out of the shares; the profiler slows the "
-                           "agents several-fold, most for code with many small calls"}
+    out: dict = {"method": f"cProfile (thread CPU-time clock) over a separate {seconds} s run, "
+                           "agent start-up included; the profiler slows the agents several-fold, "
+                           "most for code with many small calls, so shares are indicative"}
     for host, role in ((SENDER, "sender"), (RECEIVER, "receiver")):
         path = files.get(host)
         if path is None or not path.exists():
@@ -495,6 +508,7 @@ def write_json_atomic(path: Path, data: dict) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
+        os.fchmod(fd, 0o644)  # mkstemp makes it private; results are for everyone to read
         with os.fdopen(fd, "w") as fh:
             json.dump(data, fh, indent=2)
             fh.write("\n")

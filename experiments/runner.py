@@ -48,6 +48,8 @@ class Run:
         self.windows: dict[str, tuple[float, float]] = {}  # transport -> (t0, t_end) monotonic
         self.ev_traces: dict[str, tuple[str, int]] = {}  # transport -> (sender host, qpn)
         self.link_rates: dict[str, float] = {}
+        self.first_target: str | None = None
+        self.controller_events: list[dict] = []
 
     # ----- flows ----------------------------------------------------------------------------
     def flow(self, transport: str, src: str, dst: str) -> AgentFlow | TcpFlow:
@@ -92,6 +94,7 @@ class Run:
                     client.close()
             setup_seconds, datapath = em.setup_seconds, em.datapath
             self.dataplane = {**em.dataplane_info, "totals": fidelity.dataplane_totals(em)}
+            self.controller_events = [json.loads(line) for line in em.events_path.read_text().splitlines()]
         return {"setup_seconds": round(setup_seconds, 2), "datapath": datapath}
 
     def variants(self) -> list[tuple[str, bool | None]]:
@@ -135,7 +138,9 @@ class Run:
         rx_after, rx_dt = fidelity.port_counters(dst_leaf), time.monotonic() - rx_t
         tx = rx_after.get(dst_port, {}).get("tx_bytes", 0) - rx_before.get(dst_port, {}).get("tx_bytes", 0)
         self.link_rates[label] = round(tx * 8 / rx_dt / 1e6, 2) if rx_dt > 0 else 0.0
-        link = opts.link or self._busiest_uplink(src, before, after)
+        link = opts.link or self.first_target or self._busiest_uplink(src, before, after)
+        if opts.same_target:
+            self.first_target = link  # every later transport faces the same failed link
         name = opts.scenario.name
         down: frozenset[str]
         events: list[dict] = []
@@ -195,7 +200,8 @@ class Run:
         end_i = round(events[-1]["t"] / metrics.BIN_S) if events else round(opts.fault_end / metrics.BIN_S)
         before = metrics.mean(mbps[warm:fault_i])
         during = metrics.mean(mbps[fault_i:end_i])
-        after = metrics.mean(mbps[end_i + round(0.5 / metrics.BIN_S):])
+        tail = mbps[end_i + round(0.5 / metrics.BIN_S):]
+        after = metrics.mean(tail) if tail else None
         planes = planes_used(res.transport, fabric.params.planes)
         cap_before = fabric.path_capacity_mbps(res.src, res.dst, planes=planes)
         cap_after = fabric.path_capacity_mbps(res.src, res.dst, down, planes=planes)
@@ -207,7 +213,7 @@ class Run:
             "data_ok": res.data_ok,
             "goodput_before_mbps": round(before, 2),
             "goodput_during_mbps": round(during, 2),
-            "goodput_after_mbps": round(after, 2),
+            "goodput_after_mbps": None if after is None else round(after, 2),
             "goodput_fraction": round(during / before, 3) if before else None,
             "recovery_target_mbps": round(target, 2),
             "capacity_mbps": {"before": cap_before, "during": cap_after},
@@ -420,8 +426,10 @@ def ev_timeline(trace: Path, qpn: int) -> list[list]:
     return out
 
 
-def run_scenario(opts: Options, out: Path, progress: Progress = print) -> dict:
-    """Run, then write results/NAME atomically; returns the summary."""
+def run_scenario(opts: Options, out: Path, progress: Progress = print,
+                 finish: Callable[[Run, dict, Path], None] | None = None) -> dict:
+    """Run, then write results/NAME atomically; returns the summary. `finish(run, summary,
+    staging)` may add to the summary and the folder before it is moved into place."""
     out.parent.mkdir(parents=True, exist_ok=True)
     workdir = Path(tempfile.mkdtemp(prefix=f"mrclab-{opts.scenario.name}-"))
     staging = Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=out.parent))
@@ -431,6 +439,9 @@ def run_scenario(opts: Options, out: Path, progress: Progress = print) -> dict:
         info = run.execute()
         summary = _summarise(run, info)
         _write(run, summary, staging, workdir)
+        if finish is not None:
+            finish(run, summary, staging)
+            (staging / "summary.json").write_text(json.dumps(summary, indent=2))
         if out.exists():
             shutil.rmtree(out)
         shutil.move(str(staging), str(out))
@@ -465,11 +476,24 @@ def _summarise(run: Run, info: dict) -> dict:
         "seed": opts.seed,
         "software": fidelity.software_versions(),
         "dataplane": run.dataplane,
+        "routing": {"detect_ms": opts.detect_ms, "controller_events": _relative_events(run)},
         "faults": run.timeline,
         "transports": run.transports,
         "fidelity": {"link_mbps_configured": opts.fabric.link_mbps, "per_transport": per_transport,
                      "faithful": not problems, "problems": problems},
     }
+
+
+def _relative_events(run: Run) -> list[dict]:
+    """Controller events, each stamped with the transport whose run it fell in and its time
+    since that transport's start (the time axis of every plot)."""
+    out = []
+    for event in run.controller_events:
+        for transport, (t0, t1) in run.windows.items():
+            if t0 <= event["t"] <= t1 + run.opts.detect_ms / 1000 + 1.0:
+                out.append({**event, "t": round(event["t"] - t0, 3), "transport": transport})
+                break
+    return out
 
 
 def _write(run: Run, summary: dict, staging: Path, workdir: Path) -> None:

@@ -70,6 +70,7 @@ class Options:
     step_kb: int = 64
     datapath: str = "auto"
     dataplane: str = "auto"  # switch egress: auto (eBPF where it loads) | ebpf | droptail
+    same_target: bool = False  # fault the first transport's link for all (the demo's comparison)
     extra: dict = field(default_factory=dict)
 
     def as_dict(self) -> dict:

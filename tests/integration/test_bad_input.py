@@ -27,6 +27,14 @@ def _mrclab(*args, env=None, user=None):
     (["demo", "--spines", "1"], "2+ spines"),
     (["demo", "--cut-at", "5", "--restore-at", "4"], "--cut-at < --restore-at"),
     (["frobnicate"], "invalid choice"),
+    (["run", "frobnicate"], "invalid choice"),
+    (["run", "lossy-link", "--loss", "1.5"], "probability in [0, 1]"),
+    (["run", "incast", "--senders", "40"], "at most"),
+    (["run", "link-failure", "--link", "p0l0-p0s9"], "no link named"),
+    (["run", "switch-failure", "--switch", "p0l0"], "is a leaf"),
+    (["run", "link-failure", "--fault-at", "5", "--fault-end", "4"], "--fault-at < --fault-end"),
+    (["run", "link-failure", "--transports", "mrc,quic"], "unknown transport"),
+    (["run", "collective", "--transports", "tcp"], "agents' transports only"),
 ])
 def test_bad_parameters_get_one_line_and_exit_2(args, words, emulation_ready):
     proc = _mrclab(*args)

@@ -83,6 +83,8 @@ class Scenario:
     psn0: int
     sizes: list[list[int]]  # per QP
     seed: int
+    delay: float = 0.0003
+    queue: int = 55_000
 
     @property
     def reverse_faults(self) -> bool:
@@ -140,7 +142,8 @@ class Qp:
 
 
 def _run(sc: Scenario) -> tuple[TracingSimulation, list[Qp], float]:
-    fab = sim_fabric(sc.planes, sc.spines, rate_bps=sc.rate, jitter=sc.jitter, dup=sc.dup)
+    fab = sim_fabric(sc.planes, sc.spines, rate_bps=sc.rate, delay=sc.delay, queue_bytes=sc.queue,
+                     jitter=sc.jitter, dup=sc.dup)
     for k, p in sc.loss.items():
         fab.links[k].loss = p
     for k, interval in sc.down.items():

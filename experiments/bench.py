@@ -48,7 +48,7 @@ from pathlib import Path
 from endpoints.control import AgentClient
 from experiments import fidelity
 from topologies import netns
-from topologies.model import GATEWAY_LLADDR, USID_BLOCK, Fabric, FabricParams, usid_prefix
+from topologies.model import GATEWAY_LLADDR, LINK_MTU, USID_BLOCK, Fabric, FabricParams, usid_prefix
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_OUT = REPO / "results" / "bench" / "agent.json"
@@ -253,7 +253,7 @@ class BenchNet:
                           family=socket.AF_INET6)
                 for nic, peer_nic in zip(host.nics, peer.nics, strict=True):
                     (idx,) = ipr.link_lookup(ifname=nic.ifname)
-                    ipr.link("set", index=idx, address=nic.mac, state="up")
+                    ipr.link("set", index=idx, address=nic.mac, mtu=LINK_MTU, state="up")
                     ipr.addr("add", index=idx, address=str(nic.srv6_addr), prefixlen=128,
                              flags=IFA_F_NODAD)
                     ipr.neigh("add", dst=GATEWAY_LLADDR, lladdr=peer_nic.mac, ifindex=idx,

@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from experiments import fidelity, metrics, plots
+from experiments import fidelity, metrics
 from experiments.agents import start_agents
 from experiments.faults import FaultInjector
 from experiments.flows import BASELINE_PLANE, AgentFlow, FlowResult, TcpFlow, planes_used
@@ -515,4 +515,6 @@ def _write(run: Run, summary: dict, staging: Path, workdir: Path) -> None:
     if summary_path_state:
         summary["path_state"] = summary_path_state
         (staging / "summary.json").write_text(json.dumps(summary, indent=2))
+    from experiments import plots  # matplotlib: imported only when there is something to draw
+
     plots.plot_scenario(staging, summary, run.curves, run.windows, timelines)

@@ -145,7 +145,7 @@ class Emulation:
     def _build_mininet(self) -> None:
         from mininet.log import setLogLevel
         from mininet.net import Mininet
-        from mininet.node import OVSSwitch, RemoteController
+        from mininet.node import OVSSwitch
 
         setLogLevel("error")
         switch_cls = partial(OVSSwitch, datapath=self.datapath, batch=True, failMode="secure",
@@ -153,7 +153,9 @@ class Emulation:
         net = Mininet(switch=switch_cls, controller=None, build=False, autoSetMacs=False,
                       autoStaticArp=False, waitConnected=False)
         self.net = net
-        net.addController(RemoteController("c0", ip="127.0.0.1", port=self.controller_port))
+        # Not Mininet's RemoteController: it starts a shell to telnet-probe the port (a process
+        # per run, and its output decoding has failed on stray bytes); switches need only this.
+        net.controllers.append(_ControllerRef(self.controller_port))
         for sw in self.fabric.switches:
             net.addSwitch(sw.name, dpid=f"{sw.dpid:016x}")
         for host in self.fabric.hosts:
@@ -326,6 +328,25 @@ class Emulation:
             if time.monotonic() - t0 > timeout:
                 raise RuntimeError(f"OVS still reports {name} as {states} after {timeout:.0f} s")
             time.sleep(0.02)
+
+
+class _ControllerRef:
+    """What Mininet's OVSSwitch.start reads of a controller: the os-ken process listens here."""
+
+    name = "c0"
+    protocol = "tcp"
+
+    def __init__(self, port: int) -> None:
+        self.port = port
+
+    def IP(self) -> str:  # noqa: N802 - Mininet's name
+        return "127.0.0.1"
+
+    def start(self) -> None:
+        pass
+
+    def stop(self) -> None:
+        pass
 
 
 def _raise_socket_buffer_limits(minimum: int = 8 << 20) -> None:

@@ -25,8 +25,9 @@ from topologies import netns
 SRC, DST = netio.packed("fd00:99::1"), netio.packed("fd00:99::2")
 MAC_A, MAC_B = "02:6d:72:63:00:01", "02:6d:72:63:00:02"
 ETH = bytes.fromhex(MAC_B.replace(":", "")) + bytes.fromhex(MAC_A.replace(":", "")) + b"\x86\xdd"
-FRAME = dp.frame_bytes()
-SPEC = dp.PortSpec("lo", None, 10e6, *dp.default_thresholds(50))
+MTU = 1024  # the tests' data packets carry 1 KB payloads: thresholds in those frames
+FRAME = dp.frame_bytes(MTU)
+SPEC = dp.PortSpec("lo", None, 10e6, *dp.default_thresholds(50, MTU))
 
 
 @pytest.fixture(scope="module")
@@ -70,7 +71,7 @@ def run_at(prog: dp.Program, f: bytes, vq: int, spec: dp.PortSpec = SPEC) -> dp.
 
 
 def test_below_between_above_thresholds(prog):
-    th = dp.default_thresholds(50)
+    th = dp.default_thresholds(50, MTU)
     f = frame(data())
     below = run_at(prog, f, 0)
     assert below == (dp.TC_ACT_OK, f, dp.CLASS_DATA)
@@ -230,7 +231,7 @@ def veth(bpf_ready):
             sleepers.append(subprocess.Popen(["ip", "netns", "exec", ns, "sleep", "3600"]))
         subprocess.run(["ip", "netns", "exec", NS_A, "tc", "-batch", "-"], check=True, text=True,
                        capture_output=True,
-                       input=dp.htb_priority_batch([IF_A], LINK_MBPS, QUEUE, 2 * 1514))
+                       input=dp.htb_priority_batch([IF_A], LINK_MBPS, QUEUE, 2 * 1514, MTU))
         yield sleepers[0].pid, sleepers[1].pid
     finally:
         for proc in sleepers:
@@ -284,7 +285,7 @@ def _burst(pid: int, payloads: list[bytes], tclass: int = wire.DATA_TCLASS, dpor
 
 
 def _attach(pid: int, **kw: object) -> dp.DataPlane:
-    spec = dp.switch_ports([(IF_A, False)], LINK_MBPS, QUEUE, netns_pid=pid)[0]
+    spec = dp.switch_ports([(IF_A, False)], LINK_MBPS, QUEUE, netns_pid=pid, mtu_payload=MTU)[0]
     return dp.attach([replace(spec, **kw)])
 
 
@@ -325,7 +326,7 @@ def test_burst_marks_then_trims_and_headers_overtake(veth):
     first_trim = min(i for i, (p, _) in enumerate(pkts) if p.flags & wire.F_TRIMMED)
     assert first_trim < last_full, order
     # Past the trim threshold only headers join the backlog.
-    assert c["vq_max"] <= dp.default_thresholds(QUEUE).trim_bytes + c["trimmed"] * dp.TRIM_LEN
+    assert c["vq_max"] <= dp.default_thresholds(QUEUE, MTU).trim_bytes + c["trimmed"] * dp.TRIM_LEN
 
 
 def test_burst_without_trimming_drops_at_capacity(veth):
@@ -374,7 +375,7 @@ def test_paged_frame_is_trimmed_with_a_valid_checksum(veth):
                 tx = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
             tx.setsockopt(socket.IPPROTO_IPV6, netio.IPV6_TCLASS, wire.DATA_TCLASS)
             tx.connect(("fd00:99::2", netio.MRC_PORT))
-            th = dp.default_thresholds(QUEUE)
+            th = dp.default_thresholds(QUEUE, MTU)
             for vq, psn in ((th.mark_bytes, 1), (th.trim_bytes, 2)):
                 prog.set_queue(ifindex, vq, frozen=True)
                 payload = data(psn=psn)
@@ -428,7 +429,7 @@ def test_detach_leaves_nothing(veth):
 def test_baseline_class_is_dropped_not_trimmed(prog):
     """RoCE's packets (DSCP 0) are not in the trimming class: above the drop threshold they are
     dropped, as RoCE without PFC sees it, while the MRC class is trimmed at the same backlog."""
-    th = dp.default_thresholds(QUEUE)
+    th = dp.default_thresholds(QUEUE, MTU)
     for tclass, verdict, trimmed in ((netio.ECN_ECT0, dp.TC_ACT_SHOT, False),
                                      (wire.DATA_TCLASS, dp.TC_ACT_OK, True)):
         res = run_at(prog, frame(data(), tclass=tclass), th.drop_bytes)

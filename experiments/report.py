@@ -47,9 +47,9 @@ def table(summary: dict, markdown: bool = False) -> str:
 def fidelity_line(summary: dict) -> str:
     fid = summary["fidelity"]
     if fid.get("faithful", True):
-        idles = [v.get("cpu_idle_min_pct") for v in fid.get("per_transport", {}).values()]
+        idles = [v.get("cpu_idle_p10_pct") for v in fid.get("per_transport", {}).values()]
         idles = [i for i in idles if i is not None]
-        low = f"CPU idle min {min(idles)}%" if idles else "CPU idle not sampled"
+        low = f"CPU idle 10th percentile {min(idles)}% or more" if idles else "CPU idle not sampled"
         return f"fidelity: faithful ({low})"
     return "fidelity: NOT FAITHFUL: " + "; ".join(fid["problems"])
 

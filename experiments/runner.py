@@ -49,6 +49,7 @@ class Run:
         self.ev_traces: dict[str, tuple[str, int]] = {}  # transport -> (sender host, qpn)
         self.link_rates: dict[str, float] = {}
         self.first_target: str | None = None
+        self.uplink_counts: dict[str, int] = {}
         self.controller_events: list[dict] = []
 
     # ----- flows ----------------------------------------------------------------------------
@@ -119,6 +120,7 @@ class Run:
                   - before.get(first_uplink + s, {}).get("tx_pkts", 0)
                   for s in range(fabric.params.spines)}
         spine = max(counts, key=lambda s: (counts[s], -s))
+        self.uplink_counts = {fabric.spine(BASELINE_PLANE, s).name: n for s, n in counts.items()}
         return f"{leaf.name}-{fabric.spine(BASELINE_PLANE, spine).name}"
 
     def run_fault(self, transport: str, faults: FaultInjector, label: str) -> None:
@@ -185,6 +187,10 @@ class Run:
         self.timeline += [{**e, "transport": label} for e in events]
         self.transports[label] = self.fault_metrics(result, t0, events, down, label)
         self.transports[label]["target"] = link if name != "switch-failure" else events[0]["target"]
+        # How the target was found: packets each plane-0 uplink of the source leaf carried
+        # before the fault (the hashed flow's spine stands out).
+        self.transports[label]["uplink_tx_pkts_before_fault"] = dict(self.uplink_counts)
+        self.uplink_counts = {}
         self._keep_trace(label, flow)
         # Let the baseline routing plane converge back before the next transport starts.
         time.sleep(opts.detect_ms / 1000 + 0.3)
@@ -456,14 +462,16 @@ def _summarise(run: Run, info: dict) -> dict:
     problems: list[str] = []
     per_transport = {}
     for transport, (t0, t1) in run.windows.items():
-        idle = run.cpu.min_idle(t0, t1)
+        idle = run.cpu.low_idle(t0, t1)
         rate = run.link_rates.get(transport)
-        entry = {"cpu_idle_min_pct": idle, "cpu_idle_mean_pct": run.cpu.mean_idle(t0, t1)}
+        entry = {"cpu_idle_min_pct": run.cpu.min_idle(t0, t1), "cpu_idle_p10_pct": idle,
+                 "cpu_idle_mean_pct": run.cpu.mean_idle(t0, t1)}
         if rate is not None:
             entry["link_mbps_achieved"] = rate
         per_transport[transport] = entry
         if idle is not None and idle < fidelity.CPU_IDLE_FLOOR_PCT:
-            problems.append(f"{transport}: CPU idle fell to {idle}% (< {fidelity.CPU_IDLE_FLOOR_PCT}%)")
+            problems.append(f"{transport}: CPU idle was below {idle}% for 10% of the run "
+                            f"(< {fidelity.CPU_IDLE_FLOOR_PCT}%)")
         if rate is not None and transport in SATURATING and \
                 rate < fidelity.LINK_RATE_FLOOR * opts.fabric.link_mbps:
             problems.append(f"{transport}: the receiver's plane-0 link carried {rate} of "

@@ -89,3 +89,15 @@ def test_denied_is_never_used_and_all_bad_falls_back():
     assert a not in {s.next_ev() for _ in range(100)}
     s.mark_bad(b, 1.0)
     assert {s.next_ev() for _ in range(10)} == {c}
+
+
+def test_floor_still_lets_a_backup_take_a_failed_evs_place():
+    """Regression: at the floor, an EV that failed was kept in use even with a GOOD backup of its
+    plane ready, although swapping the backup in leaves as many usable EVs (a stalled transfer
+    in test_core_transport.test_floor_does_not_keep_dead_evs_while_a_backup_waits)."""
+    s = _set(1, 3, active_fraction=0.67, min_active=2)  # 2 active (the floor), 1 backup
+    a, b = s.active
+    assert s.mark_bad(a, 1.0)
+    assert s.state[a] == ASSUMED_BAD and a not in s.active and len(s.usable()) == 2
+    assert not s.mark_bad(b, 1.0)  # no backup left: now the floor holds
+    assert s.state[b] == GOOD

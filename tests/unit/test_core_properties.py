@@ -258,15 +258,18 @@ def test_every_message_exactly_once_in_order_under_faults(sc: Scenario) -> None:
 @_settings(30)
 @given(scenarios(faults=False), st.floats(0.0, 0.1))
 def test_clean_network_needs_no_retransmission(sc: Scenario, dup: float) -> None:
+    """One QP, no fault but duplication: nothing is resent, nothing benched. (The QP's own burst
+    can still overflow a queue, e.g. 16 x 4 KB into one 10 Mbit/s path: then losses are real.)"""
     sc.dup = dup  # duplicates are not losses: still nothing to resend
     sc.sizes = sc.sizes[:1]
     sim, qps, end = _run(sc)
     _check_exact(qps, end)
     _check_behaviour(sc, sim, qps)
-    assert not sim.first_drop
     (qp,) = qps
-    assert qp.snd.stats["retransmitted"] == 0 and qp.snd.stats["bad_evs"] == 0
-    assert set(qp.snd.ev_states().values()) <= {"GOOD", "SKIP"}
+    if not sim.first_drop:
+        assert qp.snd.stats["retransmitted"] == 0 and qp.snd.stats["bad_evs"] == 0
+        assert set(qp.snd.ev_states().values()) <= {"GOOD", "SKIP"}
+    event("own burst overflowed a queue" if sim.first_drop else "nothing dropped")
 
 
 # ----- go-back-N baseline ---------------------------------------------------------------------

@@ -12,6 +12,8 @@ from endpoints.sender import EvInfo, MrcSender, ts_us
 from endpoints.simnet import Simulation, run_transfer, sim_fabric
 
 CFG = TransportConfig()
+# 1 KB packets, pinned where a scenario's timing or packet counts were built on them.
+KB = TransportConfig(mtu_payload=1024)
 
 
 def _messages(n, size, seed=1):
@@ -63,7 +65,7 @@ def test_dead_path_goes_bad_within_a_few_rtts_and_comes_back_after_repair():
     fab.links[("up", 0, 0)].down = [(1.0, 2.0)]
     dead_ev = next(e.ev for e in fab.evs if e.plane == 0 and e.ev & 0xFFFF == 0xC000)
     msgs = _messages(12, 1 << 20)
-    snd, rcv, res = _transfer(fab, msgs)
+    snd, rcv, res = _transfer(fab, msgs, cfg=KB)
     _check_exact(res, msgs)
     changes = [e for e in res.sender_events if e[0] == "ev_state" and e[2] == dead_ev]
     went_bad = next(e for e in changes if e[4] == ASSUMED_BAD)
@@ -166,10 +168,6 @@ def test_trimmed_packet_is_nacked_and_resent_without_marking_the_path_bad():
     assert resent[0][0] != ev
     rcv.on_datagram(resent[0][1], resent[0][0], 0.004)
     assert rcv.take_completed() == [(0, msg)]
-
-
-# The tests below pin 1 KB packets: the scenarios (packet counts, windows) were built on them.
-KB = TransportConfig(mtu_payload=1024)
 
 
 def _ev(fab, plane, spine):

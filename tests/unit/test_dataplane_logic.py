@@ -9,6 +9,7 @@ from dataclasses import replace
 import pytest
 
 from endpoints import netio, wire
+from endpoints.config import TransportConfig
 from topologies import dataplane as dp
 
 SRC, DST = netio.packed("fd00:99::1"), netio.packed("fd00:99::2")
@@ -52,7 +53,7 @@ def test_c_source_has_no_hand_copied_mrc_constants():
 def test_default_thresholds_are_ordered_and_in_frames():
     th = dp.default_thresholds(50)
     frame_len = dp.frame_bytes()
-    assert frame_len == 14 + 40 + 8 + wire.DATA_HDR + 1024
+    assert frame_len == 14 + 40 + 8 + wire.DATA_HDR + TransportConfig().mtu_payload
     assert th == (dp.MARK_PACKETS * frame_len, dp.TRIM_PACKETS * frame_len, 50 * frame_len)
     for q in range(3, 40):
         small = dp.default_thresholds(q)

@@ -75,7 +75,8 @@ def _demo_view(run: Run, summary: dict, staging: Path) -> None:
     fid["per_transport"] = {NAMES[t]: v for t, v in fid["per_transport"].items()}
     summary["scenario"] = "demo"
     mrc = transports["mrc"]
-    summary["ok"] = bool(mrc["data_ok"] and transports["baseline"]["data_ok"] and mrc["recovery_ms"] is not None)
+    summary["ok"] = bool(mrc["data_ok"] and transports["baseline"]["data_ok"]
+                         and mrc["recovery_ms"] is not None)
     curves = {NAMES[t]: run.curves[t] for t in ("mrc", "roce")}
     n = min(len(c) for c in curves.values())
     (staging / "goodput.csv").write_text("t_s,mrc_mbps,baseline_mbps\n" + "".join(

@@ -391,11 +391,14 @@ class MrcSender:
 
     def _rto_for(self, p: _Pkt) -> float:
         """The QP's RTO, stretched to the packet's own path if that path is slower (a deep
-        queue on one plane must not look like a dead path)."""
+        queue on one plane must not look like a dead path): at least twice the path's smoothed
+        RTT, since a path that takes over a failed sibling's share can double its queue within
+        one RTT, faster than its variance estimate follows."""
         est = self.ev_rtt.get(p.ev)
         if est is None:
             return self.rto
-        return max(self.rto, min(self.c.rto_max, est[0] + 4 * est[1] + self.c.reorder_slack))
+        path = max(2 * est[0], est[0] + 4 * est[1]) + self.c.reorder_slack
+        return max(self.rto, min(self.c.rto_max, path))
 
     def _check_rto(self, now: float) -> None:
         if not self.outstanding:

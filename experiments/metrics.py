@@ -40,12 +40,12 @@ def smoothed(values: Sequence[float], width: int = SMOOTH_BINS) -> list[float]:
 
 
 def recovery_ms(mbps: Sequence[float], fault_index: int, target: float,
-                end_index: int | None = None) -> float | None:
+                end_index: int | None = None, width: int = SMOOTH_BINS) -> float | None:
     """Milliseconds from bin `fault_index` to the first bin from which the smoothed goodput
     holds >= `target` for HOLD_S, searching up to `end_index`; None if it never does."""
     end = len(mbps) if end_index is None else min(end_index, len(mbps))
     hold = round(HOLD_S / BIN_S)
-    smooth = smoothed(mbps)
+    smooth = smoothed(mbps, width)
     run_start = None
     for i in range(fault_index, end):
         if smooth[i] >= target:
@@ -65,3 +65,18 @@ def longest_stall_ms(mbps: Sequence[float], start: int = 0, end: int | None = No
         run = run + 1 if value == 0 else 0
         best = max(best, run)
     return round(best * BIN_S * 1000, 1)
+
+
+def steady_width(mbps: Sequence[float], start: int, end: int, level: float,
+                 widths: Sequence[int] = (SMOOTH_BINS, 10, 20)) -> int | None:
+    """The finest smoothing (in bins) at which the fault-free stretch start..end itself stays at
+    or above `level` (95% of the time): a transport whose application sees data in bursts (MPTCP
+    reassembling subflows, TCP with jumbo segments) fails it at 50 ms with no fault at all, and
+    its recovery is then judged at the width it does pass. None: not even at the widest."""
+    if end - start < round(HOLD_S / BIN_S):
+        return None
+    for width in widths:
+        smooth = smoothed(mbps, width)[start:end - width]
+        if smooth and sum(v >= level for v in smooth) >= 0.95 * len(smooth):
+            return width
+    return None

@@ -212,9 +212,11 @@ class Run:
         cap_before = fabric.path_capacity_mbps(res.src, res.dst, planes=planes)
         cap_after = fabric.path_capacity_mbps(res.src, res.dst, down, planes=planes)
         target = metrics.THRESHOLD * before * (cap_after / cap_before if cap_before else 0.0)
+        width = metrics.steady_width(mbps, warm, fault_i, metrics.THRESHOLD * before) or metrics.SMOOTH_BINS
         out = {
             "src": res.src, "dst": res.dst,
-            "recovery_ms": metrics.recovery_ms(mbps, fault_i, target, end_i),
+            "recovery_ms": metrics.recovery_ms(mbps, fault_i, target, end_i, width),
+            "recovery_smoothing_ms": round(width * metrics.BIN_S * 1000),
             "stall_ms": metrics.longest_stall_ms(mbps, fault_i, min(end_i + round(1 / metrics.BIN_S), n)),
             "data_ok": res.data_ok,
             "goodput_before_mbps": round(before, 2),

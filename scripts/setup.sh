@@ -17,6 +17,7 @@ if [ -n "$missing" ]; then
   echo "setup: installing$missing"
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
+  dp_updated=1
   apt-get install -y -qq --no-install-recommends $missing >/dev/null
 fi
 

@@ -57,9 +57,11 @@ def test_switch_failure_and_lossy_link(tmp_path):
     loss = [e for e in s["faults"] if e["action"] == "loss_cleared"]
     assert loss and all(sum(e["dropped"].values()) > 0 for e in loss)  # nftables really dropped
     mrc, spray = s["transports"]["mrc"], s["transports"]["spray"]
-    # The state machine benches the lossy path; plain spraying keeps paying for it.
-    assert mrc["goodput_fraction"] > spray["goodput_fraction"]
-    assert mrc["goodput_fraction"] > 0.7
+    # The goal: MRC keeps 90% of its no-fault goodput at p = 0.2. The state machine benches the
+    # lossy path; plain spraying keeps feeding it and pays in losses (which a NIC-bound flow
+    # with a large window may or may not feel in goodput).
+    assert mrc["goodput_fraction"] >= 0.9
+    assert spray["sender_stats"]["lost"] > 2 * mrc["sender_stats"]["lost"]
     assert_nothing_left()
 
 

@@ -38,3 +38,14 @@ def test_longest_stall():
 
 def test_smoothed_is_forward_mean():
     assert metrics.smoothed([0, 10, 20, 30], 2) == [5, 15, 25, 30]
+
+
+def test_steady_width_widens_only_for_bursty_deliveries():
+    from experiments.metrics import steady_width
+
+    smooth_flow = [10.0] * 300
+    assert steady_width(smooth_flow, 0, 300, 9.0) == 5
+    bursty = [40.0 if i % 10 == 0 else 0.0 for i in range(300)]  # mean 4, one burst per 100 ms
+    assert steady_width(bursty, 0, 300, 3.6) == 10
+    assert steady_width([80.0 if i % 20 == 0 else 0.0 for i in range(300)], 0, 300, 3.6) == 20
+    assert steady_width([0.0] * 300, 0, 300, 1.0) is None

@@ -8,7 +8,7 @@ and UDP headers and the checksum, byte for byte what `build_packet` writes
 (tests/integration/test_bench.py compares the frames), and the route stays cached in the socket.
 Building packets in Python cost ~5 us per 1 KB packet (3 of them the checksum's big-integer
 `%`), about half of what the agent now spends per packet in all. Where TX checksum offload is
-on (hostnet leaves it on for OVS's kernel datapath), frames carry a partial checksum that the
+on, frames would carry a partial checksum that the
 receiving kernel trusts, as for any local UDP socket.
 
 Sending, fallback (the kernel refused a path socket, or too many paths): an AF_INET6 raw socket

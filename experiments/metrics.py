@@ -69,14 +69,15 @@ def longest_stall_ms(mbps: Sequence[float], start: int = 0, end: int | None = No
 
 def steady_width(mbps: Sequence[float], start: int, end: int, level: float,
                  widths: Sequence[int] = (SMOOTH_BINS, 10, 20)) -> int | None:
-    """The finest smoothing (in bins) at which the fault-free stretch start..end itself stays at
-    or above `level` (95% of the time): a transport whose application sees data in bursts (MPTCP
+    """The finest smoothing (in bins) at which the fault-free stretch start..end itself never
+    falls below `level`, so that the recovery test cannot fail on noise the transport shows
+    with no fault at all: a transport whose application sees data in bursts (MPTCP
     reassembling subflows, TCP with jumbo segments) fails it at 50 ms with no fault at all, and
     its recovery is then judged at the width it does pass. None: not even at the widest."""
     if end - start < round(HOLD_S / BIN_S):
         return None
     for width in widths:
         smooth = smoothed(mbps, width)[start:end - width]
-        if smooth and sum(v >= level for v in smooth) >= 0.95 * len(smooth):
+        if smooth and min(smooth) >= level:
             return width
     return None

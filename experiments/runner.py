@@ -23,7 +23,7 @@ from experiments.flows import BASELINE_PLANE, AgentFlow, FlowResult, TcpFlow, pl
 from experiments.scenarios import Options
 from topologies import hostnet
 from topologies.emulation import Emulation
-from topologies.model import Fabric
+from topologies.model import Fabric, fair_share_mbps
 
 WARMUP_S = 0.5
 SATURATING = {"mrc", "spray", "tcp", "mptcp"}  # offer more than a link carries
@@ -212,7 +212,7 @@ class Run:
         cap_before = fabric.path_capacity_mbps(res.src, res.dst, planes=planes)
         cap_after = fabric.path_capacity_mbps(res.src, res.dst, down, planes=planes)
         target = metrics.THRESHOLD * before * (cap_after / cap_before if cap_before else 0.0)
-        width = metrics.steady_width(mbps, warm, fault_i, metrics.THRESHOLD * before) or metrics.SMOOTH_BINS
+        width = metrics.steady_width(mbps, warm, fault_i, metrics.THRESHOLD * before) or 20
         out = {
             "src": res.src, "dst": res.dst,
             "recovery_ms": metrics.recovery_ms(mbps, fault_i, target, end_i, width),
@@ -253,13 +253,18 @@ class Run:
             per_flow.append(metrics.mean(mbps[warm:]))
         planes = len(planes_used(transport, fabric.params.planes))
         host_cap = planes * fabric.params.link_mbps
-        fractions = [g / host_cap for g in per_flow]
+        # What the fabric can carry for this permutation on the planes the transport uses:
+        # max-min fair over host NICs and leaf up/down links (oversubscription counted).
+        fair = fair_share_mbps(fabric, list(perm.items()), planes)
+        carry = sum(fair.values())
+        fractions = [g / fair[(src, perm[src])] for g, src in zip(per_flow, names, strict=True)]
         self.curves[label] = total_curve
         self.windows[label] = (t0, t0 + opts.duration)
         self.transports[label] = {
-            "throughput_fraction": round(sum(per_flow) / (host_cap * len(names)), 3),
+            "throughput_fraction": round(sum(per_flow) / carry, 3),
             "throughput_mbps": round(sum(per_flow), 2),
-            "capacity_mbps": host_cap * len(names),
+            "capacity_mbps": round(carry, 2),
+            "host_capacity_mbps": host_cap * len(names),
             "planes_used": planes,
             "flow_fraction_min": round(min(fractions), 3),
             "flow_fraction_mean": round(sum(fractions) / len(fractions), 3),

@@ -39,7 +39,7 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
     Scenario("lossy-link", "fault", "random drop with probability p on one T0-T1 link",
              SMALL, 7.0, 2.5, 6.5),
     Scenario("permutation", "permutation", "every host sends to another (seeded permutation)",
-             FabricParams(planes=2, leaves=2, spines=2, hosts_per_leaf=3, link_mbps=10.0), 5.0),
+             FabricParams(planes=2, leaves=2, spines=3, hosts_per_leaf=3, link_mbps=10.0), 5.0),
     Scenario("incast", "incast", "N senders to one receiver, plus a victim flow sharing its leaf",
              FabricParams(planes=2, leaves=2, spines=2, hosts_per_leaf=4, link_mbps=10.0), 7.0,
              2.5, 6.5),

@@ -373,6 +373,39 @@ class Fabric:
         return total
 
 
+def fair_share_mbps(fabric: Fabric, pairs: list[tuple[str, str]],
+                    planes: int) -> dict[tuple[str, str], float]:
+    """Max-min fair rate of each (src, dst) flow over `planes` planes when every flow spreads
+    perfectly over all spines of a plane (the best any transport can do): water-filling over
+    host NICs and each leaf's aggregate up and down links. What the fabric can carry for these
+    flows, oversubscribed or not; ECMP collisions and imperfect spraying only lose to it."""
+    p = fabric.params
+    rate = p.link_mbps * planes
+    leaf_of = {h.name: h.leaf_index for h in fabric.hosts}
+    links: dict[tuple, list[int]] = {}  # link -> flows crossing it
+    for i, (src, dst) in enumerate(pairs):
+        crossing = [("tx", src), ("rx", dst)]
+        if leaf_of[src] != leaf_of[dst]:
+            crossing += [("up", leaf_of[src]), ("down", leaf_of[dst])]
+        for link in crossing:
+            links.setdefault(link, []).append(i)
+    capacity = {link: rate if link[0] in ("tx", "rx") else rate * p.spines for link in links}
+    share = [0.0] * len(pairs)
+    frozen = [False] * len(pairs)
+    while not all(frozen):
+        # The tightest link decides the next increment for every flow still growing.
+        step = min((capacity[link] - sum(share[i] for i in flows)) / sum(not frozen[i] for i in flows)
+                   for link, flows in links.items() if any(not frozen[i] for i in flows))
+        for i in range(len(pairs)):
+            if not frozen[i]:
+                share[i] += step
+        for link, flows in links.items():
+            if sum(share[i] for i in flows) >= capacity[link] - 1e-9:
+                for i in flows:
+                    frozen[i] = True
+    return {pair: share[i] for i, pair in enumerate(pairs)}
+
+
 def build(params: FabricParams | None = None, **kwargs: object) -> Fabric:
     """Build and validate a fabric: `build(planes=4, leaves=2, ...)` or `build(params)`."""
     if params is None:

@@ -133,3 +133,20 @@ def test_capacity_accounts_for_cut_links():
     both = frozenset({"p0l0-p0s0", "p0l0-p0s1"})
     assert f.path_capacity_mbps("h0", "h2", both) == 30
     assert f.path_capacity_mbps("h0", "h2", both, planes=(0,)) == 0
+
+
+def test_fair_share_counts_oversubscription_and_host_links():
+    from topologies.model import build, fair_share_mbps
+
+    fab = build(planes=2, leaves=2, spines=2, hosts_per_leaf=3, link_mbps=10.0)
+    # Three hosts of leaf 0 to three hosts of leaf 1: 60 Mbit/s of demand per direction over
+    # 2 planes x 2 spines x 10 = 40 Mbit/s of uplinks: each flow gets a third of that.
+    cross = [("h0", "h3"), ("h1", "h4"), ("h2", "h5")]
+    assert all(abs(v - 40 / 3) < 1e-6 for v in fair_share_mbps(fab, cross, 2).values())
+    # Non-blocking (3 spines): every flow gets its NICs' 20 Mbit/s; same-leaf flows always do.
+    fab3 = build(planes=2, leaves=2, spines=3, hosts_per_leaf=3, link_mbps=10.0)
+    assert all(abs(v - 20) < 1e-6 for v in fair_share_mbps(fab3, cross, 2).values())
+    # One plane only (a single-path transport's view): half of it.
+    assert all(abs(v - 10) < 1e-6 for v in fair_share_mbps(fab3, cross, 1).values())
+    # Two flows into one host share its NICs.
+    assert sorted(fair_share_mbps(fab3, [("h0", "h5"), ("h1", "h5")], 2).values()) == [10.0, 10.0]

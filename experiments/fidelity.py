@@ -8,6 +8,7 @@ percentile falls below `CPU_IDLE_FLOOR_PCT` (sustained overload) is flagged.
 
 from __future__ import annotations
 
+import json
 import platform
 import re
 import subprocess
@@ -107,9 +108,38 @@ def software_versions() -> dict[str, str]:
 
 
 def dataplane_totals(em: object) -> dict[str, int]:
-    """Marked / trimmed / dropped packets summed over every switch port (eBPF data plane)."""
+    """Marked / trimmed / dropped packets summed over every switch port (eBPF data plane), and
+    `fifo_drops`: what the ports' real queues (HTB leaves) dropped, whichever data plane ran."""
     totals: dict[str, int] = {}
     for counters in em.dataplane_counters().values():  # type: ignore[attr-defined]
         for key in ("packets", "marked", "trimmed", "dropped", "control"):
             totals[key] = totals.get(key, 0) + counters.get(key, 0)
+    totals["fifo_drops"] = qdisc_drops(em)
+    totals["host_fifo_drops"] = host_qdisc_drops(em)
     return totals
+
+
+def host_qdisc_drops(em: object) -> int:
+    """Packets dropped by the hosts' NIC queues (a sender outrunning its own NIC)."""
+    total = 0
+    for host in em.fabric.hosts:  # type: ignore[attr-defined]
+        out = subprocess.run(["mnexec", "-a", str(em.pid(host.name)), "tc", "-s", "-j", "qdisc",  # type: ignore[attr-defined]
+                              "show"], capture_output=True, text=True).stdout
+        try:
+            total += sum(q.get("drops", 0) for q in json.loads(out or "[]") if q.get("kind") == "pfifo")
+        except ValueError:
+            return -1
+    return total
+
+
+def qdisc_drops(em: object) -> int:
+    """Packets dropped by the leaf FIFOs of every switch egress port (`tc -s qdisc`)."""
+    fabric = em.fabric  # type: ignore[attr-defined]
+    ports = {link.b_ifname for link in fabric.links} | \
+        {link.a_ifname for link in fabric.links if link.kind == "fabric"}
+    out = subprocess.run(["tc", "-s", "-j", "qdisc", "show"], capture_output=True, text=True).stdout
+    try:
+        qdiscs = json.loads(out or "[]")
+    except ValueError:
+        return -1
+    return sum(q.get("drops", 0) for q in qdiscs if q.get("dev") in ports and q.get("kind") == "pfifo")

@@ -324,6 +324,9 @@ class Run:
             "evs_marked_bad": sum(s.get("bad_evs", 0) for s in stats),
             "data_ok": vres.data_ok and all(r.data_ok for r in cres),
             "switch_ports": fidelity.dataplane_totals(self.em),
+            "victim_sender": {k: v for k, v in vres.detail.get("sender_stats", {}).items()
+                              if k in ("lost", "timeouts", "bad_evs", "trimmed_nacks", "ecn_echoes")},
+            "victim_receiver_duplicates": vres.detail.get("receiver_stats", {}).get("duplicates"),
             "trimming": self.em.dataplane_info.get("trim") if self.em.dataplane is not None else None,
         }
         self._keep_trace(label, victim)
@@ -333,12 +336,18 @@ class Run:
         opts, fabric = self.opts, self.fabric
         names = [h.name for h in fabric.hosts]
         ring = [self.flow(transport, names[i], names[(i + 1) % len(names)]) for i in range(len(names))]
-        link = opts.link or f"{fabric.leaf(BASELINE_PLANE, 0).name}-{fabric.spine(BASELINE_PLANE, 0).name}"
+        leaf = fabric.leaf(BASELINE_PLANE, 0).name
         phases: dict[str, list[float | None]] = {}
         t_start = time.monotonic()
         done = 0
+        link = opts.link
+        before = fidelity.port_counters(leaf)
         for phase in ("no_fault", "fault"):
             times: list[float | None] = []
+            if phase == "fault" and link is None:
+                # The uplink leaf 0's ring traffic used most in the fault-free phase: for the
+                # single-path transports, the one their hashed flow rides.
+                link = self._busiest_uplink(names[0], before, fidelity.port_counters(leaf))
             for step in range(opts.steps):
                 if phase == "fault" and step == 0:
                     self.timeline.append({"t": faults.cut_link(link) - t_start, "action": "cut",

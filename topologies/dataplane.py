@@ -315,13 +315,17 @@ def switch_ports(ports: Iterable[tuple[str, bool]], link_mbps: float, queue_pack
 
 
 def htb_priority_batch(intfs: Sequence[str], mbps: float, queue_packets: int,
-                       burst_bytes: int, mtu_payload: int | None = None) -> str:
+                       burst_bytes: int, mtu_payload: int | None = None,
+                       fifo_headroom: int = 1) -> str:
     """`tc -batch` lines: HTB root 1: at link rate (1:1) with a strict-priority control class
     1:2 and the data class 1:3, which also takes whatever the program does not classify.
 
     Strictness: 1:2's own rate is the link rate and prio 0, so it never has to borrow and HTB
     always serves it first; 1:3 is guaranteed only a token 1% and borrows the rest from 1:1
-    (total overshoot at most that 1% while both are busy)."""
+    (total overshoot at most that 1% while both are busy). `fifo_headroom`: with the eBPF
+    program enforcing the buffer, the real FIFO is made this many times deeper, so that it
+    never tail-drops what the program's queue model (draining at exactly the link rate, a
+    little faster than HTB on a busy host) has just decided to keep or to trim."""
     frame = frame_bytes(mtu_payload)
     floor_kbit = max(8, round(mbps * 10))
     lines = []
@@ -337,7 +341,7 @@ def htb_priority_batch(intfs: Sequence[str], mbps: float, queue_packets: int,
             f"ceil {mbps}mbit prio 1 {common}",
             f"qdisc add dev {intf} parent 1:2 handle 12: pfifo limit "
             f"{queue_packets * CONTROL_QUEUE_FACTOR}",
-            f"qdisc add dev {intf} parent 1:3 handle 13: pfifo limit {queue_packets}",
+            f"qdisc add dev {intf} parent 1:3 handle 13: pfifo limit {queue_packets * fifo_headroom}",
         ]
     return "\n".join(lines) + "\n"
 

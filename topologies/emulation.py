@@ -212,17 +212,18 @@ class Emulation:
             if link.kind == "fabric":
                 ports.append((link.a_ifname, False))
         mbps = self.fabric.params.link_mbps
-        _run_batch("tc", dataplane.htb_priority_batch([n for n, _ in ports], mbps, SWITCH_QUEUE_PACKETS,
-                                                      BURST_BYTES))
-        if self.dataplane_mode == "droptail":
-            self.dataplane_info = {"mode": "droptail", "reason": "asked for (--dataplane droptail)"}
-            return
-        reason = dataplane.available()
+        names = [n for n, _ in ports]
+        reason = dataplane.available() if self.dataplane_mode != "droptail" else "asked for"
         if reason is not None:
+            _run_batch("tc", dataplane.htb_priority_batch(names, mbps, SWITCH_QUEUE_PACKETS, BURST_BYTES))
             if self.dataplane_mode == "ebpf":
                 raise preflight.PreflightError(f"the eBPF data plane cannot run here: {reason}")
-            self.dataplane_info = {"mode": "droptail", "reason": f"eBPF unavailable: {reason}"}
+            why = ("asked for (--dataplane droptail)" if reason == "asked for"
+                   else f"eBPF unavailable: {reason}")
+            self.dataplane_info = {"mode": "droptail", "reason": why}
             return
+        _run_batch("tc", dataplane.htb_priority_batch(names, mbps, SWITCH_QUEUE_PACKETS, BURST_BYTES,
+                                                      fifo_headroom=3))
         specs = dataplane.switch_ports(ports, mbps, SWITCH_QUEUE_PACKETS)
         self.dataplane = dataplane.attach(specs)
         th = specs[0]

@@ -157,6 +157,12 @@ class Agent:
             qp = self._qp(req, "send")
             qp.stream_until = 0.0
             return {"qpn": qp.qpn}
+        if cmd == "close":
+            # An idle QP still probes (reverse EVs every 20 ms, bad EVs every 5 ms): a runner
+            # closes what it has measured so it does not load the next measurement.
+            qp = self._qp(req, None)
+            del self.qps[qp.qpn]
+            return {"qpn": qp.qpn}
         if cmd == "stats":
             return self._stats(self._qp(req, None))
         if cmd == "progress":  # cheap enough to poll every millisecond (collective steps)
@@ -173,7 +179,7 @@ class Agent:
             self.running = False
             return {}
         raise ControlError(f"unknown command {cmd!r}: use open, stream, write, stop_stream, "
-                           f"stats, progress, agent_stats, ping or shutdown")
+                           f"stats, progress, close, agent_stats, ping or shutdown")
 
     def _qp(self, req: dict, role: str | None) -> Qp:
         qpn = _positive_int(req, "qpn", 0xFFFFFF)

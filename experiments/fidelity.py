@@ -9,6 +9,7 @@ percentile falls below `CPU_IDLE_FLOOR_PCT` (sustained overload) is flagged.
 from __future__ import annotations
 
 import json
+import os
 import platform
 import re
 import subprocess
@@ -16,6 +17,7 @@ import sys
 import threading
 import time
 from importlib import metadata
+from pathlib import Path
 
 CPU_IDLE_FLOOR_PCT = 10.0
 LINK_RATE_FLOOR = 0.85  # achieved / configured on a link that should be saturated
@@ -28,12 +30,33 @@ def _cpu_times() -> tuple[int, int]:
     return idle, sum(fields[:8])
 
 
+OVS_BUSY_CEILING_PCT = 85.0  # ovs-vswitchd's share of one core past which it is the bottleneck
+
+
+def _ovs_pid() -> int | None:
+    try:
+        return int(Path("/var/run/openvswitch/ovs-vswitchd.pid").read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def _proc_cpu_ticks(pid: int) -> int | None:
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return int(fields[11]) + int(fields[12])  # utime + stime, in clock ticks
+
+
 class CpuSampler:
-    """Background sampler of whole-machine CPU idle %."""
+    """Background sampler of whole-machine CPU idle %, and of ovs-vswitchd's share of one core:
+    the userspace datapath forwards in one thread, so it can be the bottleneck while the other
+    core still idles."""
 
     def __init__(self, interval: float = 0.25) -> None:
         self.interval = interval
         self.samples: list[tuple[float, float]] = []  # (monotonic time, idle %)
+        self.ovs_samples: list[tuple[float, float]] = []  # (monotonic time, % of one core)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -47,11 +70,26 @@ class CpuSampler:
 
     def _run(self) -> None:
         idle0, total0 = _cpu_times()
+        ovs = _ovs_pid()
+        hz = os.sysconf("SC_CLK_TCK")
+        ticks0, t0 = (_proc_cpu_ticks(ovs) if ovs else None), time.monotonic()
         while not self._stop.wait(self.interval):
             idle1, total1 = _cpu_times()
+            now = time.monotonic()
             if total1 > total0:
-                self.samples.append((time.monotonic(), 100.0 * (idle1 - idle0) / (total1 - total0)))
+                self.samples.append((now, 100.0 * (idle1 - idle0) / (total1 - total0)))
             idle0, total0 = idle1, total1
+            ticks1 = _proc_cpu_ticks(ovs) if ovs else None
+            if ticks0 is not None and ticks1 is not None and now > t0:
+                self.ovs_samples.append((now, 100.0 * (ticks1 - ticks0) / hz / (now - t0)))
+            ticks0, t0 = ticks1, now
+
+    def ovs_busy(self, start: float = 0.0, end: float = float("inf"), q: float = 90) -> float | None:
+        """The q-th percentile of ovs-vswitchd's CPU (% of one core)."""
+        values = sorted(v for t, v in self.ovs_samples if start <= t <= end)
+        if not values:
+            return None
+        return round(values[min(len(values) - 1, int(len(values) * q / 100))], 1)
 
     def min_idle(self, start: float = 0.0, end: float = float("inf")) -> float | None:
         values = [v for t, v in self.samples if start <= t <= end]

@@ -70,6 +70,11 @@ class AgentFlow:
     def stop(self) -> None:
         self.agents[self.src].call("stop_stream", qpn=self.qpn)
 
+    def close(self) -> None:
+        """Remove both QPs from their agents (after `result`): idle QPs still probe."""
+        for host in (self.src, self.dst):
+            self.agents[host].call("close", qpn=self.qpn)
+
     def result(self) -> FlowResult:
         sent = self.agents[self.src].call("stats", qpn=self.qpn)
         got = self.agents[self.dst].call("stats", qpn=self.qpn)
@@ -123,6 +128,9 @@ class TcpFlow:
                 proc.wait(timeout=10)
             except Exception:  # noqa: BLE001 - a stuck peer is killed at teardown anyway
                 proc.terminate()
+
+    def close(self) -> None:
+        """The processes exit by themselves at the end of their run."""
 
     def result(self) -> FlowResult:
         try:

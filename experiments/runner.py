@@ -183,6 +183,7 @@ class Run:
         _sleep_until(t0 + opts.duration + 0.6)  # let the tail drain
         flow.stop()
         result = flow.result()
+        flow.close()
         self.windows[label] = (t0, t0 + opts.duration)
         self.timeline += [{**e, "transport": label} for e in events]
         self.transports[label] = self.fault_metrics(result, t0, events, down, label)
@@ -244,6 +245,7 @@ class Run:
         for f in flows:
             f.stop()
             results.append(f.result())
+            f.close()
         n = round(opts.duration / metrics.BIN_S)
         warm = round(1.0 / metrics.BIN_S)
         per_flow, total_curve = [], [0.0] * n
@@ -299,10 +301,12 @@ class Run:
         _sleep_until(t0 + opts.duration + 0.6)
         victim.stop()
         vres = victim.result()
+        victim.close()
         cres = []
         for f in crowd:
             f.stop()
             cres.append(f.result())
+            f.close()
         n = round(opts.duration / metrics.BIN_S)
         vm = metrics.series(vres.bins, int(t0 / metrics.BIN_S), n)
         fa, fe = round(opts.fault_at / metrics.BIN_S), round(opts.fault_end / metrics.BIN_S)
@@ -361,6 +365,8 @@ class Run:
         for f in ring:
             f.stop()
         results = [f.result() for f in ring]
+        for f in ring:
+            f.close()
         t_end = time.monotonic()
         n = round((t_end - t_start) / metrics.BIN_S)
         total = [0.0] * n
@@ -480,8 +486,13 @@ def _summarise(run: Run, info: dict) -> dict:
     for transport, (t0, t1) in run.windows.items():
         idle = run.cpu.low_idle(t0, t1)
         rate = run.link_rates.get(transport)
+        ovs = run.cpu.ovs_busy(t0, t1)
         entry = {"cpu_idle_min_pct": run.cpu.min_idle(t0, t1), "cpu_idle_p10_pct": idle,
-                 "cpu_idle_mean_pct": run.cpu.mean_idle(t0, t1)}
+                 "cpu_idle_mean_pct": run.cpu.mean_idle(t0, t1), "ovs_cpu_p90_pct": ovs}
+        if ovs is not None and ovs > fidelity.OVS_BUSY_CEILING_PCT:
+            problems.append(f"{transport}: ovs-vswitchd used {ovs}% of a core for 10% of the run "
+                            f"(> {fidelity.OVS_BUSY_CEILING_PCT}%): the switches, not the links, "
+                            f"set the pace")
         if rate is not None:
             entry["link_mbps_achieved"] = rate
         per_transport[transport] = entry

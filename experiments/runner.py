@@ -330,7 +330,7 @@ class Run:
             "switch_ports": fidelity.dataplane_totals(self.em),
             "victim_sender": {k: v for k, v in vres.detail.get("sender_stats", {}).items()
                               if k in ("lost", "timeouts", "bad_evs", "trimmed_nacks", "ecn_echoes")},
-            "victim_receiver_duplicates": vres.detail.get("receiver_stats", {}).get("duplicates"),
+            "victim_receiver": vres.detail.get("receiver_stats", {}),
             "trimming": self.em.dataplane_info.get("trim") if self.em.dataplane is not None else None,
         }
         self._keep_trace(label, victim)

@@ -125,7 +125,9 @@ class MrcReceiver:
         self.events: list[tuple] = []
         self.stats = {k: 0 for k in ("packets", "duplicates", "malformed", "foreign",
                                      "out_of_window", "forged", "trimmed", "sacks", "nacks",
-                                     "ce_marked", "messages", "probe_replies", "no_buffer")}
+                                     "ce_marked", "messages", "probe_replies", "no_buffer",
+                                     "ev_reordered")}
+        self.ev_high: dict[int, int] = {}  # EV -> highest first-transmission PSN seen on it
 
     # ----- API ------------------------------------------------------------------------------
     def take_completed(self) -> list[tuple[int, bytes]]:
@@ -180,6 +182,14 @@ class MrcReceiver:
             reason = wire.NACK_TRIMMED_LASTHOP if d.flags & wire.F_TRIMMED_LASTHOP else wire.NACK_TRIMMED
             self._nack(seq, reason, ev, d.tsval)
             return
+        if not d.flags & wire.F_RETRANSMIT:
+            # An EV is one source route: first transmissions on it should arrive in PSN order.
+            # Counting the exceptions tells whether the emulated paths really are FIFO (the
+            # sender's path-order loss rule relies on it).
+            if seq < self.ev_high.get(ev, -1):
+                self.stats["ev_reordered"] += 1
+            else:
+                self.ev_high[ev] = seq
         if seq >= self.rcv_nxt + self.c.psn_window:
             self.stats["out_of_window"] += 1
             self._nack(seq, wire.NACK_PSN_OOR_WINDOW, ev, d.tsval)

@@ -34,7 +34,7 @@ def ts_age(now: float, ts: int) -> float:
 
 
 class _Pkt:
-    __slots__ = ("seq", "msn", "offset", "length", "msg_len", "opcode", "ev", "sent", "tx",
+    __slots__ = ("seq", "msn", "offset", "length", "msg_len", "opcode", "ev", "sent", "ts", "tx",
                  "retx", "missing")
 
     def __init__(self, seq: int, msn: int, offset: int, length: int, msg_len: int,
@@ -46,6 +46,7 @@ class _Pkt:
         self.tx = 0
         self.retx = 0
         self.missing = False  # a SACK generated after it was sent reported it absent
+        self.ts = 0  # the 32-bit microsecond timestamp it carried (ts_us(sent))
 
 
 class MrcSender:
@@ -207,22 +208,24 @@ class MrcSender:
         base = wire.psn_unwrap(s.base, ref)
         # What this one SACK proves: per EV, the newest transmission it reports received.
         newest: dict[int, int] = {}
-        bitmap = s.bitmap
-        for i in range(64):
-            seq = base + i
-            if seq >= self.next_seq:
-                break
-            if seq < cack:
-                continue
-            if bitmap >> i & 1:
-                p = self._ack_seq(seq, now)
-                if p is not None:
-                    acked += 1
-                else:
-                    p = self.recent.get(seq)
-                if p is not None and p.retx == 0 and p.tx > newest.get(p.ev, 0):
-                    newest[p.ev] = p.tx
-        self._lost_by_path_order(s, base, cack, newest, now)
+        # The bitmap's meaningful window: PSNs in [max(base, cack), next_seq), as a bit mask.
+        lo = max(cack - base, 0)
+        hi = min(self.next_seq - base, 64)
+        window = ((1 << hi) - 1) & ~((1 << lo) - 1) if hi > lo else 0
+        received = s.bitmap & window
+        bits = received
+        while bits:  # set bits only: a SACK usually reports a handful
+            low = bits & -bits
+            bits ^= low
+            seq = base + low.bit_length() - 1
+            p = self._ack_seq(seq, now)
+            if p is not None:
+                acked += 1
+            else:
+                p = self.recent.get(seq)
+            if p is not None and p.retx == 0 and p.tx > newest.get(p.ev, 0):
+                newest[p.ev] = p.tx
+        self._lost_by_path_order(s, base, window & ~received, newest, now)
         self._advance_una()
         if acked:
             self.last_progress = now
@@ -244,21 +247,22 @@ class MrcSender:
         self._detect_losses(now)
         self._drain_changes(now)
 
-    def _lost_by_path_order(self, s: wire.Sack, base: int, cack: int, newest: dict[int, int],
+    def _lost_by_path_order(self, s: wire.Sack, base: int, missing: int, newest: dict[int, int],
                             now: float) -> None:
-        """Each EV is one source route, a FIFO path: a packet this SACK reports missing is lost
-        if the same SACK reports a packet sent after it on the same EV as received."""
+        """Each EV is one source route, a FIFO path: a packet this SACK reports missing (bit i of
+        `missing` is PSN base + i) is lost if the same SACK reports a packet sent after it on
+        the same EV as received."""
         lost = []
-        for i in range(64):
-            seq = base + i
-            if seq >= self.next_seq:
-                break
-            if seq < cack or s.bitmap >> i & 1:
-                continue
-            p = self.outstanding.get(seq)
+        echo_ts = s.echo_ts
+        outstanding = self.outstanding
+        while missing:
+            low = missing & -missing
+            missing ^= low
+            seq = base + low.bit_length() - 1
+            p = outstanding.get(seq)
             if p is None:
                 continue
-            if (s.echo_ts - ts_us(p.sent)) & 0xFFFFFFFF < 0x80000000:
+            if (echo_ts - p.ts) & 0xFFFFFFFF < 0x80000000:
                 p.missing = True  # this SACK was triggered by a packet sent after it
             if newest.get(p.ev, 0) > p.tx:
                 lost.append(p)
@@ -451,6 +455,7 @@ class MrcSender:
     def _emit(self, p: _Pkt, now: float, data: memoryview | None, retx: bool) -> tuple[int, bytes]:
         p.ev = self.evs.next_ev()
         p.sent = now
+        p.ts = ts = ts_us(now)
         p.missing = False  # only a SACK generated after this transmission may say it is missing
         self.tx_count += 1
         p.tx = self.tx_count
@@ -462,7 +467,7 @@ class MrcSender:
         self.outstanding[p.seq] = p
         payload = data[p.offset:p.offset + p.length] if data is not None else b""
         return p.ev, wire.encode_data(p.opcode, flags, self.peer_qpn, p.seq, p.msn, p.offset,
-                                      p.msg_len, payload, ts_us(now))
+                                      p.msg_len, payload, ts)
 
     def poll(self, now: float) -> list[tuple[int, bytes]]:
         out: list[tuple[int, bytes]] = []

@@ -30,7 +30,7 @@ def _cpu_times() -> tuple[int, int]:
     return idle, sum(fields[:8])
 
 
-OVS_BUSY_CEILING_PCT = 85.0  # ovs-vswitchd's share of one core past which it is the bottleneck
+OVS_BUSY_CEILING_PCT = 95.0  # ovs-vswitchd's share of one core past which it is saturated
 
 
 def _ovs_pid() -> int | None:

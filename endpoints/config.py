@@ -26,7 +26,7 @@ class TransportConfig:
     probes_to_resurrect: int = 3  # consecutive successes that bring an EV back
     probe_timeout: float = 0.050  # an unanswered probe resets its EV's success count
     reverse_evs_per_plane: int = 2  # receiver's reverse EV set for SACKs (>= 1 per plane)
-    reverse_probe_interval: float = 0.020
+    reverse_probe_interval: float = 0.100  # 8 reverse EVs at 20 ms cost as many packets as a plane of data
     # Acknowledgement cadence
     sack_every: int = 4  # data packets per SACK
     sack_delay: float = 0.0005  # s: a lone packet is still acknowledged promptly

@@ -99,6 +99,7 @@ def format_table(summary: dict, out: Path) -> str:
     lines.append(f"fidelity: CPU idle min {fid['cpu_idle_min_pct']}% (10th percentile "
                  f"{fid['cpu_idle_p10_pct']}%), link {fid['link_mbps_achieved']}"
                  f"/{fid['link_mbps_configured']} Mbit/s"
-                 + ("" if fid["faithful"] else "  WARNING: " + "; ".join(fid["problems"])))
+                 + ("" if fid["faithful"] else "  NOT FAITHFUL: " + "; ".join(fid["problems"]))
+                 + ("  warning: " + "; ".join(fid["warnings"]) if fid.get("warnings") else ""))
     lines.append(f"results: {out}/summary.json, {out}/recovery.png")
     return "\n".join(lines)

@@ -50,7 +50,8 @@ def fidelity_line(summary: dict) -> str:
         idles = [v.get("cpu_idle_p10_pct") for v in fid.get("per_transport", {}).values()]
         idles = [i for i in idles if i is not None]
         low = f"CPU idle 10th percentile {min(idles)}% or more" if idles else "CPU idle not sampled"
-        return f"fidelity: faithful ({low})"
+        warn = fid.get("warnings") or []
+        return f"fidelity: faithful ({low})" + ("; warning: " + "; ".join(warn) if warn else "")
     return "fidelity: NOT FAITHFUL: " + "; ".join(fid["problems"])
 
 

@@ -29,6 +29,7 @@ check-fabric: setup
 
 bench: setup
 	$(PY) -m experiments.bench
+	$(PY) -m experiments.startup_bench
 
 # One scenario: `make experiment-lossy-link ARGS="--loss 0.1"`.
 $(addprefix experiment-,$(SCENARIOS)): experiment-%: setup

@@ -329,7 +329,8 @@ class Run:
             "data_ok": vres.data_ok and all(r.data_ok for r in cres),
             "switch_ports": fidelity.dataplane_totals(self.em),
             "victim_sender": {k: v for k, v in vres.detail.get("sender_stats", {}).items()
-                              if k in ("lost", "timeouts", "bad_evs", "trimmed_nacks", "ecn_echoes")},
+                              if k in ("lost", "retransmitted", "stranded_resent", "timeouts", "bad_evs",
+                                       "trimmed_nacks", "ecn_echoes")},
             "victim_receiver": vres.detail.get("receiver_stats", {}),
             "trimming": self.em.dataplane_info.get("trim") if self.em.dataplane is not None else None,
         }

@@ -77,6 +77,15 @@ def test_permutation_incast_collective_and_report(tmp_path):
     assert variants in ({"mrc"}, {"mrc", "mrc-droptail"})  # both when the eBPF data plane runs
     for t in s["transports"].values():
         assert t["victim_goodput_fraction"] is not None and len(t["senders"]) == 3
+    if s["dataplane"]["mode"] == "ebpf":
+        # The switch counters move as an incast makes them: queues past the marking threshold
+        # (MRC is ECN-capable), control packets in the priority class, and no trimming at all
+        # while the switches run drop-tail.
+        trim, drop = s["transports"]["mrc"]["switch_ports"], s["transports"]["mrc-droptail"]["switch_ports"]
+        assert trim["marked"] + trim["trimmed"] > 0 and trim["control"] > 0 and trim["packets"] > 0
+        assert drop["trimmed"] == 0 and drop["packets"] > 0
+        assert s["transports"]["mrc"]["trimming"] is True
+        assert s["transports"]["mrc-droptail"]["trimming"] is False
     s, out = _run(tmp_path, "collective", "--transports", "mrc", "--steps", "6", "--step-kb", "32")
     t = s["transports"]["mrc"]
     assert t["steps_timed_out"] == 0 and t["steps_timed_out_no_fault"] == 0

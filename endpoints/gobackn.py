@@ -13,10 +13,11 @@ from collections import deque
 
 from endpoints import wire
 from endpoints.config import TransportConfig
+from endpoints.core import CoreBase
 from endpoints.sender import ts_age, ts_us
 
 
-class GbnSender:
+class GbnSender(CoreBase):
     def __init__(self, qpn: int, peer_qpn: int, ev: int, config: TransportConfig, seed: int,
                  initial_psn: int = 0) -> None:
         self.qpn, self.peer_qpn, self.ev, self.c = qpn, peer_qpn, ev, config
@@ -46,14 +47,6 @@ class GbnSender:
         self.data[msn] = memoryview(data)
         return msn
 
-    def take_completed(self) -> list[int]:
-        done, self.completed = self.completed, []
-        return done
-
-    def take_events(self) -> list[tuple]:
-        events, self.events = self.events, []
-        return events
-
     @property
     def unsent_messages(self) -> int:
         return len(self.queue)
@@ -71,13 +64,8 @@ class GbnSender:
 
     def on_datagram(self, payload: bytes | memoryview, ev: int, now: float,
                     ecn_ce: bool = False) -> None:
-        try:
-            pkt = wire.decode(payload)
-        except wire.MalformedPacket:
-            self.stats["malformed"] += 1
-            return
-        if pkt.qpn != self.qpn:
-            self.stats["foreign"] += 1
+        pkt = self._accept(payload)
+        if pkt is None:
             return
         if isinstance(pkt, wire.Sack):
             self._ack_to(wire.psn_unwrap(pkt.cack, self.una), now)
@@ -167,7 +155,7 @@ class GbnSender:
         return out
 
 
-class GbnReceiver:
+class GbnReceiver(CoreBase):
     def __init__(self, qpn: int, peer_qpn: int, ev: int, config: TransportConfig, seed: int,
                  initial_psn: int = 0) -> None:
         self.qpn, self.peer_qpn, self.ev, self.c = qpn, peer_qpn, ev, config
@@ -186,26 +174,16 @@ class GbnReceiver:
         self.stats = {k: 0 for k in ("packets", "duplicates", "out_of_order", "malformed",
                                      "foreign", "forged", "acks", "nacks", "messages")}
 
-    def take_completed(self) -> list[tuple[int, bytes]]:
-        done, self.completed = self.completed, []
-        return done
-
-    def take_events(self) -> list[tuple]:
-        events, self.events = self.events, []
-        return events
-
     def next_deadline(self) -> float | None:
         return 0.0 if self.out else self.ack_due
 
     def on_datagram(self, payload: bytes | memoryview, ev: int, now: float,
                     ecn_ce: bool = False) -> None:
-        try:
-            d = wire.decode(payload)
-        except wire.MalformedPacket:
-            self.stats["malformed"] += 1
+        d = self._accept(payload)
+        if d is None:
             return
-        if d.qpn != self.qpn or not isinstance(d, wire.Data):
-            self.stats["foreign"] += 1
+        if not isinstance(d, wire.Data):
+            self.stats["foreign"] += 1  # acknowledgements sent to a receiving QP
             return
         self.stats["packets"] += 1
         seq = wire.psn_unwrap(d.psn, self.expected)

@@ -19,6 +19,7 @@ from collections.abc import Sequence
 
 from endpoints import wire
 from endpoints.config import TransportConfig
+from endpoints.core import CoreBase
 from endpoints.evset import EvInfo, spread_over_planes
 from endpoints.sender import ts_us
 
@@ -98,7 +99,7 @@ class ReverseEvs:
         self.misses[spare] = 0
 
 
-class MrcReceiver:
+class MrcReceiver(CoreBase):
     def __init__(self, qpn: int, peer_qpn: int, reverse_evs: Sequence[EvInfo],
                  config: TransportConfig, seed: int, initial_psn: int = 0) -> None:
         self.qpn, self.peer_qpn, self.c = qpn, peer_qpn, config
@@ -130,14 +131,6 @@ class MrcReceiver:
         self.ev_high: dict[int, int] = {}  # EV -> highest first-transmission PSN seen on it
 
     # ----- API ------------------------------------------------------------------------------
-    def take_completed(self) -> list[tuple[int, bytes]]:
-        done, self.completed = self.completed, []
-        return done
-
-    def take_events(self) -> list[tuple]:
-        events, self.events = self.events, []
-        return events
-
     def next_deadline(self) -> float | None:
         deadlines = [self.next_probe_round]
         if self.sack_due is not None:
@@ -148,13 +141,8 @@ class MrcReceiver:
 
     def on_datagram(self, payload: bytes | memoryview, ev: int, now: float,
                     ecn_ce: bool = False) -> None:
-        try:
-            pkt = wire.decode(payload)
-        except wire.MalformedPacket:
-            self.stats["malformed"] += 1
-            return
-        if pkt.qpn != self.qpn:
-            self.stats["foreign"] += 1
+        pkt = self._accept(payload)
+        if pkt is None:
             return
         if isinstance(pkt, wire.Data):
             self._on_data(pkt, ev, now, ecn_ce)

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from endpoints import wire
 from endpoints.config import TransportConfig
 from endpoints.congestion import Nscc
+from endpoints.core import CoreBase
 from endpoints.evset import DENIED, GOOD, SKIP, EvInfo, EvSet
 
 __all__ = ["EvInfo", "MrcSender"]
@@ -49,7 +50,7 @@ class _Pkt:
         self.ts = 0  # the 32-bit microsecond timestamp it carried (ts_us(sent))
 
 
-class MrcSender:
+class MrcSender(CoreBase):
     def __init__(self, qpn: int, peer_qpn: int, evs: Sequence[EvInfo], config: TransportConfig,
                  seed: int, initial_psn: int = 0) -> None:
         self.qpn, self.peer_qpn, self.c = qpn, peer_qpn, config
@@ -111,14 +112,6 @@ class MrcSender:
         self.evs.deny(ev)
         self._drain_changes(0.0)
 
-    def take_events(self) -> list[tuple]:
-        events, self.events = self.events, []
-        return events
-
-    def take_completed(self) -> list[int]:
-        done, self.completed = self.completed, []
-        return done
-
     @property
     def unsent_messages(self) -> int:
         """Messages not yet fully transmitted (the agent keeps this topped up when streaming)."""
@@ -148,13 +141,8 @@ class MrcSender:
     # ----- receiving ------------------------------------------------------------------------
     def on_datagram(self, payload: bytes | memoryview, ev: int, now: float,
                     ecn_ce: bool = False) -> None:
-        try:
-            pkt = wire.decode(payload)
-        except wire.MalformedPacket:
-            self.stats["malformed"] += 1
-            return
-        if pkt.qpn != self.qpn:
-            self.stats["foreign"] += 1
+        pkt = self._accept(payload)
+        if pkt is None:
             return
         if isinstance(pkt, wire.Sack):
             self._on_sack(pkt, now)

@@ -172,7 +172,8 @@ class Agent:
                     if qp.role == "recv" else getattr(qp.core, "bytes_acked", 0)}
         if cmd == "agent_stats":
             return {"counters": dict(self.stats), "backlog": len(self.backlog),
-                    "raw_send_dropped": self.tx.dropped, "qps": sorted(self.qps),
+                    "raw_send_dropped": self.tx.dropped, "send_errors": dict(self.tx.errors),
+                    "qps": sorted(self.qps),
                     "kernel_checksum_paths": sum(p.sock is not None for p in self.tx.paths.values()),
                     "raw_paths": sum(p.sock is None for p in self.tx.paths.values())}
         if cmd == "shutdown":

@@ -23,6 +23,7 @@ EV layout: low 16 bits in the UDP source port, high 16 bits in the low 16 bits o
 
 from __future__ import annotations
 
+import errno
 import ipaddress
 import socket
 import struct
@@ -129,6 +130,7 @@ class Transmitter:
     def __init__(self, sndbuf: int = 4 << 20, max_paths: int = MAX_PATH_SOCKETS,
                  kernel_checksum: bool = True) -> None:
         self.raw = RawSender(sndbuf)
+        self.errors: dict[str, int] = {}  # errno name -> send attempts that raised it
         self.max_paths = max_paths
         self.kernel_checksum = kernel_checksum
         self.paths: dict[tuple[bytes, bytes, int, int], TxPath] = {}
@@ -165,8 +167,10 @@ class Transmitter:
                     # one (the raw socket never sees those): send it now.
                     sock.send(payload)
             return True
-        except OSError:
+        except OSError as exc:
             self.dropped += 1  # local queue full (EAGAIN) or no route: the caller retries
+            name = errno.errorcode.get(exc.errno or 0, str(exc.errno))
+            self.errors[name] = self.errors.get(name, 0) + 1
             return False
 
     def close(self) -> None:

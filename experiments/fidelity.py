@@ -30,6 +30,10 @@ def _cpu_times() -> tuple[int, int]:
     return idle, sum(fields[:8])
 
 
+# scripts/start-ovs.sh sets net.core.wmem_default to this before ovs-vswitchd opens its packet
+# socket: with the 208 KB default, frames queued in the ports' qdiscs fill its send buffer and
+# OVS drops what it cannot send without counting it (40-80 silent losses per incast run).
+OVS_SEND_BUFFER = 16 << 20
 OVS_BUSY_CEILING_PCT = 95.0  # ovs-vswitchd's share of one core past which it is saturated
 
 

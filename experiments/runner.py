@@ -332,6 +332,7 @@ class Run:
                               if k in ("lost", "retransmitted", "stranded_resent", "timeouts", "bad_evs",
                                        "trimmed_nacks", "ecn_echoes")},
             "victim_receiver": vres.detail.get("receiver_stats", {}),
+            "victim_sender_agent": self._agent_counters(vsrc),
             "trimming": self.em.dataplane_info.get("trim") if self.em.dataplane is not None else None,
         }
         self._keep_trace(label, victim)
@@ -405,6 +406,14 @@ class Run:
         return time.monotonic() - start
 
     # ----- bookkeeping ----------------------------------------------------------------------
+    def _agent_counters(self, host: str) -> dict:
+        """The agent's own counters (malformed input, send failures by errno), if it runs."""
+        if host not in self.agents:
+            return {}
+        stats = self.agents[host].call("agent_stats")
+        return {k: stats[k] for k in ("counters", "raw_send_dropped", "send_errors", "backlog")
+                if k in stats}
+
     def _keep_trace(self, transport: str, flow: AgentFlow | TcpFlow) -> None:
         if isinstance(flow, AgentFlow):
             self.ev_traces[transport] = (flow.src, flow.qpn)
@@ -505,6 +514,10 @@ def _summarise(run: Run, info: dict) -> dict:
                 rate < fidelity.LINK_RATE_FLOOR * opts.fabric.link_mbps:
             problems.append(f"{transport}: the receiver's plane-0 link carried {rate} of "
                             f"{opts.fabric.link_mbps} Mbit/s while it should have been full")
+    wmem = int(Path("/proc/sys/net/core/wmem_default").read_text())
+    if info.get("datapath") == "user" and wmem < fidelity.OVS_SEND_BUFFER:
+        problems.append(f"net.core.wmem_default is {wmem}: OVS's packet socket drops frames silently "
+                        f"when queues build; run `make setup` (raises it and restarts ovs-vswitchd)")
     return {
         "scenario": opts.scenario.name,
         "title": opts.scenario.title,

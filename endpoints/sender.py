@@ -77,6 +77,11 @@ class MrcSender(CoreBase):
         self.ev_rtt: dict[int, list[float]] = {}  # ev -> [srtt, rttvar]: each path's own timing
         self._median_rtt: float | None = None
         self.recent: dict[int, _Pkt] = {}  # acknowledged packets at or above una (for SACK reasoning)
+        # Path order says lost, pending `reorder_slack`: a trimmed packet's header overtakes the
+        # data behind it, and its NACK can come back after the SACK that shows the later packet
+        # (they take different reverse EVs); a trim must not bench the path.
+        self.suspects: dict[int, tuple[float, int]] = {}  # seq -> (when path order first said
+        # that transmission was lost, its tx number)
         self.last_progress = 0.0
         self.probes: dict[int, tuple[int, float]] = {}  # probe id -> (ev, sent)
         self.probe_id = 0
@@ -132,6 +137,8 @@ class MrcSender(CoreBase):
             deadlines.append(oldest.sent + self._rto_for(oldest))
             if oldest.tx < self.rack_tx:
                 deadlines.append(oldest.sent + self._dark_window(oldest.ev))
+        if self.suspects:
+            deadlines.append(min(first for first, _ in self.suspects.values()) + self.c.reorder_slack)
         if self.probes or self.evs.bad():
             deadlines.append(self.next_probe_round)
         if self.retx_queue or self.replies or self._can_send_new():
@@ -253,8 +260,13 @@ class MrcSender(CoreBase):
             if (echo_ts - p.ts) & 0xFFFFFFFF < 0x80000000:
                 p.missing = True  # this SACK was triggered by a packet sent after it
             if newest.get(p.ev, 0) > p.tx:
-                lost.append(p)
+                entry = self.suspects.get(seq)
+                if entry is None or entry[1] != p.tx:
+                    entry = self.suspects[seq] = (now, p.tx)
+                if now - entry[0] >= self.c.reorder_slack:
+                    lost.append(p)
         for p in lost:
+            self.suspects.pop(p.seq, None)
             if self.outstanding.pop(p.seq, None) is not None:  # not already resent as stranded
                 self._lose(p, now, "sack")
 
@@ -341,6 +353,18 @@ class MrcSender(CoreBase):
         """The time rule, for a path gone dark (nothing on it arrives, so path order proves
         nothing): a packet a SACK reported missing, with packets sent after it acknowledged,
         is lost once older than twice its path's RTT (or srtt + 4 rttvar, if larger)."""
+        if self.suspects:
+            confirmed = []
+            for seq, (first, tx) in list(self.suspects.items()):
+                p = self.outstanding.get(seq)
+                if p is None or p.tx != tx:
+                    del self.suspects[seq]  # acknowledged, NACKed or resent meanwhile
+                elif now - first >= self.c.reorder_slack:
+                    del self.suspects[seq]
+                    confirmed.append(p)
+            for p in confirmed:
+                if self.outstanding.pop(p.seq, None) is not None:
+                    self._lose(p, now, "sack")
         lost = []
         for p in self.outstanding.values():
             if p.tx >= self.rack_tx:

@@ -223,7 +223,7 @@ class Emulation:
             self.dataplane_info = {"mode": "droptail", "reason": why}
             return
         _run_batch("tc", dataplane.htb_priority_batch(names, mbps, SWITCH_QUEUE_PACKETS, BURST_BYTES,
-                                                      fifo_headroom=3))
+                                                      fifo_headroom=10))
         specs = dataplane.switch_ports(ports, mbps, SWITCH_QUEUE_PACKETS)
         self.dataplane = dataplane.attach(specs)
         th = specs[0]

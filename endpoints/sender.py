@@ -379,7 +379,8 @@ class MrcSender(CoreBase):
         """A real loss means a bad path (MRC: congestion is trimmed, not dropped): the EV leaves
         the active set and what else is in flight on it is resent at once on other EVs. The
         window is left alone for a path failure, the path state has dealt with it; only a loss
-        on an EV the floor keeps in use (or a timeout) is treated as congestion."""
+        on an EV the floor keeps in use, a timeout on an EV already benched, or any loss when
+        path state is off (spray) is treated as congestion."""
         self.stats["lost"] += 1
         state = self.evs.state.get(p.ev)
         if self.evs.mark_bad(p.ev, now):

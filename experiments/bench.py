@@ -47,6 +47,7 @@ from pathlib import Path
 
 from endpoints.control import AgentClient
 from experiments import fidelity
+from experiments.agents import wait_for_agents
 from topologies import netns
 from topologies.model import GATEWAY_LLADDR, LINK_MTU, USID_BLOCK, Fabric, FabricParams, usid_prefix
 
@@ -336,12 +337,7 @@ def agents(net: BenchNet, workdir: Path, seed: int, transport: dict, raw_send: b
                 argv = [sys.executable, "-m", "endpoints.agent", "--config", str(config)]
             procs[host] = net.popen(host, argv, workdir / f"{tag}.log")
             clients[host] = AgentClient(settings["control"])
-        for host, client in clients.items():
-            try:
-                client.connect(wait=20)
-            except TimeoutError as exc:
-                log = (workdir / f"{host}-{kind}.log").read_text()[-800:]
-                raise BenchError(f"agent {host} did not start: {log}") from exc
+        wait_for_agents(clients, lambda host: workdir / f"{host}-{kind}.log", BenchError)
         yield Agents(clients, {h: p.pid for h, p in procs.items()}, profiles)
         for client in clients.values():  # a clean exit, so cProfile writes its file
             with contextlib.suppress(OSError, ConnectionError):

@@ -162,16 +162,27 @@ def dataplane_totals(em: object) -> dict[str, int]:
     return totals
 
 
+def _fifo_drops(prefix: list[str], devs: set[str] | None = None) -> int:
+    """Drops of the pfifo qdiscs `tc -s qdisc` shows (run after `prefix`, e.g. mnexec into a
+    host), on `devs` only if given; -1 if tc's output cannot be read."""
+    out = subprocess.run([*prefix, "tc", "-s", "-j", "qdisc", "show"], capture_output=True,
+                         text=True).stdout
+    try:
+        qdiscs = json.loads(out or "[]")
+    except ValueError:
+        return -1
+    return sum(q.get("drops", 0) for q in qdiscs
+               if q.get("kind") == "pfifo" and (devs is None or q.get("dev") in devs))
+
+
 def host_qdisc_drops(em: object) -> int:
     """Packets dropped by the hosts' NIC queues (a sender outrunning its own NIC)."""
     total = 0
     for host in em.fabric.hosts:  # type: ignore[attr-defined]
-        out = subprocess.run(["mnexec", "-a", str(em.pid(host.name)), "tc", "-s", "-j", "qdisc",  # type: ignore[attr-defined]
-                              "show"], capture_output=True, text=True).stdout
-        try:
-            total += sum(q.get("drops", 0) for q in json.loads(out or "[]") if q.get("kind") == "pfifo")
-        except ValueError:
+        drops = _fifo_drops(["mnexec", "-a", str(em.pid(host.name))])  # type: ignore[attr-defined]
+        if drops < 0:
             return -1
+        total += drops
     return total
 
 
@@ -180,12 +191,7 @@ def qdisc_drops(em: object) -> int:
     fabric = em.fabric  # type: ignore[attr-defined]
     ports = {link.b_ifname for link in fabric.links} | \
         {link.a_ifname for link in fabric.links if link.kind == "fabric"}
-    out = subprocess.run(["tc", "-s", "-j", "qdisc", "show"], capture_output=True, text=True).stdout
-    try:
-        qdiscs = json.loads(out or "[]")
-    except ValueError:
-        return -1
-    return sum(q.get("drops", 0) for q in qdiscs if q.get("dev") in ports and q.get("kind") == "pfifo")
+    return _fifo_drops([], ports)
 
 
 _DROP_RE = re.compile(r"port\s+\d+:\s*rx pkts=\d+, bytes=\d+, drop=(\d+).*?"

@@ -181,9 +181,7 @@ class Run:
             _sleep_until(t0 + opts.fault_end)
             events.append({"t": faults.restore_link(link) - t0, "action": "restore", "target": link})
         _sleep_until(t0 + opts.duration + 0.6)  # let the tail drain
-        flow.stop()
-        result = flow.result()
-        flow.close()
+        (result,) = _finish([flow])
         self.windows[label] = (t0, t0 + opts.duration)
         self.timeline += [{**e, "transport": label} for e in events]
         self.transports[label] = self.fault_metrics(result, t0, events, down, label)
@@ -241,11 +239,7 @@ class Run:
         for f in flows:
             f.start(opts.duration)
         _sleep_until(t0 + opts.duration + 0.6)
-        results = []
-        for f in flows:
-            f.stop()
-            results.append(f.result())
-            f.close()
+        results = _finish(flows)
         n = round(opts.duration / metrics.BIN_S)
         warm = round(1.0 / metrics.BIN_S)
         per_flow, total_curve = [], [0.0] * n
@@ -299,14 +293,7 @@ class Run:
         self.timeline.append({"t": time.monotonic() - t0, "action": "incast_start", "transport": label,
                               "target": receiver, "senders": len(senders)})
         _sleep_until(t0 + opts.duration + 0.6)
-        victim.stop()
-        vres = victim.result()
-        victim.close()
-        cres = []
-        for f in crowd:
-            f.stop()
-            cres.append(f.result())
-            f.close()
+        vres, *cres = _finish([victim, *crowd])
         n = round(opts.duration / metrics.BIN_S)
         vm = metrics.series(vres.bins, int(t0 / metrics.BIN_S), n)
         fa, fe = round(opts.fault_at / metrics.BIN_S), round(opts.fault_end / metrics.BIN_S)
@@ -364,11 +351,7 @@ class Run:
                 times.append(self._step(ring, done + 1))
                 done += 1
             phases[phase] = times
-        for f in ring:
-            f.stop()
-        results = [f.result() for f in ring]
-        for f in ring:
-            f.close()
+        results = _finish(ring)
         t_end = time.monotonic()
         n = round((t_end - t_start) / metrics.BIN_S)
         total = [0.0] * n
@@ -417,6 +400,17 @@ class Run:
     def _keep_trace(self, transport: str, flow: AgentFlow | TcpFlow) -> None:
         if isinstance(flow, AgentFlow):
             self.ev_traces[transport] = (flow.src, flow.qpn)
+
+
+def _finish(flows: list[AgentFlow | TcpFlow]) -> list[FlowResult]:
+    """Stop each flow, read what it measured, and close it (idle QPs would keep probing and
+    load the next measurement)."""
+    results = []
+    for f in flows:
+        f.stop()
+        results.append(f.result())
+        f.close()
+    return results
 
 
 def derangement(names: list[str], seed: int) -> dict[str, str]:

@@ -28,8 +28,8 @@ check-fabric: setup
 	$(MRCLAB) check-fabric --planes 4 --leaves 4 --spines 2 --hosts-per-leaf 4
 
 bench: setup
-	$(PY) -m experiments.bench
-	$(PY) -m experiments.startup_bench
+	$(PY) -m experiments.tools.bench
+	$(PY) -m experiments.tools.startup_bench
 
 # One scenario: `make experiment-lossy-link ARGS="--loss 0.1"`.
 $(addprefix experiment-,$(SCENARIOS)): experiment-%: setup

@@ -1,10 +1,11 @@
-from setuptools import setup
+from setuptools import find_packages, setup
 
 setup(
     name="mrclab",
     version="0.1.0",
     description="Mininet testbed for MRC (Multipath Reliable Connection) over static SRv6",
-    packages=["topologies", "controller", "endpoints", "experiments"],
+    packages=find_packages(include=["topologies*", "controller*", "endpoints*", "experiments*"]),
+    package_data={"topologies.dataplane": ["*.bpf.c"], "experiments": ["reference/*.json"]},
     python_requires=">=3.10",
     install_requires=[
         "os-ken>=4.0",  # Ryu's maintained fork: Ryu 4.34 no longer starts on Python 3.11

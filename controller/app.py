@@ -29,19 +29,13 @@ from controller.tables import (
     baseline_groups,
     switch_tables,
 )
+from topologies import files
 from topologies.model import Fabric, FabricParams
 
 LOG = logging.getLogger("mrclab.controller")
 
 # Set by controller.run before os-ken instantiates the app.
 SETTINGS: dict = {}
-
-
-def _atomic_write(path: str, data: dict) -> None:
-    tmp = f"{path}.tmp"
-    with open(tmp, "w") as fh:
-        json.dump(data, fh)
-    os.replace(tmp, path)
 
 
 class MrcFabricController(app_manager.OSKenApp):
@@ -101,13 +95,13 @@ class MrcFabricController(app_manager.OSKenApp):
             fh.write(json.dumps(record) + "\n")
 
     def _write_status(self) -> None:
-        _atomic_write(self.status_path, {
+        files.write_json(self.status_path, {
             "ready_dpids": sorted(self.ready),
             "switches": len(self.fabric.switches),
             "withdrawn_links": sorted(self.withdrawn),
             "detect_ms": self.detect_s * 1000,
             "pid": os.getpid(),
-        })
+        }, indent=None)
 
     # ----- switch start-up ------------------------------------------------------------------
     @set_ev_cls(ofp_event.EventOFPSwitchFeatures, CONFIG_DISPATCHER)

@@ -20,16 +20,17 @@ from dataclasses import dataclass
 
 from topologies.model import (
     BASELINE_PREFIX,
+    GATEWAY_MAC,
     ROLE_LEAF,
     USID_BLOCK,
     Fabric,
     Switch,
+    link_name,
     usid_prefix,
 )
 
 TABLE_CLASSIFY, TABLE_USID, TABLE_BASELINE = 0, 1, 2
 ETH_TYPE_IPV6 = 0x86DD
-GATEWAY_MAC = "02:ff:00:00:00:01"  # source MAC of frames delivered to hosts
 COOKIE_SRV6, COOKIE_BASELINE = 0x5256, 0xBA5E
 
 
@@ -132,7 +133,7 @@ def baseline_groups(fabric: Fabric, switch: Switch,
         ports = []
         for spine_index in range(p.spines):
             spine = fabric.spine(switch.plane, spine_index).name
-            if f"{switch.name}-{spine}" in down_links or f"{dst}-{spine}" in down_links:
+            if link_name(switch.name, spine) in down_links or link_name(dst, spine) in down_links:
                 continue
             ports.append(p.hosts_per_leaf + spine_index + 1)
         groups.append(GroupSpec(baseline_group_id(dst_leaf), tuple(ports)))

@@ -110,7 +110,7 @@ def make_parser() -> argparse.ArgumentParser:
 def run_options(args: argparse.Namespace):  # -> experiments.scenarios.Options
     from dataclasses import replace
 
-    from experiments.scenarios import Options, parse_transports, scenario, validate
+    from experiments.scenarios import Options, check, parse_transports, scenario
 
     sc = scenario(args.scenario)
     f = sc.fabric
@@ -132,9 +132,9 @@ def run_options(args: argparse.Namespace):  # -> experiments.scenarios.Options
                    dataplane=args.dataplane)
     if args.senders is not None:
         opts = replace(opts, senders=args.senders)
-    elif sc.kind == "incast":
+    elif sc.kind.name == "incast":
         opts = replace(opts, senders=min(opts.senders, len(build(fabric).hosts) - 3))
-    return validate(opts)
+    return check(opts)
 
 
 def _on_sigterm(signum: int, frame: object) -> None:
@@ -160,7 +160,7 @@ def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "clean":
         preflight.require_root()
         preflight.require_ovs()
-        from topologies.emulation import cleanup_leftovers
+        from topologies.cleanup import cleanup_leftovers
         print(json.dumps(cleanup_leftovers(kill_shells=True)))
         return 0
 
@@ -183,13 +183,13 @@ def _dispatch(args: argparse.Namespace) -> int:
         return 0 if validate_all(args.out, args.write_reference) else 1
     if args.command == "bench":
         preflight.require_root()
-        from experiments import bench
+        from experiments.tools import bench
         return bench.main([])
 
     fabric = build(_params(args))
     preflight.check_all()
     if args.command == "check-fabric":
-        from experiments.check_fabric import check_fabric
+        from experiments.tools.check_fabric import check_fabric
         result = check_fabric(fabric, Path("/tmp/mrclab/check-fabric"), args.sample_pairs,
                               args.seed, args.cut, args.datapath)
         print(json.dumps(result))

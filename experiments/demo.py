@@ -22,6 +22,7 @@ from topologies.model import Fabric, FabricError, FabricParams
 # 4 planes x 3 spines: 12 paths per host pair; after one uplink is cut, plane 0 still has two.
 DEMO_FABRIC = FabricParams(planes=4, leaves=2, spines=3, hosts_per_leaf=1, link_mbps=10.0)
 NAMES = {"roce": "baseline", "mrc": "mrc"}  # runner transport -> name in the demo's summary
+FIGURES = ("recovery_ms", "stall_ms", "goodput_before_mbps", "goodput_after_mbps", "data_ok")
 
 
 def run_demo(fabric: Fabric, out: Path, duration: float = 8.0, cut_at: float = 3.0,
@@ -77,7 +78,7 @@ def _demo_view(run: Run, summary: dict, staging: Path) -> None:
     mrc = transports["mrc"]
     summary["ok"] = bool(mrc["data_ok"] and transports["baseline"]["data_ok"]
                          and mrc["recovery_ms"] is not None)
-    curves = {NAMES[t]: run.curves[t] for t in ("mrc", "roce")}
+    curves = {NAMES[t]: run.record.curves[t] for t in ("mrc", "roce")}
     n = min(len(c) for c in curves.values())
     (staging / "goodput.csv").write_text("t_s,mrc_mbps,baseline_mbps\n" + "".join(
         f"{i * metrics.BIN_S:.2f},{curves['mrc'][i]:.3f},{curves['baseline'][i]:.3f}\n" for i in range(n)))

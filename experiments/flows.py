@@ -1,6 +1,6 @@
 """One long-lived flow per transport, started and measured the same way for all of them.
 
-* `mrc`, `roce`, `spray`: QPs in the host agents (endpoints/agent.py). `roce` is the go-back-N
+* `mrc`, `roce`, `spray`: QPs in the host agents (endpoints/host/agent.py). `roce` is the go-back-N
   baseline on one ECMP-hashed path of plane 0; `spray` is MRC's sender with its per-path state
   switched off (every packet sprayed over every path, lost ones resent, no EV ever benched).
 * `tcp`: Linux TCP (cubic, whatever the kernel defaults to) over the ECMP baseline of plane 0.
@@ -19,7 +19,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from endpoints.control import AgentClient
+from endpoints.host.control import AgentClient
 from topologies.emulation import Emulation
 
 TRANSPORTS = ("mrc", "roce", "spray", "tcp", "mptcp")
@@ -97,7 +97,7 @@ class AgentFlow:
 
 
 class TcpFlow:
-    """Linux TCP or MPTCP between two hosts' plane-0 baseline addresses (endpoints/tcpflow.py)."""
+    """Linux TCP or MPTCP between two hosts' plane-0 baseline addresses (endpoints/host/tcpflow.py)."""
 
     def __init__(self, em: Emulation, workdir: Path, transport: str, src: str, dst: str,
                  port: int) -> None:
@@ -113,7 +113,7 @@ class TcpFlow:
         dst_addr = str(fabric.host(self.dst).nics[BASELINE_PLANE].baseline_addr)
         flag = ["--mptcp"] if self.mptcp else []
         log = open(self.workdir / f"{self.transport}-{self.port}.log", "w")
-        base = [sys.executable, "-m", "endpoints.tcpflow"]
+        base = [sys.executable, "-m", "endpoints.host.tcpflow"]
         # MPTCP: joins arrive at the server's other planes' addresses, so listen on all of them.
         bind = "::" if self.mptcp else dst_addr
         self.procs.append(self.em.popen(self.dst, [*base, "server", "--bind", bind, "--port",
@@ -147,3 +147,17 @@ class TcpFlow:
         # wrong byte either, but one that never connected is a failure.
         ok = bool(data.get("data_ok")) or (received == 0 and "error" not in data)
         return FlowResult(self.transport, self.src, self.dst, bins, ok, received, detail)
+
+
+Flow = AgentFlow | TcpFlow
+
+
+def finish(flows: list[Flow]) -> list[FlowResult]:
+    """Stop each flow, read what it measured, and close it (idle QPs would keep probing and
+    load the next measurement)."""
+    results = []
+    for f in flows:
+        f.stop()
+        results.append(f.result())
+        f.close()
+    return results

@@ -81,3 +81,27 @@ def steady_width(mbps: Sequence[float], start: int, end: int, level: float,
         if smooth and min(smooth) >= level:
             return width
     return None
+
+
+def percentile(sorted_values: Sequence[float], q: float) -> float:
+    """The q-th percentile of sorted values, linearly interpolated between neighbours.
+
+    >>> percentile([10.0, 20.0, 30.0, 40.0], 50)
+    25.0
+    """
+    if not sorted_values:
+        raise ValueError("no values")
+    k = (len(sorted_values) - 1) * q / 100
+    lo = int(k)
+    hi = min(lo + 1, len(sorted_values) - 1)
+    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (k - lo)
+
+
+def jain(values: Sequence[float]) -> float:
+    """Jain's fairness index: 1 when every value is equal, 1/n when one takes everything.
+
+    >>> jain([5.0, 5.0]), jain([10.0, 0.0])
+    (1.0, 0.5)
+    """
+    total = sum(values)
+    return total * total / (len(values) * sum(v * v for v in values)) if total else 0.0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import matplotlib
@@ -65,8 +66,8 @@ def _fidelity_stamp(ax, summary: dict) -> None:
 
 def plot_scenario(folder: Path, summary: dict, curves: dict[str, list[float]],
                   windows: dict[str, tuple[float, float]], timelines: dict[str, list[list]]) -> None:
-    """goodput.png (one panel per transport, faults marked), path_state.png (MRC's per-EV state
-    over time) and, where distributions matter, cdf.png."""
+    """goodput.png (one panel per transport, faults marked) and path_state.png (MRC's per-EV
+    state over time); a scenario kind draws its own plots besides (`Kind.plot`)."""
     from experiments.metrics import BIN_S
 
     names = list(curves)
@@ -103,8 +104,6 @@ def plot_scenario(folder: Path, summary: dict, curves: dict[str, list[float]],
         plt.close(fig)
     if timelines:
         _plot_path_state(folder / "path_state.png", summary, timelines, windows)
-    if summary["scenario"] in ("collective", "permutation"):
-        _plot_cdf(folder / "cdf.png", summary)
 
 
 def _plot_path_state(path: Path, summary: dict, timelines: dict[str, list[list]],
@@ -137,23 +136,20 @@ def _plot_path_state(path: Path, summary: dict, timelines: dict[str, list[list]]
     plt.close(fig)
 
 
-def _plot_cdf(path: Path, summary: dict) -> None:
+Series = list[tuple[list, str, str]]  # (values, line style, what they are)
+
+
+def plot_cdf(path: Path, summary: dict, xlabel: str, series_of: Callable[[dict], Series]) -> None:
+    """One CDF per transport and series: `series_of(figures of a transport)`."""
     fig, ax = plt.subplots(figsize=(7, 4), dpi=100)
     for name, t in summary["transports"].items():
         colour = TRANSPORT_COLOURS.get(name)
-        series = []
-        if summary["scenario"] == "collective":
-            series = [(t.get("step_times_ms_no_fault", []), "-", "no fault"),
-                      (t.get("step_times_ms", []), "--", "link cut")]
-            ax.set_xlabel("ring step time (ms)")
-        else:
-            series = [(t.get("flow_goodput_mbps", []), "-", "per-flow goodput")]
-            ax.set_xlabel("per-flow goodput (Mbit/s)")
-        for values, style, what in series:
+        for values, style, what in series_of(t):
             vals = sorted(v for v in values if v is not None)
             if vals:
                 ax.step(vals, [(i + 1) / len(vals) for i in range(len(vals))], style, color=colour,
                         where="post", label=f"{name} ({what})")
+    ax.set_xlabel(xlabel)
     ax.set_ylabel("CDF")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)

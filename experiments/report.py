@@ -5,20 +5,15 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-# The headline figures per scenario, in the order the page shows them.
-FIGURES = {
-    "link-failure": ("recovery_ms", "stall_ms", "goodput_before_mbps", "goodput_during_mbps", "data_ok"),
-    "switch-failure": ("recovery_ms", "stall_ms", "goodput_before_mbps", "goodput_during_mbps", "data_ok"),
-    "link-flap": ("stall_ms", "goodput_before_mbps", "goodput_during_mbps", "goodput_fraction", "data_ok"),
-    "lossy-link": ("goodput_before_mbps", "goodput_during_mbps", "goodput_fraction", "data_ok"),
-    "permutation": ("throughput_fraction", "throughput_mbps", "flow_fraction_min", "jain_fairness",
-                    "data_ok"),
-    "incast": ("victim_goodput_fraction", "victim_alone_mbps", "incast_goodput_mbps", "timeouts",
-               "evs_marked_bad", "data_ok"),
-    "collective": ("step_time_p50_ms_no_fault", "step_time_p99_ms_no_fault", "step_time_p50_ms",
-                   "step_time_p99_ms", "steps_timed_out", "data_ok"),
-    "demo": ("recovery_ms", "stall_ms", "goodput_before_mbps", "goodput_after_mbps", "data_ok"),
-}
+
+def figures(scenario: str) -> tuple[str, ...]:
+    """The headline figures of a scenario (or the demo), in the order the page shows them."""
+    from experiments.demo import FIGURES as DEMO_FIGURES
+    from experiments.scenarios import SCENARIOS
+
+    if scenario == "demo":
+        return DEMO_FIGURES
+    return SCENARIOS[scenario].figures if scenario in SCENARIOS else ("data_ok",)
 
 
 def _cell(value: object, column: str = "") -> str:
@@ -32,7 +27,7 @@ def _cell(value: object, column: str = "") -> str:
 
 
 def table(summary: dict, markdown: bool = False) -> str:
-    cols = FIGURES.get(summary["scenario"], ("data_ok",))
+    cols = figures(summary["scenario"])
     rows = [("transport", *cols)]
     for name, t in summary["transports"].items():
         rows.append((name, *(_cell(t.get(c), c) for c in cols)))

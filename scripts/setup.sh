@@ -34,7 +34,7 @@ if [ ! -f "$stamp" ] || [ setup.py -nt "$stamp" ]; then
   touch "$stamp"
 fi
 
-# eBPF switch data plane (ECN marking, trimming, priority class: topologies/dataplane.py).
+# eBPF switch data plane (ECN marking, trimming, priority class: topologies/dataplane/).
 # Optional, so not in APT_PACKAGES: without it setup succeeds and the emulation keeps plain
 # HTB queues. The object is rebuilt only when its source or the wire constants change.
 for pkg in clang llvm libbpf-dev bpftool; do

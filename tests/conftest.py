@@ -39,10 +39,10 @@ def emulation_ready() -> None:
     require_or_skip(_emulation_unavailable())
     # Start from a clean machine: a run killed before this session (OVS keeps bridges in its
     # database across restarts) must not be counted against the tests' "nothing left behind".
-    from topologies import emulation, preflight
+    from topologies import cleanup, preflight
 
     try:
-        emulation.check_lock_free()
+        cleanup.check_lock_free()
     except preflight.PreflightError as exc:
         require_or_skip(str(exc))
-    emulation.cleanup_leftovers(kill_shells=True)
+    cleanup.cleanup_leftovers(kill_shells=True)

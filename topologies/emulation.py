@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import signal
 import socket
 import subprocess
@@ -22,13 +21,9 @@ from collections.abc import Sequence
 from functools import partial
 from pathlib import Path
 
-from topologies import hostnet, netns, preflight
+from endpoints.protocol.config import TransportConfig
+from topologies import cleanup, files, hostnet, netns, preflight, shaping
 from topologies.model import LINK_MTU, Fabric
-
-SWITCH_QUEUE_PACKETS = 20  # switch egress: ~67 ms at 10 Mbit/s with 4 KB frames
-HOST_QUEUE_PACKETS = 1000  # host NIC: a NIC back-pressures its QPs rather than drop (Linux txqueuelen)
-LOCK_PATH = Path("/run/mrclab.lock")
-BRIDGE_TAG = "mrclab"  # external_ids key marking our bridges for `mrclab clean`
 
 
 def _free_port() -> int:
@@ -37,37 +32,18 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-BURST_BYTES = 2 * (LINK_MTU + 14)  # two full frames: a real port serialises, it does not pass 50 KB at once
-
-
-def _tc_batch(intfs: Sequence[str], mbps: float, queue: int) -> str:
-    lines = []
-    for intf in intfs:
-        lines += [
-            f"qdisc replace dev {intf} root handle 1: htb default 1",
-            f"class add dev {intf} parent 1: classid 1:1 htb rate {mbps}mbit "
-            f"burst {BURST_BYTES} cburst {BURST_BYTES}",
-            f"qdisc add dev {intf} parent 1:1 handle 10: pfifo limit {queue}",
-        ]
-    return "\n".join(lines) + "\n"
-
-
-def _run_batch(tool: str, script: str) -> None:
-    result = subprocess.run([tool, "-batch", "-"], input=script, text=True, capture_output=True)
-    if result.returncode != 0:
-        raise RuntimeError(f"{tool} -batch failed: {result.stderr.strip()[:400]}")
-
-
 class Emulation:
     """A running fabric. Use as a context manager; `stop()` is idempotent."""
 
     def __init__(self, fabric: Fabric, workdir: Path, datapath: str = "auto",
                  detect_ms: float = 900.0, shape_links: bool = True,
-                 dataplane_mode: str = "auto") -> None:
+                 dataplane_mode: str = "auto", transport: TransportConfig | None = None) -> None:
         if dataplane_mode not in ("auto", "ebpf", "droptail"):
             raise preflight.PreflightError(
                 f"unknown data plane {dataplane_mode!r}: use auto, ebpf or droptail")
         self.fabric = fabric
+        # The run's transport parameters: the switch thresholds count frames of its payload size.
+        self.transport = transport or TransportConfig()
         self.dataplane_mode = dataplane_mode
         self.dataplane = None  # topologies.dataplane.DataPlane when the eBPF program runs
         # What ran at the switch egress ports, recorded in every summary.
@@ -100,8 +76,8 @@ class Emulation:
     def start(self) -> None:
         preflight.check_all()
         self.datapath = preflight.choose_datapath(self.datapath_requested)
-        _take_lock()
-        cleanup_leftovers()
+        cleanup.take_lock()
+        cleanup.cleanup_leftovers()
         t0 = time.monotonic()
         self.workdir.mkdir(parents=True, exist_ok=True)
         _raise_socket_buffer_limits()
@@ -125,7 +101,7 @@ class Emulation:
                   "events": str(self.events_path), "detect_ms": self.detect_ms, "port": port,
                   "notify": str(self.notify_path)}
         config_path = self.workdir / "controller.json"
-        config_path.write_text(json.dumps(config))
+        files.write_json(config_path, config, indent=None)
         log = open(self.workdir / "controller.log", "w")
         self.controller = subprocess.Popen(
             [sys.executable, "-m", "controller.run", "--config", str(config_path)],
@@ -168,11 +144,7 @@ class Emulation:
         self._set_mtu(net)  # before OVS adds the ports, so it sizes its buffers for jumbo frames
         net.start()
         self._pids = {h.name: net[h.name].pid for h in self.fabric.hosts}
-        # Tag the bridges so `mrclab clean` finds exactly ours.
-        args = ["ovs-vsctl"]
-        for sw in self.fabric.switches:
-            args += ["--", "set", "bridge", sw.name, f"external_ids:{BRIDGE_TAG}=1"]
-        subprocess.run(args, check=True, capture_output=True)
+        cleanup.tag_bridges([sw.name for sw in self.fabric.switches])  # `mrclab clean` finds ours
 
     def _set_mtu(self, net: object) -> None:
         from pyroute2 import IPRoute
@@ -197,12 +169,13 @@ class Emulation:
             hostnet.configure_host(self.fabric, host, pid, offload_off=True)
             if self.shape_links:
                 with netns.inside(pid):
-                    _run_batch("tc", _tc_batch([n.ifname for n in host.nics],
-                                               self.fabric.params.link_mbps, HOST_QUEUE_PACKETS))
+                    shaping.tc_batch(shaping.host_htb_batch(
+                        [n.ifname for n in host.nics], self.fabric.params.link_mbps,
+                        shaping.HOST_QUEUE_PACKETS))
 
     def _switch_data_plane(self) -> None:
         """Every switch egress port: HTB at the link rate with a strict-priority control class,
-        and, where eBPF loads, the ECN-marking / trimming program (topologies/dataplane.py);
+        and, where eBPF loads, the ECN-marking / trimming program (topologies/dataplane/);
         drop-tail FIFOs otherwise, said plainly in `dataplane_info`."""
         from topologies import dataplane
 
@@ -213,23 +186,25 @@ class Emulation:
                 ports.append((link.a_ifname, False))
         mbps = self.fabric.params.link_mbps
         names = [n for n, _ in ports]
+        mtu = self.transport.mtu_payload
+        queue = shaping.SWITCH_QUEUE_PACKETS
         reason = dataplane.available() if self.dataplane_mode != "droptail" else "asked for"
         if reason is not None:
-            _run_batch("tc", dataplane.htb_priority_batch(names, mbps, SWITCH_QUEUE_PACKETS, BURST_BYTES))
+            shaping.tc_batch(shaping.switch_htb_batch(names, mbps, queue, shaping.BURST_BYTES, mtu))
             if self.dataplane_mode == "ebpf":
                 raise preflight.PreflightError(f"the eBPF data plane cannot run here: {reason}")
             why = ("asked for (--dataplane droptail)" if reason == "asked for"
                    else f"eBPF unavailable: {reason}")
             self.dataplane_info = {"mode": "droptail", "reason": why}
             return
-        _run_batch("tc", dataplane.htb_priority_batch(names, mbps, SWITCH_QUEUE_PACKETS, BURST_BYTES,
-                                                      fifo_headroom=10))
-        specs = dataplane.switch_ports(ports, mbps, SWITCH_QUEUE_PACKETS)
-        self.dataplane = dataplane.attach(specs)
+        shaping.tc_batch(shaping.switch_htb_batch(names, mbps, queue, shaping.BURST_BYTES, mtu,
+                                                  fifo_headroom=10))
+        specs = dataplane.switch_ports(ports, mbps, queue, mtu)
+        self.dataplane = dataplane.attach_ports(specs)
         th = specs[0]
         self.dataplane_info = {"mode": "ebpf", "trim": True, "mark_bytes": th.mark_bytes,
                                "trim_bytes": th.trim_bytes, "drop_bytes": th.drop_bytes,
-                               "queue_packets": SWITCH_QUEUE_PACKETS}
+                               "queue_packets": queue}
 
     def dataplane_counters(self) -> dict[str, dict[str, int]]:
         """Per-port counters of the eBPF program (empty when it does not run)."""
@@ -272,11 +247,11 @@ class Emulation:
                     pass
         if self.dataplane is not None:
             self.dataplane.detach()  # before the bridges go: their ports take the filters along
-        cleanup_leftovers(self.fabric)
+        cleanup.cleanup_leftovers(self.fabric)
         if self.controller is not None:
             _kill_group(self.controller)
         self.timings["teardown"] = time.monotonic() - t0
-        _release_lock()
+        cleanup.release_lock()
 
     # ----- use ------------------------------------------------------------------------------
     def notify_controller(self, message: dict) -> None:
@@ -289,7 +264,7 @@ class Emulation:
 
     def popen(self, host: str, argv: Sequence[str], **kwargs: object) -> subprocess.Popen:
         """Start a process inside `host`'s namespace; it is killed at teardown."""
-        proc = subprocess.Popen(["mnexec", "-a", str(self.pid(host)), *argv],
+        proc = subprocess.Popen(netns.command(self.pid(host), argv),
                                 start_new_session=True, **kwargs)  # type: ignore[call-overload]
         self.procs.append(proc)
         return proc
@@ -376,84 +351,3 @@ def _kill_group(proc: subprocess.Popen) -> None:
             proc.wait(timeout=3)
         except (ProcessLookupError, subprocess.TimeoutExpired):
             pass
-
-
-def check_lock_free() -> None:
-    """Raise PreflightError if another live mrclab process holds the emulation lock."""
-    if LOCK_PATH.exists():
-        try:
-            pid = int(LOCK_PATH.read_text().strip() or 0)
-        except ValueError:
-            pid = 0
-        if pid and pid != os.getpid() and Path(f"/proc/{pid}").exists():
-            raise preflight.PreflightError(
-                f"another mrclab emulation (pid {pid}) is running: wait for it or run `make clean`")
-
-
-def _take_lock() -> None:
-    check_lock_free()
-    LOCK_PATH.write_text(str(os.getpid()))
-
-
-def _release_lock() -> None:
-    try:
-        if LOCK_PATH.read_text().strip() == str(os.getpid()):
-            LOCK_PATH.unlink()
-    except OSError:
-        pass
-
-
-BRIDGE_NAME = re.compile(r"p\d+[ls]\d+")  # the model's switch names (topologies/model.py)
-
-
-def our_bridges() -> list[str]:
-    """Bridges tagged as ours, plus untagged ones with our switch names: a run killed between
-    Mininet creating the bridges and the tagging transaction leaves those."""
-    tagged = subprocess.run(
-        ["ovs-vsctl", "--timeout=10", "--columns=name", "--format=csv", "--no-headings",
-         "find", "bridge", f"external_ids:{BRIDGE_TAG}=1"], capture_output=True, text=True)
-    names = {line.strip().strip('"') for line in tagged.stdout.splitlines() if line.strip()}
-    listed = subprocess.run(["ovs-vsctl", "--timeout=10", "list-br"], capture_output=True, text=True)
-    names |= {b for b in listed.stdout.split() if BRIDGE_NAME.fullmatch(b)}
-    return sorted(names)
-
-
-def cleanup_leftovers(fabric: Fabric | None = None, kill_shells: bool = False) -> dict[str, int]:
-    """Delete mrclab bridges, stray veths and (`kill_shells`) Mininet host shells of a killed run."""
-    bridges = set(our_bridges())
-    if fabric is not None:
-        bridges |= {s.name for s in fabric.switches}
-    if bridges:
-        args = ["ovs-vsctl", "--timeout=60"]
-        for name in sorted(bridges):
-            args += ["--", "--if-exists", "del-br", name]
-        subprocess.run(args, capture_output=True)
-    # Root-side ends of our veths (switch ports) survive the bridges; host ends die with
-    # their namespaces.
-    pattern = re.compile(r"^(p\d+[ls]\d+|h\d+)-eth\d+$")
-    from pyroute2 import IPRoute
-
-    removed = 0
-    with IPRoute() as ipr:
-        for link in ipr.get_links():
-            name = link.get_attr("IFLA_IFNAME")
-            if name and pattern.match(name):
-                try:
-                    ipr.link("del", index=link["index"])
-                    removed += 1
-                except Exception:  # noqa: BLE001 - its peer's deletion may have taken it already
-                    pass
-    shells = 0
-    if kill_shells:  # Mininet host shells: bash started by mnexec with "mininet:hN" in argv
-        found = subprocess.run(["pgrep", "-f", r"^bash .*mininet:h[0-9]+$"], capture_output=True,
-                               text=True)
-        for pid in found.stdout.split():
-            try:
-                os.kill(int(pid), signal.SIGKILL)
-                shells += 1
-            except (ProcessLookupError, ValueError):
-                pass
-    from topologies import dataplane
-
-    pins = dataplane.cleanup_leftovers()  # BPF maps pinned by a run that died
-    return {"bridges": len(bridges), "veths": removed, "shells": shells, "bpf_pins": pins}

@@ -10,15 +10,16 @@ neighbour discovery, and nothing floods.
 from __future__ import annotations
 
 import socket
+import subprocess
 
 from pyroute2 import IPRoute
 from pyroute2.ethtool import Ethtool
 
-from controller.tables import GATEWAY_MAC
 from topologies import netns
 from topologies.model import (
     BASELINE_PREFIX,
     GATEWAY_LLADDR,
+    GATEWAY_MAC,
     Fabric,
     Host,
     plane_usid_prefix,
@@ -86,8 +87,6 @@ def configure_mptcp(fabric: Fabric, host: Host, pid: int) -> None:
     every plane but 0; a peer that connected to its plane-0 address opens one more subflow to
     each, and routing sends each over its own plane. `ip mptcp` (iproute2) rather than pyroute2,
     whose MPTCP netlink support is partial."""
-    import subprocess
-
     extra = len(host.nics) - 1
     commands = [["ip", "mptcp", "endpoint", "flush"],
                 ["ip", "mptcp", "limits", "set", "subflow", str(extra), "add_addr_accepted", str(extra)]]
@@ -95,6 +94,6 @@ def configure_mptcp(fabric: Fabric, host: Host, pid: int) -> None:
         commands.append(["ip", "mptcp", "endpoint", "add", str(nic.baseline_addr), "dev", nic.ifname,
                          "signal"])
     for argv in commands:
-        result = subprocess.run(["mnexec", "-a", str(pid), *argv], capture_output=True, text=True)
+        result = subprocess.run(netns.command(pid, argv), capture_output=True, text=True)
         if result.returncode != 0:
             raise RuntimeError(f"{host.name}: {' '.join(argv)} failed: {result.stderr.strip()}")

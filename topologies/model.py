@@ -17,6 +17,11 @@ Numbering plan (everything below is computed here and nowhere else):
   controller's ECMP plane. Linux TCP/MPTCP use these.
 * OpenFlow ports: leaf ports 1..H go to its hosts, H+1..H+S to the spines; spine port l+1 goes
   to leaf l. Host NIC ``h<n>-eth<p>`` is the host's port on plane p.
+* Links are named ``<lower>-<upper>`` (`link_name`): ``h0-p0l0``, ``p0l0-p0s1``.
+* EVs (32 bits, `ev_value`): route i of a host pair's route list is EV
+  ``(plane+1) << 16 | 0xC000 + i``; the sender's kernel carries the low half in the UDP
+  source port (in the ephemeral range, so ECMP hashes see realistic ports) and the high half in
+  the flow label.
 """
 
 from __future__ import annotations
@@ -37,6 +42,8 @@ IFNAME_MAX = 15  # Linux IFNAMSIZ - 1
 # 1 KB frames is what keeps the userspace OVS datapath and the agents within a 2-core VM.
 LINK_MTU = 9000
 GATEWAY_LLADDR = "fe80::1"  # every host NIC's static next hop; the leaf never answers ND
+GATEWAY_MAC = "02:ff:00:00:00:01"  # its MAC: the source MAC of frames switches deliver to hosts
+EV_PORT_BASE = 0xC000  # an EV's low half, the UDP source port, starts the ephemeral range
 
 
 class FabricError(ValueError):
@@ -113,6 +120,31 @@ def _ifname(node: str, port: int) -> str:
     return f"{node}-eth{port}"
 
 
+def link_name(lower: str, upper: str) -> str:
+    """The name of the link between `lower` (a host or leaf) and `upper` (its leaf or spine).
+
+    >>> link_name("p0l0", "p0s1")
+    'p0l0-p0s1'
+    """
+    return f"{lower}-{upper}"
+
+
+def ev_value(plane: int, index: int) -> int:
+    """The 32-bit EV naming route `index` of a host pair's route list on `plane`.
+
+    >>> hex(ev_value(1, 5))
+    '0x2c005'
+    >>> ev_plane(ev_value(3, 0))
+    3
+    """
+    return ((plane + 1) << 16) | (EV_PORT_BASE + index)
+
+
+def ev_plane(ev: int) -> int:
+    """The plane an EV made by `ev_value` crosses."""
+    return (ev >> 16) - 1
+
+
 def usid(role: int, plane: int, index: int) -> int:
     return ((plane + 1) << 12) | (role << 10) | index
 
@@ -184,7 +216,7 @@ class Link:
 
     @property
     def name(self) -> str:
-        return f"{self.a}-{self.b}"
+        return link_name(self.a, self.b)
 
     @property
     def a_ifname(self) -> str:
@@ -196,16 +228,17 @@ class Link:
 
 
 @dataclass(frozen=True)
-class Path:
+class Route:
     """One source-routed path between two hosts: what an EV names."""
     src: str
     dst: str
     plane: int
-    spine: int | None  # None for a same-leaf path
+    spine: int | None  # None for a same-leaf route
     usids: tuple[int, ...]
     address: ipaddress.IPv6Address  # the SRv6 destination address the sender writes
     src_addr: ipaddress.IPv6Address  # the sender's NIC address on this plane
     links: tuple[str, ...]  # names of the links crossed, in order
+    ev: int  # the EV naming it (`ev_value` of its plane and its index in the pair's routes)
 
     @property
     def label(self) -> str:
@@ -321,29 +354,32 @@ class Fabric:
             index[(link.b, link.b_port)] = link
         return index
 
-    # ----- paths ----------------------------------------------------------------------------
-    def paths(self, src: str, dst: str) -> list[Path]:
-        """Every source-routed path from host `src` to host `dst`, plane by plane, spine by spine."""
+    # ----- routes ---------------------------------------------------------------------------
+    def routes(self, src: str, dst: str) -> list[Route]:
+        """Every source-routed path from host `src` to host `dst`, plane by plane, spine by
+        spine; route i carries EV `ev_value(plane, i)`."""
         s, d = self.host(src), self.host(dst)
         if s.name == d.name:
             raise FabricError(f"source and destination are both {src}")
-        out: list[Path] = []
+        out: list[Route] = []
         for plane in range(self.params.planes):
             src_nic, dst_nic = s.nics[plane], d.nics[plane]
             src_leaf = self.leaf(plane, s.leaf_index)
             if s.leaf_index == d.leaf_index:
                 sids = (src_leaf.usid, dst_nic.usid)
-                out.append(Path(src, dst, plane, None, sids, usid_address(sids), src_nic.srv6_addr,
-                                (f"{src}-{src_leaf.name}", f"{dst}-{src_leaf.name}")))
+                out.append(Route(src, dst, plane, None, sids, usid_address(sids), src_nic.srv6_addr,
+                                 (link_name(src, src_leaf.name), link_name(dst, src_leaf.name)),
+                                 ev_value(plane, len(out))))
                 continue
             dst_leaf = self.leaf(plane, d.leaf_index)
             for spine_index in range(self.params.spines):
                 spine = self.spine(plane, spine_index)
                 sids = (src_leaf.usid, spine.usid, dst_leaf.usid, dst_nic.usid)
-                out.append(Path(src, dst, plane, spine_index, sids, usid_address(sids),
-                                src_nic.srv6_addr,
-                                (f"{src}-{src_leaf.name}", f"{src_leaf.name}-{spine.name}",
-                                 f"{dst_leaf.name}-{spine.name}", f"{dst}-{dst_leaf.name}")))
+                out.append(Route(src, dst, plane, spine_index, sids, usid_address(sids),
+                                 src_nic.srv6_addr,
+                                 (link_name(src, src_leaf.name), link_name(src_leaf.name, spine.name),
+                                  link_name(dst_leaf.name, spine.name), link_name(dst, dst_leaf.name)),
+                                 ev_value(plane, len(out))))
         return out
 
     def host_pairs(self) -> Iterator[tuple[str, str]]:
@@ -362,13 +398,13 @@ class Fabric:
         """
         rate = self.params.link_mbps
         total = 0.0
-        by_plane: dict[int, list[Path]] = {}
-        for path in self.paths(src, dst):
-            by_plane.setdefault(path.plane, []).append(path)
-        for plane, plane_paths in by_plane.items():
+        by_plane: dict[int, list[Route]] = {}
+        for route in self.routes(src, dst):
+            by_plane.setdefault(route.plane, []).append(route)
+        for plane, plane_routes in by_plane.items():
             if planes is not None and plane not in planes:
                 continue
-            live = [p for p in plane_paths if not set(p.links) & down_links]
+            live = [r for r in plane_routes if not set(r.links) & down_links]
             total += min(rate, rate * len(live))
         return total
 

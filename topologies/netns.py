@@ -1,8 +1,11 @@
-"""Enter a Mininet host's network namespace from this process.
+"""The one namespace helper: enter a network namespace from this thread, or run a command in one.
 
 Python 3.11 has no `os.setns`, so libc's is called through ctypes. Sockets (netlink, UDP,
 raw) opened inside `inside(pid)` stay bound to that namespace after the block ends, which
 lets one process configure or probe every host without spawning one process per host.
+A namespace is named by a process in it (a Mininet host's shell: `inside`, `command`) or by
+an iproute2 name under /run/netns (`inside_named`, `command_named`), for one that has no
+process yet.
 """
 
 from __future__ import annotations
@@ -10,10 +13,11 @@ from __future__ import annotations
 import ctypes
 import os
 import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
 
 CLONE_NEWNET = 0x40000000
+NETNS_DIR = "/run/netns"  # where `ip netns add NAME` pins a namespace
 _libc = ctypes.CDLL(None, use_errno=True)
 
 
@@ -24,10 +28,9 @@ def _setns(fd: int) -> None:
 
 
 @contextmanager
-def inside(pid: int) -> Iterator[None]:
-    """Run the block in the network namespace of process `pid` (this thread only)."""
+def _entered(path: str) -> Iterator[None]:
     home = os.open(f"/proc/self/task/{threading.get_native_id()}/ns/net", os.O_RDONLY)
-    target = os.open(f"/proc/{pid}/ns/net", os.O_RDONLY)
+    target = os.open(path, os.O_RDONLY)
     try:
         _setns(target)
         try:
@@ -39,3 +42,21 @@ def inside(pid: int) -> Iterator[None]:
         os.close(home)
 
 
+def inside(pid: int) -> AbstractContextManager[None]:
+    """Run the block in the network namespace of process `pid` (this thread only)."""
+    return _entered(f"/proc/{pid}/ns/net")
+
+
+def inside_named(name: str) -> AbstractContextManager[None]:
+    """Run the block in the named namespace `name` (iproute2's /run/netns/NAME)."""
+    return _entered(f"{NETNS_DIR}/{name}")
+
+
+def command(pid: int, argv: Sequence[str]) -> list[str]:
+    """`argv` to run inside the network namespace of process `pid` (Mininet's mnexec)."""
+    return ["mnexec", "-a", str(pid), *argv]
+
+
+def command_named(name: str, argv: Sequence[str]) -> list[str]:
+    """`argv` to run inside the named namespace `name`."""
+    return ["ip", "netns", "exec", name, *argv]

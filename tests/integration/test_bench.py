@@ -14,9 +14,11 @@ import time
 
 import pytest
 
-from endpoints import netio, wire
-from experiments import bench
+from endpoints.host import netio
+from endpoints.protocol import wire
+from experiments.tools import bench
 from tests.integration.helpers import REPO
+from topologies import netns
 from topologies.model import Fabric, FabricParams
 
 
@@ -37,7 +39,7 @@ def _namespaces() -> list[str]:
 def test_bench_writes_sane_numbers_and_leaves_nothing_behind(root, tmp_path):
     out = tmp_path / "agent.json"
     before = set(_namespaces())
-    proc = subprocess.run([sys.executable, "-m", "experiments.bench", "--seconds", "2",
+    proc = subprocess.run([sys.executable, "-m", "experiments.tools.bench", "--seconds", "2",
                            "--runs", "1", "--profile-seconds", "1", "--out", str(out)],
                           cwd=REPO, capture_output=True, text=True, timeout=180)
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -64,14 +66,14 @@ def test_bench_writes_sane_numbers_and_leaves_nothing_behind(root, tmp_path):
 
 def test_interrupted_bench_cleans_up(root, tmp_path):
     out = tmp_path / "agent.json"
-    proc = subprocess.Popen([sys.executable, "-m", "experiments.bench", "--seconds", "30",
+    proc = subprocess.Popen([sys.executable, "-m", "experiments.tools.bench", "--seconds", "30",
                              "--profile-seconds", "0", "--out", str(out)],
                             cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     tag = f"mrcb{proc.pid}"
     agents: list[int] = []
     try:
         for _ in range(200):  # until both agents run (their configs name this run's workdir)
-            found = subprocess.run(["pgrep", "-f", r"endpoints\.agent --config /tmp/mrclab-bench-"],
+            found = subprocess.run(["pgrep", "-f", r"endpoints\.host\.agent --config /tmp/mrclab-bench-"],
                                    capture_output=True, text=True).stdout.split()
             agents = [int(pid) for pid in found if _child_of(int(pid), proc.pid)]
             if len(agents) == 2:
@@ -108,14 +110,14 @@ def _child_of(pid: int, parent: int) -> bool:
 def test_kernel_checksum_frames_equal_build_packet_frames(root, size, ev, tclass):
     """The fast send path must put on the wire exactly what the Python packet builder does."""
     fabric = Fabric(FabricParams(planes=2, leaves=2, spines=1, hosts_per_leaf=1))
-    path = fabric.paths(bench.SENDER, bench.RECEIVER)[1]  # plane 1
+    path = fabric.routes(bench.SENDER, bench.RECEIVER)[1]  # plane 1
     peer_if = fabric.host(bench.RECEIVER).nics[path.plane].ifname
     payload = os.urandom(size)
     args = (path.src_addr.packed, path.address.packed, str(path.address), ev, tclass)
     with bench.BenchNet(fabric, f"mrcbt{os.getpid()}") as net:
-        with bench._inside(net.ns[bench.RECEIVER]):
+        with netns.inside_named(net.ns[bench.RECEIVER]):
             cap = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(0x86DD))
-        with bench._inside(net.ns[bench.SENDER]):  # path sockets open in the caller's namespace
+        with netns.inside_named(net.ns[bench.SENDER]):  # path sockets open in the caller's namespace
             tx = netio.Transmitter()
             raw = netio.Transmitter(kernel_checksum=False)
             paths = [tx.path(*args), raw.path(*args)]

@@ -18,22 +18,24 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from endpoints import netio, wire
-from topologies import dataplane as dp
-from topologies import netns
+from endpoints.host import netio
+from endpoints.protocol import wire
+from topologies import netns, shaping
+from topologies.dataplane import attach, bpf, ports
+from topologies.dataplane import reference as ref
 
 SRC, DST = netio.packed("fd00:99::1"), netio.packed("fd00:99::2")
 MAC_A, MAC_B = "02:6d:72:63:00:01", "02:6d:72:63:00:02"
 ETH = bytes.fromhex(MAC_B.replace(":", "")) + bytes.fromhex(MAC_A.replace(":", "")) + b"\x86\xdd"
 MTU = 1024  # the tests' data packets carry 1 KB payloads: thresholds in those frames
-FRAME = dp.frame_bytes(MTU)
-SPEC = dp.PortSpec("lo", None, 10e6, *dp.default_thresholds(50, MTU))
+FRAME = wire.frame_bytes(MTU)
+SPEC = ports.PortSpec("lo", None, 10e6, *ports.default_thresholds(50, MTU))
 
 
 @pytest.fixture(scope="module")
 def bpf_ready() -> None:
     reason = None if os.geteuid() == 0 else "needs root"
-    reason = reason or dp.available()
+    reason = reason or attach.available()
     if reason is None:
         return
     if os.environ.get("CI") == "true":
@@ -41,7 +43,7 @@ def bpf_ready() -> None:
     pytest.skip(reason)
 
 
-def frame(payload: bytes, tclass: int = wire.DATA_TCLASS, dport: int = netio.MRC_PORT) -> bytes:
+def frame(payload: bytes, tclass: int = wire.DATA_TCLASS, dport: int = wire.MRC_PORT) -> bytes:
     return ETH + netio.build_packet(SRC, DST, 0x2C000, payload, tclass=tclass, dport=dport)
 
 
@@ -50,48 +52,48 @@ def data(n: int = 1024, flags: int = 0, psn: int = 9) -> bytes:
 
 
 def udp_ok(f: bytes) -> bool:
-    udp = f[dp._L4:]
-    return netio.udp6_checksum(f[22:38], f[38:54], udp[:6] + b"\0\0" + udp[8:]) == \
+    udp = f[ref._L4:]
+    return wire.udp6_checksum(f[22:38], f[38:54], udp[:6] + b"\0\0" + udp[8:]) == \
         int.from_bytes(udp[6:8], "big")
 
 
 # ----- single frames through BPF_PROG_TEST_RUN ---------------------------------------------------
 @pytest.fixture
 def prog(bpf_ready):
-    p = dp.Program()
+    p = bpf.Program()
     p.configure(1, SPEC)  # ifindex 1: the test run's loopback, no device needed
     yield p
     p.close()
 
 
-def run_at(prog: dp.Program, f: bytes, vq: int, spec: dp.PortSpec = SPEC) -> dp.RunResult:
+def run_at(prog: bpf.Program, f: bytes, vq: int, spec: ports.PortSpec = SPEC) -> ref.RunResult:
     prog.configure(1, spec)
     prog.set_queue(1, vq, frozen=True)
     return prog.run(f)
 
 
 def test_below_between_above_thresholds(prog):
-    th = dp.default_thresholds(50, MTU)
+    th = ports.default_thresholds(50, MTU)
     f = frame(data())
     below = run_at(prog, f, 0)
-    assert below == (dp.TC_ACT_OK, f, dp.CLASS_DATA)
+    assert below == (ref.TC_ACT_OK, f, shaping.CLASS_DATA)
     marked = run_at(prog, f, th.mark_bytes)  # q = mark + this frame > mark
     assert marked.frame[15] & 0x30 == 0x30 and marked.frame[16:] == f[16:]
-    assert marked.priority == dp.CLASS_DATA and udp_ok(marked.frame)  # ECN is outside the sum
+    assert marked.priority == shaping.CLASS_DATA and udp_ok(marked.frame)  # ECN is outside the sum
     assert prog.counters(1)["marked"] == 1
     trimmed = run_at(prog, f, th.trim_bytes)
-    assert trimmed.verdict == dp.TC_ACT_OK and trimmed.priority == dp.CLASS_CONTROL
+    assert trimmed.verdict == ref.TC_ACT_OK and trimmed.priority == shaping.CLASS_CONTROL
     assert len(trimmed.frame) == 14 + 40 + 8 + wire.DATA_HDR
     assert struct.unpack_from("!H", trimmed.frame, 18)[0] == 8 + wire.DATA_HDR  # IPv6 length
     assert struct.unpack_from("!H", trimmed.frame, 58)[0] == 8 + wire.DATA_HDR  # UDP length
-    pkt = wire.decode(trimmed.frame[dp._MRC:])
+    pkt = wire.decode(trimmed.frame[ref._MRC:])
     assert isinstance(pkt, wire.Data) and pkt.flags & wire.F_TRIMMED and pkt.psn == 9
     assert pkt.payload == b"" and udp_ok(trimmed.frame)
     c = prog.counters(1)
     assert (c["trimmed"], c["dropped"], c["packets"]) == (1, 0, 1)
-    assert c["vq_bytes"] == th.trim_bytes + dp.TRIM_LEN == c["vq_max"]
+    assert c["vq_bytes"] == th.trim_bytes + ref.TRIM_LEN == c["vq_max"]
     above_drop = run_at(prog, f, th.drop_bytes)  # trimming beats dropping
-    assert len(above_drop.frame) == dp.TRIM_LEN
+    assert len(above_drop.frame) == ref.TRIM_LEN
 
 
 def test_ecn_capability_and_last_hop(prog):
@@ -104,19 +106,19 @@ def test_ecn_capability_and_last_hop(prog):
     last = replace(SPEC, last_hop=True)
     out = run_at(prog, frame(data()), vq, last).frame
     assert out == frame(data()) and prog.counters(1)["marked"] == 0
-    assert len(run_at(prog, frame(data()), SPEC.trim_bytes, last).frame) == dp.TRIM_LEN
+    assert len(run_at(prog, frame(data()), SPEC.trim_bytes, last).frame) == ref.TRIM_LEN
 
 
 def test_drop_only_what_cannot_be_trimmed(prog):
     no_trim = replace(SPEC, trim=False)
     f = frame(data())
     assert run_at(prog, f, SPEC.trim_bytes, no_trim).frame[16:] == f[16:]
-    assert run_at(prog, f, SPEC.drop_bytes, no_trim).verdict == dp.TC_ACT_SHOT
+    assert run_at(prog, f, SPEC.drop_bytes, no_trim).verdict == ref.TC_ACT_SHOT
     assert prog.counters(1)["dropped"] == 1
     empty = frame(data(0))  # a header-only data packet has nothing to cut
     kept = run_at(prog, empty, SPEC.trim_bytes)  # queued as data (and ECN-marked)
-    assert kept.frame[16:] == empty[16:] and kept.priority == dp.CLASS_DATA
-    assert run_at(prog, empty, SPEC.drop_bytes).verdict == dp.TC_ACT_SHOT
+    assert kept.frame[16:] == empty[16:] and kept.priority == shaping.CLASS_DATA
+    assert run_at(prog, empty, SPEC.drop_bytes).verdict == ref.TC_ACT_SHOT
 
 
 def test_control_always_high_priority_never_dropped(prog):
@@ -125,7 +127,7 @@ def test_control_always_high_priority_never_dropped(prog):
     for payload in controls:
         f = frame(payload)
         for vq in (0, SPEC.trim_bytes, 10 * SPEC.drop_bytes):
-            assert run_at(prog, f, vq) == (dp.TC_ACT_OK, f, dp.CLASS_CONTROL)
+            assert run_at(prog, f, vq) == (ref.TC_ACT_OK, f, shaping.CLASS_CONTROL)
             c = prog.counters(1)
             assert (c["control"], c["dropped"], c["marked"]) == (1, 0, 0)
 
@@ -135,20 +137,20 @@ def test_unparsed_frames_pass_untouched_and_uncounted(prog):
     ipv4 = f[:12] + b"\x08\x00" + b"\x45" + f[15:]
     tcp = f[:20] + b"\x06" + f[21:]
     wrong_version = bytearray(f)
-    wrong_version[dp._MRC + 3] = 2
+    wrong_version[ref._MRC + 3] = 2
     bad_len = bytearray(f)
     struct.pack_into("!H", bad_len, 58, 100)  # UDP length disagrees with IPv6 payload length
     # (BPF_PROG_TEST_RUN itself refuses IPv4/IPv6 frames shorter than their L3 header.)
     not_ip = f[:12] + b"\x88\xb5"
-    cases = [not_ip, not_ip + f[14:], f[:54], f[:60], f[:dp._MRC + wire.COMMON.size - 1], ipv4, tcp,
+    cases = [not_ip, not_ip + f[14:], f[:54], f[:60], f[:ref._MRC + wire.COMMON.size - 1], ipv4, tcp,
              frame(data(), dport=4792), frame(data(), dport=53), bytes(wrong_version),
              bytes(bad_len), f[:200]]
     magic = bytearray(f)
-    magic[dp._MRC + 2] = 0x4E
+    magic[ref._MRC + 2] = 0x4E
     cases.append(bytes(magic))
     for case in cases:
         res = run_at(prog, case, SPEC.drop_bytes + 1)  # would be trimmed or dropped if MRC
-        assert res == (dp.TC_ACT_OK, case, 0), case[:64].hex()
+        assert res == (ref.TC_ACT_OK, case, 0), case[:64].hex()
         c = prog.counters(1)
         assert c["packets"] == 0 and c["other_packets"] == 1
 
@@ -156,18 +158,18 @@ def test_unparsed_frames_pass_untouched_and_uncounted(prog):
 def test_unconfigured_port_is_plain_forwarding(prog):
     prog.unconfigure(1)
     f = frame(data())
-    assert prog.run(f) == (dp.TC_ACT_OK, f, 0)
+    assert prog.run(f) == (ref.TC_ACT_OK, f, 0)
 
 
 def test_virtual_queue_drains_at_the_port_rate(prog):
     f = frame(data(0, flags=0))
     prog.configure(1, SPEC)  # 10 Mbit/s: 1.25 bytes per microsecond
     start = 30000
-    prog.state.update(1, 0, 0, start << dp.RATE_SHIFT, time.monotonic_ns() - 10_000_000)
+    prog.state.update(1, 0, 0, start << ports.RATE_SHIFT, time.monotonic_ns() - 10_000_000)
     prog.run(f)
     drained = start + len(f) - prog.counters(1)["vq_bytes"]
     assert 12500 <= drained < 12500 + 2500  # 10 ms plus up to 2 ms of test overhead
-    prog.state.update(1, 0, 0, start << dp.RATE_SHIFT, time.monotonic_ns() - 10**9)
+    prog.state.update(1, 0, 0, start << ports.RATE_SHIFT, time.monotonic_ns() - 10**9)
     prog.run(f)
     assert prog.counters(1)["vq_bytes"] == len(f)  # empty after a long idle time
 
@@ -190,9 +192,9 @@ def test_kernel_matches_reference(prog, payload, tclass, vq, last_hop, trim, cut
     f = bytes(f[:max(54, len(f) - cut)] if cut < 200 else f)  # 54: test runs need the L3 header
     spec = replace(SPEC, last_hop=last_hop, trim=trim)
     got = run_at(prog, f, vq, spec)
-    want, vq_after = dp.reference(f, vq, spec)
+    want, vq_after = ref.reference(f, vq, spec)
     assert got.verdict == want.verdict
-    if want.verdict == dp.TC_ACT_OK:
+    if want.verdict == ref.TC_ACT_OK:
         assert got == want
     assert prog.counters(1)["vq_bytes"] == vq_after
 
@@ -231,7 +233,7 @@ def veth(bpf_ready):
             sleepers.append(subprocess.Popen(["ip", "netns", "exec", ns, "sleep", "3600"]))
         subprocess.run(["ip", "netns", "exec", NS_A, "tc", "-batch", "-"], check=True, text=True,
                        capture_output=True,
-                       input=dp.htb_priority_batch([IF_A], LINK_MBPS, QUEUE, 2 * 1514, MTU))
+                       input=shaping.switch_htb_batch([IF_A], LINK_MBPS, QUEUE, 2 * 1514, MTU))
         yield sleepers[0].pid, sleepers[1].pid
     finally:
         for proc in sleepers:
@@ -249,7 +251,7 @@ def _csum_errors(ns: str) -> int:
 
 
 class Receiver:
-    def __init__(self, pid: int, port: int = netio.MRC_PORT) -> None:
+    def __init__(self, pid: int, port: int = wire.MRC_PORT) -> None:
         with netns.inside(pid):
             self.sock = netio.open_receiver(port)
 
@@ -284,9 +286,9 @@ def _burst(pid: int, payloads: list[bytes], tclass: int = wire.DATA_TCLASS, dpor
         sender.close()
 
 
-def _attach(pid: int, **kw: object) -> dp.DataPlane:
-    spec = dp.switch_ports([(IF_A, False)], LINK_MBPS, QUEUE, netns_pid=pid, mtu_payload=MTU)[0]
-    return dp.attach([replace(spec, **kw)])
+def _attach(pid: int, **kw: object) -> attach.DataPlane:
+    spec = ports.switch_ports([(IF_A, False)], LINK_MBPS, QUEUE, netns_pid=pid, mtu_payload=MTU)[0]
+    return attach.attach_ports([replace(spec, **kw)])
 
 
 def _class_packets(classid: str) -> int:
@@ -326,7 +328,7 @@ def test_burst_marks_then_trims_and_headers_overtake(veth):
     first_trim = min(i for i, (p, _) in enumerate(pkts) if p.flags & wire.F_TRIMMED)
     assert first_trim < last_full, order
     # Past the trim threshold only headers join the backlog.
-    assert c["vq_max"] <= dp.default_thresholds(QUEUE, MTU).trim_bytes + c["trimmed"] * dp.TRIM_LEN
+    assert c["vq_max"] <= ports.default_thresholds(QUEUE, MTU).trim_bytes + c["trimmed"] * ref.TRIM_LEN
 
 
 def test_burst_without_trimming_drops_at_capacity(veth):
@@ -374,8 +376,8 @@ def test_paged_frame_is_trimmed_with_a_valid_checksum(veth):
             with netns.inside(pid_a):
                 tx = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
             tx.setsockopt(socket.IPPROTO_IPV6, netio.IPV6_TCLASS, wire.DATA_TCLASS)
-            tx.connect(("fd00:99::2", netio.MRC_PORT))
-            th = dp.default_thresholds(QUEUE, MTU)
+            tx.connect(("fd00:99::2", wire.MRC_PORT))
+            th = ports.default_thresholds(QUEUE, MTU)
             for vq, psn in ((th.mark_bytes, 1), (th.trim_bytes, 2)):
                 prog.set_queue(ifindex, vq, frozen=True)
                 payload = data(psn=psn)
@@ -429,9 +431,9 @@ def test_detach_leaves_nothing(veth):
 def test_baseline_class_is_dropped_not_trimmed(prog):
     """RoCE's packets (DSCP 0) are not in the trimming class: above the drop threshold they are
     dropped, as RoCE without PFC sees it, while the MRC class is trimmed at the same backlog."""
-    th = dp.default_thresholds(QUEUE, MTU)
-    for tclass, verdict, trimmed in ((netio.ECN_ECT0, dp.TC_ACT_SHOT, False),
-                                     (wire.DATA_TCLASS, dp.TC_ACT_OK, True)):
+    th = ports.default_thresholds(QUEUE, MTU)
+    for tclass, verdict, trimmed in ((netio.ECN_ECT0, ref.TC_ACT_SHOT, False),
+                                     (wire.DATA_TCLASS, ref.TC_ACT_OK, True)):
         res = run_at(prog, frame(data(), tclass=tclass), th.drop_bytes)
         assert res.verdict == verdict
         if trimmed:

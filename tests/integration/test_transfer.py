@@ -8,14 +8,14 @@ import time
 
 import pytest
 
-from endpoints import netio, wire
-from endpoints.agent import ev_value
-from endpoints.control import ControlError
-from experiments.agents import start_agents
+from endpoints.host import netio
+from endpoints.host.control import ControlError
+from endpoints.protocol import wire
+from experiments.testbed import start_agents
 from tests.integration.helpers import assert_nothing_left
 from topologies import netns
 from topologies.emulation import Emulation
-from topologies.model import build
+from topologies.model import build, ev_value
 
 pytestmark = pytest.mark.usefixtures("emulation_ready")
 
@@ -28,7 +28,7 @@ def _trace(path):
 
 def test_transfer_through_a_cut_is_exact_and_the_cut_paths_go_bad_and_come_back(tmp_path):
     fabric = build(planes=2, leaves=2, spines=2, hosts_per_leaf=1, link_mbps=10.0)
-    paths = fabric.paths("h0", "h1")
+    paths = fabric.routes("h0", "h1")
     # The EVs whose forward path crosses the cut link, named the way the agent names them.
     cut_evs = {ev_value(p.plane, i) for i, p in enumerate(paths) if CUT in p.links}
     assert len(cut_evs) == 1
@@ -87,7 +87,7 @@ def test_agent_counts_malformed_datagrams_and_refuses_bad_requests(tmp_path):
     with Emulation(fabric, tmp_path) as em:
         agents = start_agents(em, ["h0", "h1"], tmp_path, seed=1)
         agents["h1"].call("open", qpn=5, peer="h0", peer_qpn=5, transport="mrc", role="recv")
-        path = fabric.paths("h0", "h1")[0]
+        path = fabric.routes("h0", "h1")[0]
         good = wire.encode_data(wire.OP_DATA_ONLY, 0, 5, 0, 0, 0, 4, b"abcd")
         bad = [
             b"",  # empty

@@ -1,0 +1,154 @@
+"""Real Linux TCP and MPTCP peers, measured the same way as the MRC agents.
+
+`python -m endpoints.host.tcpflow server --bind ADDR --port P --out FILE [--mptcp] [--seconds S]`
+`python -m endpoints.host.tcpflow client --connect ADDR --port P --seconds S [--mptcp] --out FILE`
+
+The server counts received bytes into 10 ms bins on CLOCK_MONOTONIC (the clock every namespace
+shares) and checks the byte stream against the client's deterministic pattern, so `data_ok` means
+the same for TCP as for MRC. MPTCP uses the kernel's own implementation (IPPROTO_MPTCP); the
+subflows come from the path manager endpoints `topologies/hostnet.py` configures, one per plane.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import hashlib
+import json
+import socket
+import sys
+import time
+
+IPPROTO_MPTCP = 262
+BIN_S = 0.010
+CHUNK = 64 * 1024
+
+
+def pattern(offset: int, length: int) -> bytes:
+    """Bytes offset..offset+length of an endless deterministic stream (SHA-256 counter blocks)."""
+    out = bytearray()
+    block = offset // 32
+    skip = offset % 32
+    while len(out) < length + skip:
+        out += hashlib.sha256(block.to_bytes(8, "big")).digest()
+        block += 1
+    return bytes(out[skip:skip + length])
+
+
+PATTERN_PERIOD = 32 * 4096  # the client cycles through this many pattern bytes
+_PERIOD_BYTES = b""
+
+
+def period_bytes() -> bytes:
+    global _PERIOD_BYTES
+    if not _PERIOD_BYTES:
+        _PERIOD_BYTES = pattern(0, PATTERN_PERIOD)
+    return _PERIOD_BYTES
+
+
+def _socket(mptcp: bool) -> socket.socket:
+    proto = IPPROTO_MPTCP if mptcp else 0
+    return socket.socket(socket.AF_INET6, socket.SOCK_STREAM, proto)
+
+
+def serve(bind: str, port: int, out: str, mptcp: bool, seconds: float) -> int:
+    listener = _socket(mptcp)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    listener.bind((bind, port))
+    listener.listen(1)
+    listener.settimeout(seconds)
+    bins: collections.Counter[int] = collections.Counter()
+    received = 0
+    data_ok = True
+    period = period_bytes()
+    try:
+        conn, _ = listener.accept()
+    except TimeoutError:
+        json.dump({"error": "no connection", "bytes": 0}, open(out, "w"))
+        return 1
+    conn.settimeout(seconds)
+    deadline = time.monotonic() + seconds
+    buf = bytearray(CHUNK)
+    view = memoryview(buf)
+    while time.monotonic() < deadline:
+        try:
+            n = conn.recv_into(view)
+        except (TimeoutError, ConnectionError):
+            break
+        if n == 0:
+            break
+        now = time.monotonic()
+        bins[int(now / BIN_S)] += n
+        # Verify against the pattern, wrapping around the period.
+        pos = received % PATTERN_PERIOD
+        chunk = view[:n]
+        while chunk:
+            take = min(len(chunk), PATTERN_PERIOD - pos)
+            if chunk[:take] != period[pos:pos + take]:
+                data_ok = False
+            chunk = chunk[take:]
+            pos = 0
+        received += n
+    conn.close()
+    listener.close()
+    result = {"bytes": received, "data_ok": data_ok and received > 0, "bin_s": BIN_S,
+              "bins": {str(k): v for k, v in sorted(bins.items())}, "mptcp": mptcp}
+    with open(out, "w") as fh:
+        json.dump(result, fh)
+    return 0
+
+
+def client(connect: str, port: int, seconds: float, mptcp: bool, out: str) -> int:
+    sock = _socket(mptcp)
+    sock.settimeout(5)
+    for _ in range(50):
+        try:
+            sock.connect((connect, port))
+            break
+        except (ConnectionRefusedError, TimeoutError, OSError):
+            time.sleep(0.1)
+            sock.close()
+            sock = _socket(mptcp)
+            sock.settimeout(5)
+    else:
+        json.dump({"error": f"could not connect to [{connect}]:{port}"}, open(out, "w"))
+        return 1
+    sock.settimeout(1.0)
+    period = period_bytes()
+    sent = 0
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        pos = sent % PATTERN_PERIOD
+        try:
+            n = sock.send(period[pos:pos + min(CHUNK, PATTERN_PERIOD - pos)])
+        except TimeoutError:
+            continue  # a stalled path: keep trying until the deadline, as an application would
+        except OSError:
+            break
+        sent += n
+    sock.close()
+    with open(out, "w") as fh:
+        json.dump({"bytes_sent": sent}, fh)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    sub = parser.add_subparsers(dest="role", required=True)
+    s = sub.add_parser("server")
+    s.add_argument("--bind", required=True)
+    c = sub.add_parser("client")
+    c.add_argument("--connect", required=True)
+    for p in (s, c):
+        p.add_argument("--port", type=int, default=5201)
+        p.add_argument("--seconds", type=float, required=True)
+        p.add_argument("--mptcp", action="store_true")
+        p.add_argument("--out", required=True)
+    args = parser.parse_args(argv)
+    if args.role == "server":
+        return serve(args.bind, args.port, args.out, args.mptcp, args.seconds)
+    return client(args.connect, args.port, args.seconds, args.mptcp, args.out)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,235 @@
+"""The RoCE-like baseline: one path (one EV, hashed by ECMP), go-back-N, no path state.
+
+The receiver accepts only the next expected PSN; the first packet out of order draws one NACK
+(sequence error, carrying the expected PSN) and the sender goes back to it, resending everything
+from there. A timeout (RTO, exponential backoff capped at `rto_max`) does the same. When the one
+path dies, nothing moves until routing moves the flow: that is the behaviour MRC is compared with.
+Same wire format as MRC, same method names as MrcSender / MrcReceiver.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+from endpoints.protocol import wire
+from endpoints.protocol.config import TransportConfig
+from endpoints.protocol.core import CoreBase
+from endpoints.protocol.sender import ts_age, ts_us
+
+
+class GbnSender(CoreBase):
+    def __init__(self, qpn: int, peer_qpn: int, ev: int, config: TransportConfig, seed: int,
+                 initial_psn: int = 0) -> None:
+        self.qpn, self.peer_qpn, self.ev, self.c = qpn, peer_qpn, ev, config
+        self.una = self.next_seq = initial_psn
+        self.pkts: dict[int, tuple[int, int, int, int]] = {}  # seq -> (msn, offset, len, msg_len)
+        self.data: dict[int, memoryview] = {}
+        self.msg_last_seq: dict[int, int] = {}
+        self.queue: deque[list] = deque()  # [msn, data, offset]
+        self.next_msn = 0
+        self.completed: list[int] = []
+        self.events: list[tuple] = []
+        self.rto = config.rto_initial
+        self.srtt = 0.0
+        self.rttvar = 0.0
+        self.timer: float | None = None
+        self.resend_from: int | None = None
+        self.bytes_acked = 0
+        self.stats = {k: 0 for k in ("sent", "retransmitted", "timeouts", "nacks", "acks",
+                                     "malformed", "foreign", "stale_acks")}
+
+    def send_message(self, data: bytes | memoryview, now: float) -> int:
+        if not len(data):
+            raise ValueError("a message needs at least one byte")
+        msn = self.next_msn
+        self.next_msn += 1
+        self.queue.append([msn, memoryview(data), 0])
+        self.data[msn] = memoryview(data)
+        return msn
+
+    @property
+    def unsent_messages(self) -> int:
+        return len(self.queue)
+
+    def ev_states(self) -> dict[int, str]:
+        return {self.ev: "GOOD"}
+
+    def next_deadline(self) -> float | None:
+        if self.resend_from is not None or (self.queue and self._window_open()):
+            return 0.0
+        return self.timer
+
+    def _window_open(self) -> bool:
+        return self.next_seq - self.una < self.c.gbn_window_pkts
+
+    def on_datagram(self, payload: bytes | memoryview, ev: int, now: float,
+                    ecn_ce: bool = False) -> None:
+        pkt = self._accept(payload)
+        if pkt is None:
+            return
+        if isinstance(pkt, wire.Sack):
+            self._ack_to(wire.psn_unwrap(pkt.cack, self.una), now)
+            self.stats["acks"] += 1
+            if pkt.echo_ts:
+                rtt = ts_age(now, pkt.echo_ts)
+                if rtt < 10:
+                    self._rtt(rtt)
+        elif isinstance(pkt, wire.Nack) and pkt.reason == wire.NACK_SEQUENCE_ERROR:
+            self.stats["nacks"] += 1
+            expected = wire.psn_unwrap(pkt.psn, self.una)
+            self._ack_to(expected, now)
+            if self.una < self.next_seq:
+                self.resend_from = self.una
+        else:
+            self.stats["foreign"] += 1
+
+    def _rtt(self, rtt: float) -> None:
+        if not self.srtt:
+            self.srtt, self.rttvar = rtt, rtt / 2
+        else:
+            self.rttvar = 0.75 * self.rttvar + 0.25 * abs(self.srtt - rtt)
+            self.srtt = 0.875 * self.srtt + 0.125 * rtt
+
+    def _ack_to(self, cack: int, now: float) -> None:
+        if cack > self.next_seq:
+            self.stats["stale_acks"] += 1
+            return
+        if cack <= self.una:
+            return
+        for seq in range(self.una, cack):
+            msn, _off, length, _ml = self.pkts.pop(seq)
+            self.bytes_acked += length
+            if self.msg_last_seq.get(msn) == seq:
+                del self.msg_last_seq[msn]
+                self.data.pop(msn, None)
+                self.completed.append(msn)
+                self.events.append(("complete", now, msn))
+        self.una = cack
+        self.rto = max(self.c.rto_min, min(self.c.rto_max, self.srtt + 4 * self.rttvar)) \
+            if self.srtt else self.c.rto_initial
+        self.timer = now + self.rto if self.una < self.next_seq else None
+        if self.resend_from is not None and self.resend_from < self.una:
+            self.resend_from = self.una if self.una < self.next_seq else None
+
+    def _packet(self, seq: int, now: float, retx: bool) -> tuple[int, bytes]:
+        msn, offset, length, msg_len = self.pkts[seq]
+        last = offset + length >= msg_len
+        flags = (wire.F_RETRANSMIT if retx else 0) | (wire.F_ACK_REQ if last else 0)
+        data = self.data[msn]
+        return self.ev, wire.encode_data(wire.data_opcode(offset == 0, last), flags,
+                                         self.peer_qpn, seq, msn, offset, msg_len,
+                                         data[offset:offset + length], ts_us(now))
+
+    def poll(self, now: float) -> list[tuple[int, bytes]]:
+        out = []
+        if self.timer is not None and now >= self.timer and self.una < self.next_seq:
+            self.stats["timeouts"] += 1
+            self.events.append(("timeout", now, self.una, self.rto))
+            self.resend_from = self.una
+            self.rto = min(self.rto * 2, self.c.rto_max)
+            self.timer = now + self.rto
+        if self.resend_from is not None:
+            # Go back N: everything from the first unacknowledged packet, within the window.
+            for seq in range(self.resend_from, min(self.next_seq, self.una + self.c.gbn_window_pkts)):
+                out.append(self._packet(seq, now, True))
+                self.stats["retransmitted"] += 1
+            self.events.append(("go_back", now, self.resend_from))
+            self.resend_from = None
+            self.timer = now + self.rto
+        mtu = self.c.mtu_payload
+        while self.queue and self._window_open():
+            entry = self.queue[0]
+            msn, data, offset = entry
+            length = min(mtu, len(data) - offset)
+            seq = self.next_seq
+            self.pkts[seq] = (msn, offset, length, len(data))
+            self.next_seq += 1
+            entry[2] = offset + length
+            if offset + length >= len(data):
+                self.msg_last_seq[msn] = seq
+                self.queue.popleft()
+            out.append(self._packet(seq, now, False))
+            self.stats["sent"] += 1
+            if self.timer is None:
+                self.timer = now + self.rto
+        return out
+
+
+class GbnReceiver(CoreBase):
+    def __init__(self, qpn: int, peer_qpn: int, ev: int, config: TransportConfig, seed: int,
+                 initial_psn: int = 0) -> None:
+        self.qpn, self.peer_qpn, self.ev, self.c = qpn, peer_qpn, ev, config
+        self.expected = initial_psn
+        self.nacked = False  # one NACK per gap, as RoCE does
+        self.buf: dict[int, bytearray] = {}
+        self.got: dict[int, int] = {}
+        self.next_msn = 0
+        self.completed: list[tuple[int, bytes]] = []
+        self.bytes_delivered = 0
+        self.out: list[tuple[int, bytes]] = []
+        self.unacked = 0
+        self.ack_due: float | None = None
+        self.echo = (0, 0)
+        self.events: list[tuple] = []
+        self.stats = {k: 0 for k in ("packets", "duplicates", "out_of_order", "malformed",
+                                     "foreign", "forged", "acks", "nacks", "messages")}
+
+    def next_deadline(self) -> float | None:
+        return 0.0 if self.out else self.ack_due
+
+    def on_datagram(self, payload: bytes | memoryview, ev: int, now: float,
+                    ecn_ce: bool = False) -> None:
+        d = self._accept(payload)
+        if d is None:
+            return
+        if not isinstance(d, wire.Data):
+            self.stats["foreign"] += 1  # acknowledgements sent to a receiving QP
+            return
+        self.stats["packets"] += 1
+        seq = wire.psn_unwrap(d.psn, self.expected)
+        self.echo = (ev, d.tsval)
+        if seq < self.expected:
+            self.stats["duplicates"] += 1
+            self.ack_due = now
+            return
+        if seq > self.expected:
+            self.stats["out_of_order"] += 1
+            if not self.nacked:
+                self.nacked = True
+                self.out.append((self.ev, wire.encode_nack(self.peer_qpn, self.expected,
+                                                          wire.NACK_SEQUENCE_ERROR, ev, d.tsval,
+                                                          self.expected)))
+                self.stats["nacks"] += 1
+            return
+        if d.msn != self.next_msn or d.msg_len > self.c.max_message or not d.payload or \
+                d.offset != self.got.get(d.msn, 0) or \
+                (d.msn in self.buf and len(self.buf[d.msn]) != d.msg_len):
+            self.stats["forged"] += 1
+            return
+        buf = self.buf.setdefault(d.msn, bytearray(d.msg_len))
+        buf[d.offset:d.offset + len(d.payload)] = d.payload
+        self.got[d.msn] = self.got.get(d.msn, 0) + len(d.payload)
+        self.bytes_delivered += len(d.payload)
+        self.expected += 1
+        self.nacked = False
+        if self.got[d.msn] >= d.msg_len:
+            self.completed.append((d.msn, bytes(self.buf.pop(d.msn))))
+            del self.got[d.msn]
+            self.next_msn += 1
+            self.stats["messages"] += 1
+        self.unacked += 1
+        if self.unacked >= self.c.sack_every or d.flags & wire.F_ACK_REQ:
+            self.ack_due = now
+        elif self.ack_due is None:
+            self.ack_due = now + self.c.sack_delay
+
+    def poll(self, now: float) -> list[tuple[int, bytes]]:
+        if self.ack_due is not None and now >= self.ack_due:
+            ev, ts = self.echo
+            self.out.append((self.ev, wire.encode_sack(self.peer_qpn, self.expected,
+                                                       self.expected, 0, ev, ts)))
+            self.stats["acks"] += 1
+            self.unacked = 0
+            self.ack_due = None
+        out, self.out = self.out, []
+        return out

@@ -1,0 +1,521 @@
+"""MRC sender, one per QP: sans-IO (events and a clock value in, datagrams out).
+
+Spraying: every packet, first transmission or retransmission, takes the next EV of the EV set's
+shuffled rotation. Loss detection, in the style of RACK over many paths: a packet is lost once a
+packet transmitted after it has been acknowledged (SACK cumulative ACK or bitmap) and it is
+older than srtt + 4 rttvar + `reorder_slack`; an RTO with exponential backoff is the backstop
+for tails. A lost packet's EV becomes ASSUMED_BAD at once (a backup of its plane takes over) and
+only that packet is resent, on another EV. Trimmed packets (NACK TRIMMED) are resent at once and
+only skip their EV. ASSUMED_BAD EVs are probed until `probes_to_resurrect` replies in a row.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import OrderedDict, deque
+from collections.abc import Sequence
+
+from endpoints.protocol import wire
+from endpoints.protocol.config import TransportConfig
+from endpoints.protocol.congestion import Nscc
+from endpoints.protocol.core import CoreBase
+from endpoints.protocol.evset import DENIED, GOOD, SKIP, EvInfo, EvSet
+
+__all__ = ["EvInfo", "MrcSender"]
+
+US = 1_000_000
+
+
+def ts_us(now: float) -> int:
+    return int(now * US) & 0xFFFFFFFF
+
+
+def ts_age(now: float, ts: int) -> float:
+    return ((ts_us(now) - ts) & 0xFFFFFFFF) / US
+
+
+class _Pkt:
+    __slots__ = ("seq", "msn", "offset", "length", "msg_len", "opcode", "ev", "sent", "ts", "tx",
+                 "retx", "missing")
+
+    def __init__(self, seq: int, msn: int, offset: int, length: int, msg_len: int,
+                 opcode: int) -> None:
+        self.seq, self.msn, self.offset, self.length = seq, msn, offset, length
+        self.msg_len, self.opcode = msg_len, opcode
+        self.ev = 0
+        self.sent = 0.0
+        self.tx = 0
+        self.retx = 0
+        self.missing = False  # a SACK generated after it was sent reported it absent
+        self.ts = 0  # the 32-bit microsecond timestamp it carried (ts_us(sent))
+
+
+class MrcSender(CoreBase):
+    def __init__(self, qpn: int, peer_qpn: int, evs: Sequence[EvInfo], config: TransportConfig,
+                 seed: int, initial_psn: int = 0) -> None:
+        self.qpn, self.peer_qpn, self.c = qpn, peer_qpn, config
+        self.rng = random.Random(seed)
+        self.evs = EvSet([EvInfo(*e) for e in evs], config.active_fraction, config.ev_min_active,
+                         config.skip_rotations, self.rng, config.ev_set_size,
+                         stateless=not config.path_state)
+        self.cc = Nscc(config)
+        self.next_seq = self.una = initial_psn
+        self.outstanding: OrderedDict[int, _Pkt] = OrderedDict()  # in transmission order
+        self.retx_queue: deque[_Pkt] = deque()
+        self.retx_seqs: set[int] = set()
+        self.retained: dict[int, memoryview] = {}  # msn -> data, until every packet is acked
+        self.messages: deque[list] = deque()  # [msn, data, next_offset, first_seq]
+        self.pkts_left: dict[int, int] = {}  # msn -> packets not yet acknowledged
+        self.msg_bytes: dict[int, int] = {}
+        self.next_msn = 0
+        self.next_complete = 0
+        self.done_ahead: set[int] = set()
+        self.completed: list[int] = []
+        self.tx_count = 0
+        self.rack_tx = 0  # highest transmission number acknowledged
+        self.rto = config.rto_initial
+        self.ev_rtt: dict[int, list[float]] = {}  # ev -> [srtt, rttvar]: each path's own timing
+        self._median_rtt: float | None = None
+        self.recent: dict[int, _Pkt] = {}  # acknowledged packets at or above una (for SACK reasoning)
+        # Path order says lost, pending `reorder_slack`: a trimmed packet's header overtakes the
+        # data behind it, and its NACK can come back after the SACK that shows the later packet
+        # (they take different reverse EVs); a trim must not bench the path.
+        self.suspects: dict[int, tuple[float, int]] = {}  # seq -> (when path order first said
+        # that transmission was lost, its tx number)
+        self.last_progress = 0.0
+        self.probes: dict[int, tuple[int, float]] = {}  # probe id -> (ev, sent)
+        self.probe_id = 0
+        self.next_probe_round = 0.0
+        self.replies: list[tuple[int, bytes]] = []  # probe replies owed to the receiver
+        self.proven_ev: int | None = None  # forward EV that most recently delivered (ack, probe reply)
+        self.events: list[tuple] = []
+        self.bytes_acked = 0
+        self.stats = {k: 0 for k in ("sent", "retransmitted", "lost", "timeouts", "trimmed_nacks",
+                                     "ecn_echoes", "probes_sent", "probe_replies", "sacks",
+                                     "nacks", "malformed", "foreign", "stale_acks", "bad_evs",
+                                     "resurrected", "floor_holds", "delay_skips", "stranded_resent")}
+
+    # ----- API ------------------------------------------------------------------------------
+    def send_message(self, data: bytes | memoryview, now: float) -> int:
+        if not len(data):
+            raise ValueError("a message needs at least one byte")
+        if len(data) > self.c.max_message:
+            raise ValueError(f"message of {len(data)} bytes exceeds max_message {self.c.max_message}")
+        msn = self.next_msn
+        self.next_msn += 1
+        self.messages.append([msn, memoryview(data), 0])
+        self.pkts_left[msn] = -(-len(data) // self.c.mtu_payload)
+        self.msg_bytes[msn] = len(data)
+        if not self.outstanding:
+            self.last_progress = now
+        return msn
+
+    def ev_states(self) -> dict[int, str]:
+        return dict(self.evs.state)
+
+    def deny_ev(self, ev: int) -> None:
+        self.evs.deny(ev)
+        self._drain_changes(0.0)
+
+    @property
+    def unsent_messages(self) -> int:
+        """Messages not yet fully transmitted (the agent keeps this topped up when streaming)."""
+        return len(self.messages)
+
+    @property
+    def in_flight(self) -> int:
+        return len(self.outstanding)
+
+    @property
+    def idle(self) -> bool:
+        return not self.outstanding and not self.retx_queue and not self.messages
+
+    def next_deadline(self) -> float | None:
+        deadlines = []
+        if self.outstanding:
+            oldest = next(iter(self.outstanding.values()))
+            deadlines.append(oldest.sent + self._rto_for(oldest))
+            if oldest.tx < self.rack_tx:
+                deadlines.append(oldest.sent + self._dark_window(oldest.ev))
+        if self.suspects:
+            deadlines.append(min(first for first, _ in self.suspects.values()) + self.c.reorder_slack)
+        if self.probes or self.evs.bad():
+            deadlines.append(self.next_probe_round)
+        if self.retx_queue or self.replies or self._can_send_new():
+            deadlines.append(0.0)
+        return min(deadlines) if deadlines else None
+
+    # ----- receiving ------------------------------------------------------------------------
+    def on_datagram(self, payload: bytes | memoryview, ev: int, now: float,
+                    ecn_ce: bool = False) -> None:
+        pkt = self._accept(payload)
+        if pkt is None:
+            return
+        if isinstance(pkt, wire.Sack):
+            self._on_sack(pkt, now)
+        elif isinstance(pkt, wire.Nack):
+            self._on_nack(pkt, now)
+        elif isinstance(pkt, wire.Probe):
+            self._on_probe(pkt, now)
+        else:
+            self.stats["foreign"] += 1  # data sent to a sending QP
+
+    def _ack_seq(self, seq: int, now: float) -> _Pkt | None:
+        p = self.outstanding.pop(seq, None)
+        if p is None:
+            if seq not in self.retx_seqs:
+                return None
+            # Declared lost but acknowledged after all (a slow path): the ack wins.
+            self.retx_seqs.discard(seq)
+            p = next(q for q in self.retx_queue if q.seq == seq)
+            self.retx_queue.remove(p)
+        self.recent[seq] = p
+        if p.retx == 0 and p.tx > self.rack_tx:  # Karn: a resent packet's ack is ambiguous
+            self.rack_tx = p.tx
+            self.proven_ev = p.ev
+        self.bytes_acked += p.length
+        left = self.pkts_left[p.msn] - 1
+        self.pkts_left[p.msn] = left
+        if left == 0:
+            del self.pkts_left[p.msn]
+            self.msg_bytes.pop(p.msn, None)
+            self.retained.pop(p.msn, None)
+            self.done_ahead.add(p.msn)
+            while self.next_complete in self.done_ahead:
+                self.done_ahead.discard(self.next_complete)
+                self.completed.append(self.next_complete)
+                self.events.append(("complete", now, self.next_complete))
+                self.next_complete += 1
+        return p
+
+    def _on_sack(self, s: wire.Sack, now: float) -> None:
+        self.stats["sacks"] += 1
+        ref = self.una
+        cack = wire.psn_unwrap(s.cack, ref)
+        if cack > self.next_seq:
+            self.stats["stale_acks"] += 1  # acknowledges what was never sent: forged or stale
+            return
+        acked = 0
+        if cack > self.una:
+            for seq in range(self.una, cack):
+                if self._ack_seq(seq, now) is not None:
+                    acked += 1
+        base = wire.psn_unwrap(s.base, ref)
+        # What this one SACK proves: per EV, the newest transmission it reports received.
+        newest: dict[int, int] = {}
+        # The bitmap's meaningful window: PSNs in [max(base, cack), next_seq), as a bit mask.
+        lo = max(cack - base, 0)
+        hi = min(self.next_seq - base, 64)
+        window = ((1 << hi) - 1) & ~((1 << lo) - 1) if hi > lo else 0
+        received = s.bitmap & window
+        bits = received
+        while bits:  # set bits only: a SACK usually reports a handful
+            low = bits & -bits
+            bits ^= low
+            seq = base + low.bit_length() - 1
+            p = self._ack_seq(seq, now)
+            if p is not None:
+                acked += 1
+            else:
+                p = self.recent.get(seq)
+            if p is not None and p.retx == 0 and p.tx > newest.get(p.ev, 0):
+                newest[p.ev] = p.tx
+        self._lost_by_path_order(s, base, window & ~received, newest, now)
+        self._advance_una()
+        if acked:
+            self.last_progress = now
+            self.rto = max(self.c.rto_min, min(self.c.rto_max, self._rto_base()))
+        ecn = bool(s.flags & wire.F_ECN_ECHO)
+        if ecn:
+            self.stats["ecn_echoes"] += 1
+            self.evs.skip(s.echo_ev)
+        rtt: float | None = ts_age(now, s.echo_ts)  # every SACK echoes a real tsval; 0 is one too
+        if rtt is not None and rtt > 10.0:
+            rtt = None  # a forged or ancient echo must not poison the estimator
+        if rtt is not None and not ecn and rtt > self.c.delay_skip_over_target * self.cc.target:
+            self.stats["delay_skips"] += 1
+            self.evs.skip(s.echo_ev)  # a hot path: move load off it, as an ECN echo would
+        if rtt is not None:
+            self._ev_rtt_sample(s.echo_ev, rtt)
+            self.events.append(("rtt", now, s.echo_ev, rtt))
+        self.cc.on_ack(now, rtt, ecn, acked, self._typical_path_delay())
+        self._detect_losses(now)
+        self._drain_changes(now)
+
+    def _lost_by_path_order(self, s: wire.Sack, base: int, missing: int, newest: dict[int, int],
+                            now: float) -> None:
+        """Each EV is one source route, a FIFO path: a packet this SACK reports missing (bit i of
+        `missing` is PSN base + i) is lost if the same SACK reports a packet sent after it on
+        the same EV as received."""
+        lost = []
+        echo_ts = s.echo_ts
+        outstanding = self.outstanding
+        while missing:
+            low = missing & -missing
+            missing ^= low
+            seq = base + low.bit_length() - 1
+            p = outstanding.get(seq)
+            if p is None:
+                continue
+            if (echo_ts - p.ts) & 0xFFFFFFFF < 0x80000000:
+                p.missing = True  # this SACK was triggered by a packet sent after it
+            if newest.get(p.ev, 0) > p.tx:
+                entry = self.suspects.get(seq)
+                if entry is None or entry[1] != p.tx:
+                    entry = self.suspects[seq] = (now, p.tx)
+                if now - entry[0] >= self.c.reorder_slack:
+                    lost.append(p)
+        for p in lost:
+            self.suspects.pop(p.seq, None)
+            if self.outstanding.pop(p.seq, None) is not None:  # not already resent as stranded
+                self._lose(p, now, "sack")
+
+    def _advance_una(self) -> None:
+        while self.una < self.next_seq and self.una not in self.outstanding and \
+                self.una not in self.retx_seqs:
+            self.recent.pop(self.una, None)
+            self.una += 1
+
+    def _on_nack(self, n: wire.Nack, now: float) -> None:
+        self.stats["nacks"] += 1
+        seq = wire.psn_unwrap(n.psn, self.una)
+        p = self.outstanding.get(seq)
+        if n.reason in (wire.NACK_TRIMMED, wire.NACK_TRIMMED_LASTHOP):
+            self.stats["trimmed_nacks"] += 1
+            if p is not None:
+                self.outstanding.pop(seq)
+                self._queue_retx(p, now, "trimmed")
+                if n.reason == wire.NACK_TRIMMED:
+                    self.evs.skip(p.ev)  # congestion on that path, not failure
+            self.cc.on_trim(now)
+        elif n.reason in (wire.NACK_NO_PKT_BUFFER, wire.NACK_PSN_OOR_WINDOW, wire.NACK_NO_BITMAP):
+            if p is not None:
+                self.outstanding.pop(seq)
+                self._queue_retx(p, now, f"nack{n.reason}")
+        self._drain_changes(now)
+
+    def _on_probe(self, p: wire.Probe, now: float) -> None:
+        if p.opcode == wire.OP_EV_PROBE:
+            # The receiver probes its reverse EVs; answer over the forward EV that delivered last:
+            # an answer lost on a dead forward path would condemn a good reverse one.
+            reply = wire.encode_probe(wire.OP_EV_PROBE_REPLY, self.peer_qpn, p.probe_id, p.tsval,
+                                      p.probed_ev)
+            ev = self.proven_ev
+            if ev is None or self.evs.state.get(ev, DENIED) == DENIED:
+                ev = self.evs.next_ev()
+            self.replies.append((ev, reply))
+            return
+        entry = self.probes.pop(p.probe_id, None)
+        if entry is None:
+            self.stats["stale_acks"] += 1
+            return
+        self.stats["probe_replies"] += 1
+        ev, _sent = entry
+        self.proven_ev = ev
+        if self.evs.probe_result(ev, True, self.c.probes_to_resurrect):
+            self.stats["resurrected"] += 1
+        self._drain_changes(now)
+
+    # ----- loss detection -------------------------------------------------------------------
+    def _rto_base(self) -> float:
+        cc = self.cc
+        return cc.srtt + 4 * cc.rttvar if cc.srtt else self.c.rto_initial
+
+    def _typical_path_delay(self) -> float | None:
+        """Median smoothed RTT over the active EVs, refreshed every 16 SACKs (cheap enough)."""
+        if self.stats["sacks"] % 16 == 1 or self._median_rtt is None:
+            values = sorted(est[0] for ev in self.evs.active if (est := self.ev_rtt.get(ev)))
+            self._median_rtt = values[len(values) // 2] if values else None
+        return self._median_rtt
+
+    def _ev_rtt_sample(self, ev: int, rtt: float) -> None:
+        est = self.ev_rtt.get(ev)
+        if est is None:
+            self.ev_rtt[ev] = [rtt, rtt / 2]
+        else:
+            est[1] = 0.75 * est[1] + 0.25 * abs(est[0] - rtt)
+            est[0] = 0.875 * est[0] + 0.125 * rtt
+
+    def _dark_window(self, ev: int) -> float:
+        """How long a packet may stay unacknowledged after later ones on other paths were:
+        paths differ in queueing, and one path's queue can grow fast when it takes over a
+        failed sibling's share, hence twice its RTT, never less than the QP's own spread.
+        A path with no RTT sample of its own yet has no timing to judge by (the QP's samples may
+        all be of small packets, on other paths): only the RTO can say it went dark."""
+        est = self.ev_rtt.get(ev)
+        if est is None:
+            return self.rto
+        cc = self.cc
+        base = cc.srtt + 4 * cc.rttvar if cc.srtt else self.c.rto_initial
+        return max(base, 2 * est[0], est[0] + 4 * est[1]) + self.c.reorder_slack
+
+    def _detect_losses(self, now: float) -> None:
+        """The time rule, for a path gone dark (nothing on it arrives, so path order proves
+        nothing): a packet a SACK reported missing, with packets sent after it acknowledged,
+        is lost once older than twice its path's RTT (or srtt + 4 rttvar, if larger)."""
+        if self.suspects:
+            confirmed = []
+            for seq, (first, tx) in list(self.suspects.items()):
+                p = self.outstanding.get(seq)
+                if p is None or p.tx != tx:
+                    del self.suspects[seq]  # acknowledged, NACKed or resent meanwhile
+                elif now - first >= self.c.reorder_slack:
+                    del self.suspects[seq]
+                    confirmed.append(p)
+            for p in confirmed:
+                if self.outstanding.pop(p.seq, None) is not None:
+                    self._lose(p, now, "sack")
+        lost = []
+        for p in self.outstanding.values():
+            if p.tx >= self.rack_tx:
+                break  # nothing transmitted after this one has been acknowledged yet
+            if p.missing and now - p.sent >= self._dark_window(p.ev):
+                lost.append(p)
+        for p in lost:
+            if self.outstanding.pop(p.seq, None) is not None:  # not already resent as stranded
+                self._lose(p, now, "dark")
+
+    def _lose(self, p: _Pkt, now: float, reason: str) -> None:
+        """A real loss means a bad path (MRC: congestion is trimmed, not dropped): the EV leaves
+        the active set and what else is in flight on it is resent at once on other EVs. The
+        window is left alone for a path failure, the path state has dealt with it; only a loss
+        on an EV the floor keeps in use, a timeout on an EV already benched, or any loss when
+        path state is off (spray) is treated as congestion."""
+        self.stats["lost"] += 1
+        state = self.evs.state.get(p.ev)
+        if self.evs.mark_bad(p.ev, now):
+            self.stats["bad_evs"] += 1
+            self._queue_retx(p, now, reason)
+            stranded = [q for q in self.outstanding.values() if q.ev == p.ev]
+            for q in stranded:
+                del self.outstanding[q.seq]
+                self.stats["stranded_resent"] += 1
+                self._queue_retx(q, now, "ev_bad")
+            return
+        if self.evs.stateless:
+            self.cc.on_loss(now)  # no path state: a loss can only be read as congestion
+        elif state in (GOOD, SKIP):
+            self.stats["floor_holds"] += 1
+            self.cc.on_loss(now)
+        elif reason == "rto":
+            self.cc.on_loss(now)
+        self._queue_retx(p, now, reason)
+
+    def _queue_retx(self, p: _Pkt, now: float, reason: str) -> None:
+        self.retx_queue.append(p)
+        self.retx_seqs.add(p.seq)
+        self.events.append(("retx", now, p.seq, p.ev, reason))
+
+    def _rto_for(self, p: _Pkt) -> float:
+        """The QP's RTO, stretched to the packet's own path if that path is slower (a deep
+        queue on one plane must not look like a dead path): at least twice the path's smoothed
+        RTT, since a path that takes over a failed sibling's share can double its queue within
+        one RTT, faster than its variance estimate follows."""
+        est = self.ev_rtt.get(p.ev)
+        if est is None:
+            return self.rto
+        path = max(2 * est[0], est[0] + 4 * est[1]) + self.c.reorder_slack
+        return max(self.rto, min(self.c.rto_max, path))
+
+    def _check_rto(self, now: float) -> None:
+        if not self.outstanding:
+            return
+        oldest = next(iter(self.outstanding.values()))
+        if now - oldest.sent < self._rto_for(oldest):
+            return
+        self.stats["timeouts"] += 1
+        expired = [p for p in self.outstanding.values() if now - p.sent >= self._rto_for(p)]
+        for p in expired:
+            if self.outstanding.pop(p.seq, None) is not None:  # not already resent as stranded
+                self._lose(p, now, "rto")
+        self.rto = min(self.rto * 2, self.c.rto_max)
+
+    # ----- probing --------------------------------------------------------------------------
+    def _probe(self, now: float, out: list[tuple[int, bytes]]) -> None:
+        for pid, (ev, sent) in list(self.probes.items()):
+            if now - sent > self.c.probe_timeout:
+                del self.probes[pid]
+                self.evs.probe_result(ev, False, self.c.probes_to_resurrect)
+        if now < self.next_probe_round:
+            return
+        self.next_probe_round = now + self.c.probe_interval
+        pending = {ev for ev, _ in self.probes.values()}
+        for ev in self.evs.bad():
+            if ev in pending:
+                continue
+            self.probe_id = (self.probe_id + 1) & 0xFFFFFFFF
+            self.probes[self.probe_id] = (ev, now)
+            out.append((ev, wire.encode_probe(wire.OP_EV_PROBE, self.peer_qpn, self.probe_id,
+                                              ts_us(now), ev)))
+            self.stats["probes_sent"] += 1
+
+    def _drain_changes(self, now: float) -> None:
+        for ev, old, new in self.evs.changes:
+            self.events.append(("ev_state", now, ev, old, new))
+        self.evs.changes.clear()
+
+    # ----- transmitting ---------------------------------------------------------------------
+    def _window_open(self) -> bool:
+        return len(self.outstanding) < int(self.cc.cwnd)
+
+    def _can_send_new(self) -> bool:
+        """Window open, and the next message within `max_open_messages` of the oldest one not yet
+        complete: the receiver drops packets of messages beyond that (they would come back as
+        losses and bench good paths). The receiver completes in MSN order no later than we do."""
+        return bool(self.messages) and self._window_open() and \
+            self.messages[0][0] < self.next_complete + self.c.max_open_messages
+
+    def _emit(self, p: _Pkt, now: float, data: memoryview | None, retx: bool) -> tuple[int, bytes]:
+        p.ev = self.evs.next_ev()
+        p.sent = now
+        p.ts = ts = ts_us(now)
+        p.missing = False  # only a SACK generated after this transmission may say it is missing
+        self.tx_count += 1
+        p.tx = self.tx_count
+        flags = 0
+        if retx:
+            flags |= wire.F_RETRANSMIT | wire.F_ACK_REQ
+        elif p.opcode in (wire.OP_DATA_LAST, wire.OP_DATA_ONLY):
+            flags |= wire.F_ACK_REQ
+        self.outstanding[p.seq] = p
+        payload = data[p.offset:p.offset + p.length] if data is not None else b""
+        return p.ev, wire.encode_data(p.opcode, flags, self.peer_qpn, p.seq, p.msn, p.offset,
+                                      p.msg_len, payload, ts)
+
+    def poll(self, now: float) -> list[tuple[int, bytes]]:
+        out: list[tuple[int, bytes]] = []
+        if self.replies:
+            out += self.replies
+            self.replies = []
+        self._detect_losses(now)
+        self._check_rto(now)
+        self._probe(now, out)
+        while self.retx_queue:
+            p = self.retx_queue.popleft()
+            self.retx_seqs.discard(p.seq)
+            data = self._message_data(p.msn)
+            if data is None:
+                continue  # its message completed meanwhile (acked through another copy)
+            p.retx += 1
+            self.stats["retransmitted"] += 1
+            out.append(self._emit(p, now, data, True))
+        mtu = self.c.mtu_payload
+        while self._can_send_new():
+            entry = self.messages[0]
+            msn, data, offset = entry
+            length = min(mtu, len(data) - offset)
+            first, last = offset == 0, offset + length >= len(data)
+            p = _Pkt(self.next_seq, msn, offset, length, len(data), wire.data_opcode(first, last))
+            self.next_seq += 1
+            entry[2] = offset + length
+            if first:
+                self.retained[msn] = data
+            if last:
+                self.messages.popleft()
+            self.stats["sent"] += 1
+            out.append(self._emit(p, now, data, False))
+        self._drain_changes(now)
+        return out
+
+    def _message_data(self, msn: int) -> memoryview | None:
+        return self.retained.get(msn) if msn in self.pkts_left else None

@@ -1,0 +1,47 @@
+"""The scenario registry: every scenario `mrclab run` knows, by name.
+
+Each module here is one kind of scenario and owns all of it: its scenarios' defaults, option
+checks, how one transport is run and measured, the headline figures, its plots. A scenario of
+an existing kind is one more entry in that module's SCENARIOS; a new kind is one more module,
+listed in KINDS below.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from experiments.flows import TRANSPORTS
+from experiments.scenarios import collective, failure, incast, permutation
+from experiments.scenarios.base import Options, Scenario, check
+from topologies.model import FabricError
+
+KINDS = (failure, permutation, incast, collective)
+SCENARIOS: dict[str, Scenario] = {s.name: s for kind in KINDS for s in kind.SCENARIOS}
+
+
+def scenario(name: str) -> Scenario:
+    try:
+        return SCENARIOS[name]
+    except KeyError:
+        raise FabricError(f"unknown scenario {name!r}: choose one of {', '.join(SCENARIOS)}") from None
+
+
+def parse_transports(text: str | None, default: tuple[str, ...]) -> tuple[str, ...]:
+    if not text:
+        return default
+    names = tuple(t.strip() for t in text.split(",") if t.strip())
+    unknown = [t for t in names if t not in TRANSPORTS]
+    if unknown or not names:
+        raise FabricError(f"unknown transport(s) {unknown or text!r}: choose from {', '.join(TRANSPORTS)}")
+    return names
+
+
+def default_options(name: str, **overrides: object) -> Options:
+    """The scenario's defaults with `overrides` (Options fields), checked."""
+    sc = scenario(name)
+    base = Options(sc, sc.fabric, sc.transports, sc.duration, sc.fault_at, sc.fault_end)
+    return check(replace(base, **overrides))  # type: ignore[arg-type]
+
+
+__all__ = ["SCENARIOS", "Options", "Scenario", "check", "default_options", "parse_transports",
+           "scenario"]

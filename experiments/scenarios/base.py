@@ -1,0 +1,145 @@
+"""What every scenario is made of: its definition (`Scenario`), the options a run was asked for
+(`Options`), the checks every option gets, the `Kind` a scenario module implements, and the
+`Record` a run fills in.
+
+Every scenario runs every requested transport on the same emulated fabric, one after another
+(so no transport's traffic or CPU share measures another's), with the same fault timeline
+relative to its own start. Options are checked against the fabric model before anything starts.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from experiments.flows import TRANSPORTS, AgentFlow, Flow
+from experiments.testbed import Testbed
+from topologies.model import Fabric, FabricError, FabricParams
+
+WARMUP_S = 0.5  # the start of every flow not counted as its steady state
+TAIL_S = 0.6  # after a flow's duration: its last packets drain before it is read
+
+
+class Kind:
+    """One kind of scenario (a module under experiments/scenarios/ provides one): its option
+    checks, how it runs one transport, and its own plots. Subclasses override what they need."""
+
+    name = ""
+    timed = True  # runs for --duration (collective runs a number of steps instead)
+
+    def check(self, opts: Options, fabric: Fabric) -> None:
+        """Raise FabricError, naming the option and the fix, for options this kind refuses."""
+
+    def option_fields(self, opts: Options) -> dict:
+        """The options of this kind recorded in a summary's `config`, beyond the shared ones."""
+        return {}
+
+    def variants(self, opts: Options, bed: Testbed) -> list[tuple[str, bool | None]]:
+        """(transport, switch trimming) runs; None leaves the data plane as set up."""
+        return [(t, None) for t in opts.transports]
+
+    def run(self, bed: Testbed, opts: Options, transport: str, label: str, record: Record) -> None:
+        """Measure `transport` once, filling `record` under `label`."""
+        raise NotImplementedError
+
+    def plot(self, folder: Path, summary: dict) -> None:
+        """Plots of this kind beyond the goodput and path-state ones every run has."""
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    kind: Kind
+    title: str
+    fabric: FabricParams
+    duration: float
+    fault_at: float | None = None
+    fault_end: float | None = None
+    transports: tuple[str, ...] = TRANSPORTS
+    figures: tuple[str, ...] = ("data_ok",)  # the headline figures: report columns, validate
+
+
+@dataclass(frozen=True)
+class Options:
+    """What `mrclab run` was asked for, after defaults are filled in from the scenario."""
+    scenario: Scenario
+    fabric: FabricParams
+    transports: tuple[str, ...]
+    duration: float
+    fault_at: float | None
+    fault_end: float | None
+    detect_ms: float = 900.0
+    seed: int = 1
+    link: str | None = None  # fault target; None: the link the flow's plane-0 traffic uses
+    switch: str | None = None
+    loss: float = 0.2
+    flaps_per_min: float = 60.0
+    down_ms: float = 300.0
+    senders: int = 6
+    steps: int = 20
+    step_kb: int = 64
+    datapath: str = "auto"
+    dataplane: str = "auto"  # switch egress: auto (eBPF where it loads) | ebpf | droptail
+    same_target: bool = False  # fault the first transport's link for all (the demo's comparison)
+
+    def as_dict(self) -> dict:
+        out = {k: getattr(self, k) for k in ("transports", "duration", "fault_at", "fault_end",
+                                             "detect_ms", "seed", "link", "switch", "datapath",
+                                             "dataplane")}
+        out.update(self.scenario.kind.option_fields(self))
+        out["transports"] = list(self.transports)
+        return out
+
+
+@dataclass
+class Record:
+    """What a run measured, per transport label (a transport, or e.g. `mrc-droptail`)."""
+    transports: dict[str, dict] = field(default_factory=dict)  # label -> headline figures
+    curves: dict[str, list[float]] = field(default_factory=dict)  # label -> Mbit/s per bin
+    windows: dict[str, tuple[float, float]] = field(default_factory=dict)  # label -> monotonic
+    timeline: list[dict] = field(default_factory=list)  # faults, relative to their label's start
+    ev_traces: dict[str, tuple[str, int]] = field(default_factory=dict)  # label -> (host, qpn)
+    link_rates: dict[str, float] = field(default_factory=dict)  # label -> Mbit/s achieved
+    first_target: str | None = None  # the first transport's fault target (same_target)
+
+    def keep_trace(self, label: str, flow: Flow) -> None:
+        """Plot this flow's per-EV state (an agent flow's sender trace)."""
+        if isinstance(flow, AgentFlow):
+            self.ev_traces[label] = (flow.src, flow.qpn)
+
+
+def sleep_until(t: float) -> None:
+    time.sleep(max(t - time.monotonic(), 0.0))
+
+
+def check(opts: Options) -> Options:
+    """Check every option against the fabric before anything starts: the shared checks here,
+    then the scenario kind's own. Returns the options."""
+    sc, fabric = opts.scenario, Fabric(opts.fabric)
+    if not 0.0 <= opts.loss <= 1.0:
+        raise FabricError(f"--loss must be a probability in [0, 1], got {opts.loss}")
+    if sc.kind.timed and opts.duration <= 0:
+        raise FabricError(f"--duration must be > 0, got {opts.duration}")
+    if opts.link is not None:
+        link = fabric.link(opts.link)  # FabricError naming the valid forms
+        if link.kind != "fabric":
+            raise FabricError(f"{opts.link} is a host link: faults apply to T0-T1 links like p0l0-p0s1")
+    if opts.switch is not None:
+        sw = fabric.switch(opts.switch)
+        if sw.tier != "T1":
+            raise FabricError(f"{opts.switch} is a leaf (T0): switch-failure takes a spine like p0s1")
+    if not 0 < opts.detect_ms <= 60_000:
+        raise FabricError(f"--detect-ms must be in (0, 60000], got {opts.detect_ms}")
+    sc.kind.check(opts, fabric)
+    return opts
+
+
+def check_fault_window(opts: Options, fabric: Fabric) -> None:
+    """A fault (or an incast) needs somewhere to reroute and a window inside the run."""
+    p = fabric.params
+    if p.leaves < 2 or p.spines < 2:
+        raise FabricError(f"{opts.scenario.name} needs 2+ leaves and 2+ spines (somewhere to "
+                          f"reroute): pass --leaves 2 --spines 2")
+    if not (opts.fault_at and opts.fault_end and 0 < opts.fault_at < opts.fault_end < opts.duration):
+        raise FabricError("need 0 < --fault-at < --fault-end < --duration")

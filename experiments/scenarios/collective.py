@@ -1,0 +1,114 @@
+"""Collective (kind "collective"): ring all-reduce steps, each host writing a chunk to its right
+neighbour; a step ends when every neighbour has it. Two phases: no fault, then a link cut at
+the phase's first step and restored at its middle (the leaf-0 uplink the ring's plane-0
+traffic used most). Figures: step time percentiles per phase, steps that timed out."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from experiments import fidelity, metrics, traffic
+from experiments.flows import BASELINE_PLANE, Flow, finish
+from experiments.scenarios.base import Kind, Options, Record, Scenario
+from experiments.scenarios.failure import busiest_uplink
+from experiments.testbed import Testbed
+from topologies.model import Fabric, FabricError, FabricParams
+
+STEP_LIMIT_S = 15.0  # a step not done by then counts as timed out
+
+
+class Collective(Kind):
+    name = "collective"
+    timed = False
+
+    def check(self, opts: Options, fabric: Fabric) -> None:
+        if set(opts.transports) & {"tcp", "mptcp"}:
+            raise FabricError("collective runs on the agents' transports only (mrc, roce, spray): "
+                              "drop tcp/mptcp from --transports")
+        if len(fabric.hosts) < 2 or opts.steps < 2 or not 1 <= opts.step_kb <= 65536:
+            raise FabricError("collective needs 2+ hosts, --steps 2 or more and --step-kb in 1..65536")
+
+    def option_fields(self, opts: Options) -> dict:
+        return {"steps": opts.steps, "step_kb": opts.step_kb}
+
+    def run(self, bed: Testbed, opts: Options, transport: str, label: str, record: Record) -> None:
+        fabric, faults = bed.fabric, bed.faults
+        names = [h.name for h in fabric.hosts]
+        ring = [bed.flow(transport, src, dst) for src, dst in traffic.ring(names)]
+        leaf = fabric.leaf(BASELINE_PLANE, 0).name
+        phases: dict[str, list[float | None]] = {}
+        t_start = time.monotonic()
+        done = 0
+        link = opts.link
+        before = fidelity.port_counters(leaf)
+        for phase in ("no_fault", "fault"):
+            times: list[float | None] = []
+            if phase == "fault" and link is None:
+                # The uplink leaf 0's ring traffic used most in the fault-free phase: for the
+                # single-path transports, the one their hashed flow rides.
+                link, _ = busiest_uplink(bed, names[0], before, fidelity.port_counters(leaf))
+            for step in range(opts.steps):
+                if phase == "fault" and step == 0:
+                    record.timeline.append({"t": faults.cut_link(link) - t_start, "action": "cut",
+                                            "target": link, "transport": label})
+                if phase == "fault" and step == opts.steps // 2:
+                    record.timeline.append({"t": faults.restore_link(link) - t_start,
+                                            "action": "restore", "target": link, "transport": label})
+                times.append(_step(ring, done + 1, opts.step_kb * 1024))
+                done += 1
+            phases[phase] = times
+        results = finish(ring)
+        t_end = time.monotonic()
+        n = round((t_end - t_start) / metrics.BIN_S)
+        total = [0.0] * n
+        for r in results:
+            total = [a + b for a, b in zip(total, metrics.series(r.bins, int(t_start / metrics.BIN_S), n),
+                                           strict=True)]
+        record.curves[label] = total
+        record.windows[label] = (t_start, t_end)
+        out: dict = {"ring": names, "step_bytes": opts.step_kb * 1024, "cut": link,
+                     "data_ok": all(r.data_ok for r in results)}
+        for phase, times in phases.items():
+            ok = sorted(t for t in times if t is not None)
+            suffix = "" if phase == "fault" else "_no_fault"
+            out[f"step_time_p50_ms{suffix}"] = round(metrics.percentile(ok, 50) * 1000, 1) if ok else None
+            out[f"step_time_p99_ms{suffix}"] = round(metrics.percentile(ok, 99) * 1000, 1) if ok else None
+            out[f"step_times_ms{suffix}"] = [None if t is None else round(t * 1000, 1) for t in times]
+            out[f"steps_timed_out{suffix}"] = sum(1 for t in times if t is None)
+        record.transports[label] = out
+        record.keep_trace(label, ring[0])
+        time.sleep(opts.detect_ms / 1000 + 0.3)
+
+    def plot(self, folder: Path, summary: dict) -> None:
+        from experiments import plots  # matplotlib: only when there is something to draw
+
+        plots.plot_cdf(folder / "cdf.png", summary, "ring step time (ms)",
+                       lambda t: [(t.get("step_times_ms_no_fault", []), "-", "no fault"),
+                                  (t.get("step_times_ms", []), "--", "link cut")])
+
+
+def _step(ring: list[Flow], target: int, nbytes: int, limit: float = STEP_LIMIT_S) -> float | None:
+    """One ring step: every host writes `nbytes` to its right neighbour; the step ends when
+    every neighbour has it (message `target` complete everywhere). Seconds, None if it took
+    longer than `limit`."""
+    start = time.monotonic()
+    for f in ring:
+        f.write(nbytes)
+    pending = list(ring)
+    while pending:
+        pending = [f for f in pending if f.completed() < target]
+        if time.monotonic() - start > limit:
+            return None
+        if pending:
+            time.sleep(0.001)
+    return time.monotonic() - start
+
+
+SCENARIOS = (
+    Scenario("collective", Collective(), "ring all-reduce steps, with and without a link cut",
+             FabricParams(planes=2, leaves=2, spines=2, hosts_per_leaf=2, link_mbps=10.0), 0.0,
+             transports=("mrc", "roce", "spray"),
+             figures=("step_time_p50_ms_no_fault", "step_time_p99_ms_no_fault", "step_time_p50_ms",
+                      "step_time_p99_ms", "steps_timed_out", "data_ok")),
+)

@@ -1,0 +1,191 @@
+"""Fault scenarios (kind "fault"): one long flow between hosts on different leaves, and a fault
+on its way: a T0-T1 link cut (link-failure), a spine that stops forwarding (switch-failure), a
+link flapping (link-flap), random loss on a link (lossy-link).
+
+The target is found, not guessed: during the warm-up the source leaf's plane-0 uplink counters
+show which spine the flow's plane-0 traffic uses (`--link` / `--switch` fix it instead).
+Figures: recovery and stall times, goodput before, during and after the fault.
+"""
+
+from __future__ import annotations
+
+import time
+
+from experiments import fidelity, metrics, traffic
+from experiments.flows import BASELINE_PLANE, FlowResult, finish, planes_used
+from experiments.scenarios.base import (
+    TAIL_S,
+    WARMUP_S,
+    Kind,
+    Options,
+    Record,
+    Scenario,
+    check_fault_window,
+    sleep_until,
+)
+from experiments.testbed import Testbed
+from topologies.model import Fabric, FabricError, FabricParams
+
+# Defaults chosen to stay faithful on a 2-core VM with the userspace OVS datapath: 10 Mbit/s
+# links, 4 KB payloads, few enough concurrent flows that CPU idle stays above the fidelity
+# floor (see docs/experiments.md for the measurements).
+SMALL = FabricParams(planes=4, leaves=2, spines=3, hosts_per_leaf=1, link_mbps=10.0)
+FAILURE_FIGURES = ("recovery_ms", "stall_ms", "goodput_before_mbps", "goodput_during_mbps", "data_ok")
+
+
+def busiest_uplink(bed: Testbed, src: str, before: dict, after: dict) -> tuple[str, dict[str, int]]:
+    """The plane-0 uplink of `src`'s leaf that carried the most packets between two counter
+    readings of that leaf (the lowest spine on a tie), and the count per spine."""
+    fabric = bed.fabric
+    leaf = fabric.leaf(BASELINE_PLANE, fabric.host(src).leaf_index)
+    first_uplink = fabric.params.hosts_per_leaf + 1
+    counts = {s: after.get(first_uplink + s, {}).get("tx_pkts", 0)
+              - before.get(first_uplink + s, {}).get("tx_pkts", 0)
+              for s in range(fabric.params.spines)}
+    spine = max(counts, key=lambda s: (counts[s], -s))
+    per_spine = {fabric.spine(BASELINE_PLANE, s).name: n for s, n in counts.items()}
+    return f"{leaf.name}-{fabric.spine(BASELINE_PLANE, spine).name}", per_spine
+
+
+class Failure(Kind):
+    name = "fault"
+
+    def check(self, opts: Options, fabric: Fabric) -> None:
+        check_fault_window(opts, fabric)
+        flap_ok = 0 < opts.flaps_per_min <= 600 and 0 < opts.down_ms < 60_000 / opts.flaps_per_min
+        if opts.scenario.name == "link-flap" and not flap_ok:
+            raise FabricError("--flaps-per-min must be in (0, 600] and --down-ms shorter than one "
+                              "flap period")
+
+    def option_fields(self, opts: Options) -> dict:
+        name = opts.scenario.name
+        if name == "lossy-link":
+            return {"loss": opts.loss}
+        if name == "link-flap":
+            return {"flaps_per_min": opts.flaps_per_min, "down_ms": opts.down_ms}
+        return {}
+
+    def run(self, bed: Testbed, opts: Options, transport: str, label: str, record: Record) -> None:
+        fabric, faults = bed.fabric, bed.faults
+        src, dst = traffic.cross_leaf_pair(fabric)
+        flow = bed.flow(transport, src, dst)
+        leaf = fabric.leaf(BASELINE_PLANE, fabric.host(src).leaf_index).name
+        dst_leaf = fabric.leaf(BASELINE_PLANE, fabric.host(dst).leaf_index).name
+        dst_port = fabric.host(dst).nics[BASELINE_PLANE].leaf_port
+        t0 = time.monotonic()
+        flow.start(opts.duration)
+        sleep_until(t0 + 0.3)
+        before = fidelity.port_counters(leaf)
+        rx_before, rx_t = fidelity.port_counters(dst_leaf), time.monotonic()
+        sleep_until(t0 + opts.fault_at - 0.1)
+        after = fidelity.port_counters(leaf)
+        rx_after, rx_dt = fidelity.port_counters(dst_leaf), time.monotonic() - rx_t
+        tx = rx_after.get(dst_port, {}).get("tx_bytes", 0) - rx_before.get(dst_port, {}).get("tx_bytes", 0)
+        record.link_rates[label] = round(tx * 8 / rx_dt / 1e6, 2) if rx_dt > 0 else 0.0
+        uplink_counts: dict[str, int] = {}
+        link = opts.link or record.first_target
+        if link is None:
+            link, uplink_counts = busiest_uplink(bed, src, before, after)
+        if opts.same_target:
+            record.first_target = link  # every later transport faces the same failed link
+        name = opts.scenario.name
+        down: frozenset[str]
+        events: list[dict] = []
+        if name == "switch-failure":
+            switch = opts.switch or link.split("-")[1]
+            down = frozenset(ln.name for ln in fabric.links_of(switch))
+            sleep_until(t0 + opts.fault_at)
+            events.append({"t": faults.fail_switch(switch) - t0, "action": "fail_switch", "target": switch})
+            sleep_until(t0 + opts.fault_end)
+            events.append({"t": faults.restore_switch(switch) - t0, "action": "restore_switch",
+                           "target": switch})
+        elif name == "lossy-link":
+            down = frozenset()
+            sleep_until(t0 + opts.fault_at)
+            events.append({"t": faults.set_loss(link, opts.loss) - t0, "action": "loss", "target": link,
+                           "probability": opts.loss})
+            sleep_until(t0 + opts.fault_end)
+            dropped = faults.loss_counters()
+            faults.clear_loss(link)
+            events.append({"t": time.monotonic() - t0, "action": "loss_cleared", "target": link,
+                           "dropped": dropped})
+        elif name == "link-flap":
+            down = frozenset({link})
+            period = 60.0 / opts.flaps_per_min
+            t = opts.fault_at
+            while t + opts.down_ms / 1000 <= opts.fault_end:
+                sleep_until(t0 + t)
+                events.append({"t": faults.cut_link(link) - t0, "action": "cut", "target": link})
+                sleep_until(t0 + t + opts.down_ms / 1000)
+                events.append({"t": faults.restore_link(link) - t0, "action": "restore", "target": link})
+                t += period
+        else:  # link-failure
+            down = frozenset({link})
+            sleep_until(t0 + opts.fault_at)
+            events.append({"t": faults.cut_link(link) - t0, "action": "cut", "target": link})
+            sleep_until(t0 + opts.fault_end)
+            events.append({"t": faults.restore_link(link) - t0, "action": "restore", "target": link})
+        sleep_until(t0 + opts.duration + TAIL_S)  # let the tail drain
+        (result,) = finish([flow])
+        record.windows[label] = (t0, t0 + opts.duration)
+        record.timeline += [{**e, "transport": label} for e in events]
+        figures = fault_metrics(opts, fabric, result, t0, events, down)
+        record.curves[label] = figures.pop("curve")
+        record.transports[label] = figures
+        figures["target"] = link if name != "switch-failure" else events[0]["target"]
+        # How the target was found: packets each plane-0 uplink of the source leaf carried
+        # before the fault (the hashed flow's spine stands out).
+        figures["uplink_tx_pkts_before_fault"] = uplink_counts
+        record.keep_trace(label, flow)
+        # Let the baseline routing plane converge back before the next transport starts.
+        time.sleep(opts.detect_ms / 1000 + 0.3)
+
+
+def fault_metrics(opts: Options, fabric: Fabric, res: FlowResult, t0: float, events: list[dict],
+                  down: frozenset[str]) -> dict:
+    """A fault run's figures from its goodput bins (and, under "curve", the Mbit/s series)."""
+    n = round(opts.duration / metrics.BIN_S)
+    mbps = metrics.series(res.bins, int(t0 / metrics.BIN_S), n)
+    warm = round(WARMUP_S / metrics.BIN_S)
+    fault_i = round(events[0]["t"] / metrics.BIN_S) if events else round(opts.fault_at / metrics.BIN_S)
+    end_i = round(events[-1]["t"] / metrics.BIN_S) if events else round(opts.fault_end / metrics.BIN_S)
+    before = metrics.mean(mbps[warm:fault_i])
+    during = metrics.mean(mbps[fault_i:end_i])
+    tail = mbps[end_i + round(0.5 / metrics.BIN_S):]
+    after = metrics.mean(tail) if tail else None
+    planes = planes_used(res.transport, fabric.params.planes)
+    cap_before = fabric.path_capacity_mbps(res.src, res.dst, planes=planes)
+    cap_after = fabric.path_capacity_mbps(res.src, res.dst, down, planes=planes)
+    target = metrics.THRESHOLD * before * (cap_after / cap_before if cap_before else 0.0)
+    width = metrics.steady_width(mbps, warm, fault_i, metrics.THRESHOLD * before) or 20
+    return {
+        "src": res.src, "dst": res.dst,
+        "recovery_ms": metrics.recovery_ms(mbps, fault_i, target, end_i, width),
+        "recovery_smoothing_ms": round(width * metrics.BIN_S * 1000),
+        "stall_ms": metrics.longest_stall_ms(mbps, fault_i, min(end_i + round(1 / metrics.BIN_S), n)),
+        "data_ok": res.data_ok,
+        "goodput_before_mbps": round(before, 2),
+        "goodput_during_mbps": round(during, 2),
+        "goodput_after_mbps": None if after is None else round(after, 2),
+        "goodput_fraction": round(during / before, 3) if before else None,
+        "recovery_target_mbps": round(target, 2),
+        "capacity_mbps": {"before": cap_before, "during": cap_after},
+        "bytes_delivered": res.bytes_delivered,
+        **res.detail,
+        "curve": mbps,
+    }
+
+
+FAULT = Failure()
+SCENARIOS = (
+    Scenario("link-failure", FAULT, "T0-T1 link cut during a long transfer, then restored",
+             SMALL, 7.0, 2.5, 5.0, figures=FAILURE_FIGURES),
+    Scenario("switch-failure", FAULT, "a spine (T1) stops forwarding, ports up, then returns",
+             SMALL, 7.0, 2.5, 5.0, figures=FAILURE_FIGURES),
+    Scenario("link-flap", FAULT, "a T0-T1 link flapping at a set rate", SMALL, 8.0, 2.0, 7.0,
+             figures=("stall_ms", "goodput_before_mbps", "goodput_during_mbps", "goodput_fraction",
+                      "data_ok")),
+    Scenario("lossy-link", FAULT, "random drop with probability p on one T0-T1 link",
+             SMALL, 7.0, 2.5, 6.5,
+             figures=("goodput_before_mbps", "goodput_during_mbps", "goodput_fraction", "data_ok")),
+)

@@ -1,0 +1,104 @@
+"""Incast (kind "incast"): N senders into one receiver for a while, and a victim flow into
+another host of the receiver's leaf all along. With the eBPF data plane, every transport runs
+twice: with the switches trimming and as plain drop-tail. Figures: the victim's goodput during
+the incast over its goodput alone, the crowd's goodput, timeouts, EVs benched, the victim's
+losses and every queue's drops."""
+
+from __future__ import annotations
+
+import time
+
+from experiments import fidelity, metrics, traffic
+from experiments.flows import finish, planes_used
+from experiments.scenarios.base import (
+    TAIL_S,
+    WARMUP_S,
+    Kind,
+    Options,
+    Record,
+    Scenario,
+    check_fault_window,
+    sleep_until,
+)
+from experiments.testbed import Testbed
+from topologies.model import Fabric, FabricError, FabricParams
+
+SETTLE_S = 0.3  # after the incast starts: the victim's share is measured once queues have built
+VICTIM_SENDER_COUNTERS = ("lost", "retransmitted", "stranded_resent", "timeouts", "bad_evs",
+                          "trimmed_nacks", "ecn_echoes")
+
+
+class Incast(Kind):
+    name = "incast"
+
+    def check(self, opts: Options, fabric: Fabric) -> None:
+        check_fault_window(opts, fabric)
+        hosts = len(fabric.hosts)
+        if not 1 <= opts.senders <= hosts - 3:
+            raise FabricError(f"incast needs a receiver, a victim pair and the senders: at most "
+                              f"{hosts - 3} senders on {hosts} hosts, got {opts.senders}")
+
+    def option_fields(self, opts: Options) -> dict:
+        return {"senders": opts.senders}
+
+    def variants(self, opts: Options, bed: Testbed) -> list[tuple[str, bool | None]]:
+        """Every transport with the switches trimming and as plain drop-tail, when the eBPF
+        data plane runs."""
+        if bed.em.dataplane is not None:
+            return [(t, trim) for t in opts.transports for trim in (True, False)]
+        return super().variants(opts, bed)
+
+    def run(self, bed: Testbed, opts: Options, transport: str, label: str, record: Record) -> None:
+        fabric, em = bed.fabric, bed.em
+        senders, receiver, (vsrc, vdst) = traffic.incast_roles([h.name for h in fabric.hosts],
+                                                               opts.senders)
+        victim = bed.flow(transport, vsrc, vdst)
+        crowd = [bed.flow(transport, s, receiver) for s in senders]
+        if em.dataplane is not None:
+            em.dataplane.reset()
+        t0 = time.monotonic()
+        victim.start(opts.duration)
+        sleep_until(t0 + opts.fault_at)
+        for f in crowd:
+            f.start(opts.fault_end - opts.fault_at)
+        record.timeline.append({"t": time.monotonic() - t0, "action": "incast_start",
+                                "transport": label, "target": receiver, "senders": len(senders)})
+        sleep_until(t0 + opts.duration + TAIL_S)
+        vres, *cres = finish([victim, *crowd])
+        n = round(opts.duration / metrics.BIN_S)
+        vm = metrics.series(vres.bins, int(t0 / metrics.BIN_S), n)
+        fa, fe = round(opts.fault_at / metrics.BIN_S), round(opts.fault_end / metrics.BIN_S)
+        alone = metrics.mean(vm[round(WARMUP_S / metrics.BIN_S):fa])
+        during = metrics.mean(vm[fa + round(SETTLE_S / metrics.BIN_S):fe])
+        crowd_mbps = sum(metrics.mean(metrics.series(r.bins, int(t0 / metrics.BIN_S), n)[fa:fe])
+                         for r in cres)
+        stats = [r.detail.get("sender_stats", {}) for r in cres]
+        record.curves[label] = vm
+        record.windows[label] = (t0, t0 + opts.duration)
+        cap = len(planes_used(transport, fabric.params.planes)) * fabric.params.link_mbps
+        record.transports[label] = {
+            "victim": {"src": vsrc, "dst": vdst}, "receiver": receiver, "senders": senders,
+            "victim_goodput_fraction": round(during / alone, 3) if alone else None,
+            "victim_alone_mbps": round(alone, 2), "victim_during_mbps": round(during, 2),
+            "incast_goodput_mbps": round(crowd_mbps, 2),
+            "incast_fraction_of_receiver_link": round(crowd_mbps / cap, 3),
+            "timeouts": sum(s.get("timeouts", 0) for s in stats),
+            "evs_marked_bad": sum(s.get("bad_evs", 0) for s in stats),
+            "data_ok": vres.data_ok and all(r.data_ok for r in cres),
+            "switch_ports": fidelity.dataplane_totals(em),
+            "victim_sender": {k: v for k, v in vres.detail.get("sender_stats", {}).items()
+                              if k in VICTIM_SENDER_COUNTERS},
+            "victim_receiver": vres.detail.get("receiver_stats", {}),
+            "victim_sender_agent": bed.agent_counters(vsrc),
+            "trimming": em.dataplane_info.get("trim") if em.dataplane is not None else None,
+        }
+        record.keep_trace(label, victim)
+
+
+SCENARIOS = (
+    Scenario("incast", Incast(), "N senders to one receiver, plus a victim flow sharing its leaf",
+             FabricParams(planes=2, leaves=2, spines=2, hosts_per_leaf=4, link_mbps=10.0), 7.0,
+             2.5, 6.5,
+             figures=("victim_goodput_fraction", "victim_alone_mbps", "incast_goodput_mbps",
+                      "timeouts", "evs_marked_bad", "data_ok")),
+)

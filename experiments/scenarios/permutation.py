@@ -1,0 +1,80 @@
+"""Permutation (kind "permutation"): every host sends to another, in a seeded derangement, all
+at once. Figures: the flows' goodput over what the fabric can carry for this permutation on
+the planes the transport uses (max-min fair over host NICs and leaf up and down links), the
+worst flow's share, Jain fairness, and a CDF of per-flow goodput."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from experiments import metrics, traffic
+from experiments.flows import finish, planes_used
+from experiments.scenarios.base import TAIL_S, Kind, Options, Record, Scenario, sleep_until
+from experiments.testbed import Testbed
+from topologies.model import Fabric, FabricError, FabricParams, fair_share_mbps
+
+STEADY_FROM_S = 1.0  # every flow has started and found its rate by then
+
+
+class Permutation(Kind):
+    name = "permutation"
+
+    def check(self, opts: Options, fabric: Fabric) -> None:
+        if len(fabric.hosts) < 2:
+            raise FabricError("permutation needs 2+ hosts")
+
+    def run(self, bed: Testbed, opts: Options, transport: str, label: str, record: Record) -> None:
+        fabric = bed.fabric
+        names = [h.name for h in fabric.hosts]
+        perm = traffic.derangement(names, opts.seed)
+        flows = [bed.flow(transport, src, perm[src]) for src in names]
+        t0 = time.monotonic()
+        for f in flows:
+            f.start(opts.duration)
+        sleep_until(t0 + opts.duration + TAIL_S)
+        results = finish(flows)
+        n = round(opts.duration / metrics.BIN_S)
+        warm = round(STEADY_FROM_S / metrics.BIN_S)
+        per_flow, total_curve = [], [0.0] * n
+        for r in results:
+            mbps = metrics.series(r.bins, int(t0 / metrics.BIN_S), n)
+            total_curve = [a + b for a, b in zip(total_curve, mbps, strict=True)]
+            per_flow.append(metrics.mean(mbps[warm:]))
+        planes = len(planes_used(transport, fabric.params.planes))
+        host_cap = planes * fabric.params.link_mbps
+        # What the fabric can carry for this permutation on the planes the transport uses:
+        # max-min fair over host NICs and leaf up/down links (oversubscription counted).
+        fair = fair_share_mbps(fabric, list(perm.items()), planes)
+        carry = sum(fair.values())
+        fractions = [g / fair[(src, perm[src])] for g, src in zip(per_flow, names, strict=True)]
+        record.curves[label] = total_curve
+        record.windows[label] = (t0, t0 + opts.duration)
+        record.transports[label] = {
+            "throughput_fraction": round(sum(per_flow) / carry, 3),
+            "throughput_mbps": round(sum(per_flow), 2),
+            "capacity_mbps": round(carry, 2),
+            "host_capacity_mbps": host_cap * len(names),
+            "planes_used": planes,
+            "flow_fraction_min": round(min(fractions), 3),
+            "flow_fraction_mean": round(sum(fractions) / len(fractions), 3),
+            "flow_goodput_mbps": [round(g, 2) for g in per_flow],
+            "jain_fairness": round(metrics.jain(per_flow), 3),
+            "data_ok": all(r.data_ok for r in results),
+            "permutation": perm,
+        }
+        record.keep_trace(label, flows[0])
+
+    def plot(self, folder: Path, summary: dict) -> None:
+        from experiments import plots  # matplotlib: only when there is something to draw
+
+        plots.plot_cdf(folder / "cdf.png", summary, "per-flow goodput (Mbit/s)",
+                       lambda t: [(t.get("flow_goodput_mbps", []), "-", "per-flow goodput")])
+
+
+SCENARIOS = (
+    Scenario("permutation", Permutation(), "every host sends to another (seeded permutation)",
+             FabricParams(planes=2, leaves=2, spines=3, hosts_per_leaf=3, link_mbps=10.0), 5.0,
+             figures=("throughput_fraction", "throughput_mbps", "flow_fraction_min", "jain_fairness",
+                      "data_ok")),
+)

@@ -1,0 +1,179 @@
+"""A deterministic discrete-event network for the sans-IO cores: the same objects the agents run,
+driven by simulated time instead of sockets.
+
+A path is a list of links; a link has a rate (with a FIFO queue of bounded depth), a
+propagation delay, random loss, duplication, jitter (which reorders), and down intervals. Links
+can be shared between paths (a host NIC, a spine), so congestion and failures behave like
+the fabric's. Everything random comes from one seeded `random.Random`.
+"""
+
+from __future__ import annotations
+
+import heapq
+import random
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from endpoints.protocol.evset import EvInfo
+from topologies.model import ev_value
+
+
+@dataclass
+class SimLink:
+    rate_bps: float | None = None  # None: infinitely fast
+    delay: float = 0.0005
+    loss: float = 0.0
+    dup: float = 0.0
+    jitter: float = 0.0
+    queue_bytes: int = 64 * 1024
+    down: list[tuple[float, float]] = field(default_factory=list)  # [start, end) intervals
+    busy_until: float = 0.0
+    dropped: int = 0
+    carried: int = 0
+
+    def is_down(self, t: float) -> bool:
+        return any(start <= t < end for start, end in self.down)
+
+
+@dataclass
+class SimPath:
+    links: Sequence[SimLink]
+
+
+class Simulation:
+    def __init__(self, seed: int = 1) -> None:
+        self.rng = random.Random(seed)
+        self.now = 0.0
+        self._heap: list[tuple[float, int, Callable[[], None]]] = []
+        self._n = 0
+        self.endpoints: list[tuple[object, Callable[[int, bytes], None]]] = []
+
+    def schedule(self, t: float, fn: Callable[[], None]) -> None:
+        self._n += 1
+        heapq.heappush(self._heap, (t, self._n, fn))
+
+    def transmit(self, path: SimPath, packet: bytes, deliver: Callable[[bytes], None]) -> None:
+        t = self.now
+        size = len(packet) + 62  # Ethernet + IPv6 + UDP headers on the wire
+        for link in path.links:
+            if link.is_down(t) or (link.loss and self.rng.random() < link.loss):
+                link.dropped += 1
+                return
+            if link.rate_bps:
+                start = max(t, link.busy_until)
+                if (start - t) * link.rate_bps / 8 > link.queue_bytes:
+                    link.dropped += 1
+                    return
+                link.busy_until = start + size * 8 / link.rate_bps
+                t = link.busy_until
+            t += link.delay + (self.rng.random() * link.jitter if link.jitter else 0.0)
+            link.carried += 1
+        copies = 2 if any(lk.dup and self.rng.random() < lk.dup for lk in path.links) else 1
+        for i in range(copies):
+            self.schedule(t + i * 1e-6, lambda p=packet: deliver(p))
+
+    def add_endpoint(self, core: object, routes: Mapping[int, SimPath],
+                     peer: Callable[[], object]) -> None:
+        """Register a core whose poll() output (ev, payload) goes over routes[ev] to peer()."""
+        def send(ev: int, payload: bytes) -> None:
+            target = peer()
+            self.transmit(routes[ev], payload,
+                          lambda p, ev=ev: target.on_datagram(p, ev, self.now))  # type: ignore[attr-defined]
+        self.endpoints.append((core, send))
+
+    def add_pair(self, sender: object, receiver: object, fwd: Mapping[int, SimPath],
+                 rev: Mapping[int, SimPath]) -> None:
+        self.add_endpoint(sender, fwd, lambda: receiver)
+        self.add_endpoint(receiver, rev, lambda: sender)
+
+    def run(self, until: float, stop: Callable[[], bool] | None = None,
+            on_tick: Callable[[float], None] | None = None) -> float:
+        """Advance until `until` or until `stop()` holds; returns the simulated time reached."""
+        while self.now <= until:
+            for core, send in self.endpoints:
+                for ev, payload in core.poll(self.now):  # type: ignore[attr-defined]
+                    send(ev, payload)
+            if on_tick is not None:
+                on_tick(self.now)
+            if stop is not None and stop():
+                return self.now
+            deadlines = [d for core, _ in self.endpoints
+                         if (d := core.next_deadline()) is not None]  # type: ignore[attr-defined]
+            nxt = min(deadlines, default=until + 1)
+            if self._heap:
+                nxt = min(nxt, self._heap[0][0])
+            if nxt <= self.now:
+                nxt = self.now + 1e-6  # a core that is "due now" but had nothing to send
+            if nxt > until:
+                self.now = until + 1e-9
+                break
+            self.now = nxt
+            while self._heap and self._heap[0][0] <= self.now:
+                _, _, fn = heapq.heappop(self._heap)
+                fn()
+        return self.now
+
+
+@dataclass
+class SimFabric:
+    """Paths between two hosts shaped like the emulated Clos: per plane a NIC link at each end,
+    per (plane, spine) an uplink and a downlink, each direction separate."""
+    evs: list  # EvInfo for the forward paths
+    fwd: dict[int, SimPath]
+    rev: dict[int, SimPath]
+    links: dict[tuple, SimLink]  # ("up"|"down"|"rup"|"rdown", plane, spine), ("nic_s"|..., plane)
+
+
+def sim_fabric(planes: int, spines: int, rate_bps: float | None = 10e6, delay: float = 0.0003,
+               queue_bytes: int = 55_000, **link_kw: float) -> SimFabric:
+    links: dict[tuple, SimLink] = {}
+
+    def link(*key: object) -> SimLink:
+        if key not in links:
+            links[key] = SimLink(rate_bps, delay, queue_bytes=queue_bytes, **link_kw)
+        return links[key]
+
+    evs, fwd, rev = [], {}, {}
+    for p in range(planes):
+        for s in range(spines):
+            ev = ev_value(p, p * spines + s)  # as the model numbers a cross-leaf pair's routes
+            evs.append(EvInfo(ev, p))
+            fwd[ev] = SimPath([link("nic_s", p), link("up", p, s), link("down", p, s), link("nic_d", p)])
+            rev[ev] = SimPath([link("rnic_d", p), link("rup", p, s), link("rdown", p, s),
+                               link("rnic_s", p)])
+    return SimFabric(evs, fwd, rev, links)
+
+
+@dataclass
+class TransferResult:
+    completed: list[tuple[int, bytes]]
+    sender_events: list[tuple]
+    receiver_events: list[tuple]
+    end: float
+    bins: dict[int, int]  # 10 ms bin -> bytes delivered
+
+
+def run_transfer(sim: Simulation, sender: object, receiver: object, fwd: Mapping[int, SimPath],
+                 rev: Mapping[int, SimPath], messages: Sequence[bytes], until: float) -> TransferResult:
+    """Post `messages` at t=0 and run until all complete at the receiver or `until`."""
+    sim.add_pair(sender, receiver, fwd, rev)
+    for m in messages:
+        sender.send_message(m, sim.now)  # type: ignore[attr-defined]
+    completed: list[tuple[int, bytes]] = []
+    s_events: list[tuple] = []
+    r_events: list[tuple] = []
+    bins: dict[int, int] = {}
+    last = [0]
+
+    def tick(now: float) -> None:
+        completed.extend(receiver.take_completed())  # type: ignore[attr-defined]
+        s_events.extend(sender.take_events())  # type: ignore[attr-defined]
+        r_events.extend(receiver.take_events())  # type: ignore[attr-defined]
+        delivered = receiver.bytes_delivered  # type: ignore[attr-defined]
+        if delivered != last[0]:
+            key = int(now / 0.01)
+            bins[key] = bins.get(key, 0) + delivered - last[0]
+            last[0] = delivered
+
+    end = sim.run(until, stop=lambda: len(completed) >= len(messages), on_tick=tick)
+    return TransferResult(completed, s_events, r_events, end, bins)

@@ -1,0 +1,45 @@
+"""The program's build flags are generated from the wire format, never hand-copied; a stale
+object is detected (no root, no compiler needed)."""
+
+from __future__ import annotations
+
+import re
+
+from endpoints.protocol import wire
+from topologies.dataplane import build
+
+
+def test_cflags_match_the_wire_format():
+    flags = dict(f[2:].split("=") for f in build.cflags())
+    assert int(flags["MRC_DATA_HDR"]) == wire.DATA_HDR == 40  # the draft's 32 was wrong
+    assert int(flags["MRC_COMMON_LEN"]) == wire.COMMON.size
+    assert int(flags["MRC_MAGIC"]) == wire.MAGIC and int(flags["MRC_PORT"]) == 4791
+    assert int(flags["MRC_F_TRIMMED"]) == wire.F_TRIMMED
+    assert int(flags["MRC_DATA_OPCODE_MAX"]) == wire.DATA_OPCODE_MAX
+    assert max(wire.DATA_OPCODES) <= wire.DATA_OPCODE_MAX < min(wire.OP_SACK, wire.OP_NACK)
+    # The offsets locate the fields in a real encoded header.
+    buf = wire.encode_data(0x03, wire.F_ACK_REQ, 1, 2, 3, 0, 10, b"")
+    assert buf[int(flags["MRC_OPCODE_OFF"])] == 0x03
+    assert buf[int(flags["MRC_FLAGS_OFF"])] == wire.F_ACK_REQ
+    assert buf[int(flags["MRC_MAGIC_OFF"])] == wire.MAGIC
+    assert buf[int(flags["MRC_VERSION_OFF"])] == wire.VERSION
+    assert int(flags["CLASS_CONTROL"]) == 0x10002 and int(flags["CLASS_DATA"]) == 0x10003
+
+
+def test_c_source_has_no_hand_copied_mrc_constants():
+    src = build.SOURCE.read_text()
+    assert not re.search(r"#define\s+MRC_", src), "MRC constants must come from -D flags"
+    assert "4791" not in src and "0x4d" not in src.lower()
+
+
+def test_stale_detects_changed_constants(tmp_path, monkeypatch):
+    obj, flags = tmp_path / "x.o", tmp_path / "x.flags"
+    monkeypatch.setattr(build, "OBJECT", obj)
+    monkeypatch.setattr(build, "FLAGS_FILE", flags)
+    monkeypatch.setattr(build, "REPO", tmp_path)
+    assert "does not exist" in build.stale()
+    obj.write_bytes(b"")
+    flags.write_text("\n".join(build.cflags()))
+    assert build.stale() is None
+    flags.write_text("-DMRC_DATA_HDR=32")
+    assert "constants" in build.stale()

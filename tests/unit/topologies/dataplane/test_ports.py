@@ -1,0 +1,44 @@
+"""What each port is told: thresholds in whole frames of the run's payload size, the rate in
+fixed point, flags."""
+
+from __future__ import annotations
+
+import pytest
+
+from endpoints.protocol import wire
+from endpoints.protocol.config import TransportConfig
+from topologies.dataplane import ports
+
+MTU = TransportConfig().mtu_payload
+
+
+def test_default_thresholds_are_ordered_and_in_frames():
+    th = ports.default_thresholds(50, MTU)
+    frame_len = wire.frame_bytes(MTU)
+    assert frame_len == 14 + 40 + 8 + wire.DATA_HDR + TransportConfig().mtu_payload
+    assert th == (ports.MARK_PACKETS * frame_len, ports.TRIM_PACKETS * frame_len, 50 * frame_len)
+    for q in range(3, 40):
+        small = ports.default_thresholds(q, MTU)
+        assert 0 < small.mark_bytes < small.trim_bytes < small.drop_bytes == q * frame_len
+    with pytest.raises(ValueError):
+        ports.default_thresholds(2, MTU)
+
+
+def test_rate_fixed_point():
+    assert ports.rate_fp(8e9) == 1 << ports.RATE_SHIFT  # 1 byte per ns
+    assert abs(ports.rate_fp(10e6) / (1 << ports.RATE_SHIFT) * 1e9 - 1.25e6) < 1.25e6 * 1e-4
+    assert ports.rate_fp(10e3) > 1000  # 0.01 Mbit/s still exact to 0.1%
+    with pytest.raises(ValueError):
+        ports.rate_fp(0)
+
+
+def test_port_spec_validation_and_switch_ports():
+    specs = ports.switch_ports([("p1l0-eth1", True), ("p1l0-eth3", False)], 10.0, 50, MTU)
+    assert [p.last_hop for p in specs] == [True, False]
+    assert all(p.rate_bps == 10e6 and p.trim for p in specs)
+    assert specs[0].config_values()[4] == ports.FLAG_LAST_HOP | ports.FLAG_TRIM
+    assert specs[1].config_values()[4] == ports.FLAG_TRIM
+    with pytest.raises(ValueError):
+        ports.PortSpec("x", None, 1e6, 9000, 100, 50000).validate()
+    with pytest.raises(ValueError):
+        ports.PortSpec("x", None, 0, 1, 2, 3).validate()

@@ -1,0 +1,91 @@
+"""Compiling the eBPF program (clang), with the MRC layout passed as -D flags generated from
+endpoints/protocol/wire.py: the C source copies no protocol constant by hand."""
+
+from __future__ import annotations
+
+import os
+import platform
+import shutil
+import struct
+import subprocess
+import sysconfig
+from pathlib import Path
+
+from endpoints.protocol import wire
+from topologies.dataplane.ports import FLAG_LAST_HOP, FLAG_TRIM, RATE_SHIFT
+from topologies.shaping import CLASS_CONTROL, CLASS_DATA
+
+REPO = Path(__file__).resolve().parents[2]
+SOURCE = Path(__file__).resolve().parent / "mrc_qos.bpf.c"
+OBJECT = REPO / "build" / "mrc_qos.bpf.o"
+FLAGS_FILE = OBJECT.with_suffix(".flags")  # the -D flags the object was built with
+
+
+def _member_offset(fmt: struct.Struct, index: int) -> int:
+    return struct.calcsize(fmt.format[:1 + index])  # "!" + the first `index` single-char fields
+
+
+def cflags() -> list[str]:
+    """-D flags for the C program: the MRC layout from endpoints/protocol/wire.py, never
+    hand-copied."""
+    if wire.COMMON.format[:5] != "!BBBB":
+        raise RuntimeError("wire.COMMON no longer starts with opcode, flags, magic, version bytes")
+    values = {
+        "MRC_PORT": wire.MRC_PORT,
+        "MRC_COMMON_LEN": wire.COMMON.size,
+        "MRC_DATA_HDR": wire.DATA_HDR,
+        "MRC_OPCODE_OFF": _member_offset(wire.COMMON, 0),
+        "MRC_FLAGS_OFF": _member_offset(wire.COMMON, 1),
+        "MRC_MAGIC_OFF": _member_offset(wire.COMMON, 2),
+        "MRC_VERSION_OFF": _member_offset(wire.COMMON, 3),
+        "MRC_MAGIC": wire.MAGIC,
+        "MRC_VERSION": wire.VERSION,
+        "MRC_F_TRIMMED": wire.F_TRIMMED,
+        "MRC_F_TRIMMED_LASTHOP": wire.F_TRIMMED_LASTHOP,
+        "MRC_TRIM_DSCP": wire.TRIM_DSCP,
+        "MRC_DATA_OPCODE_MAX": wire.DATA_OPCODE_MAX,
+        "CLASS_CONTROL": CLASS_CONTROL,
+        "CLASS_DATA": CLASS_DATA,
+        "RATE_SHIFT": RATE_SHIFT,
+        "FLAG_LAST_HOP": FLAG_LAST_HOP,
+        "FLAG_TRIM": FLAG_TRIM,
+    }
+    return [f"-D{name}={value}" for name, value in values.items()]
+
+
+def stale() -> str | None:
+    """Why the object must be (re)built, or None when it is current."""
+    if not OBJECT.exists():
+        return f"{OBJECT.relative_to(REPO)} does not exist"
+    if SOURCE.stat().st_mtime > OBJECT.stat().st_mtime:
+        return f"{SOURCE.name} is newer than its object"
+    try:
+        if FLAGS_FILE.read_text().split() != cflags():
+            return "the MRC constants (endpoints/protocol/wire.py) changed"
+    except OSError:
+        return "its build flags are unknown"
+    return None
+
+
+def build(force: bool = False) -> tuple[bool, str]:
+    """Compile the object if stale. (ok, message); never raises for a missing compiler."""
+    why = "forced" if force else stale()
+    if why is None:
+        return True, f"{OBJECT.relative_to(REPO)} up to date"
+    clang = shutil.which("clang")
+    if clang is None:
+        return False, "clang not found"
+    multiarch = sysconfig.get_config_var("MULTIARCH") or f"{platform.machine()}-linux-gnu"
+    includes = [f"-I/usr/include/{multiarch}"] if Path(f"/usr/include/{multiarch}").is_dir() else []
+    OBJECT.parent.mkdir(parents=True, exist_ok=True)
+    tmp = OBJECT.with_suffix(".tmp")
+    # -g: the maps need BTF (bpf_spin_lock in a map value).
+    cmd = [clang, "-O2", "-g", "-target", "bpf", "-Wall", *includes, *cflags(), "-c", str(SOURCE),
+           "-o", str(tmp)]
+    result = subprocess.run(cmd, capture_output=True, text=True)
+    if result.returncode != 0:
+        tmp.unlink(missing_ok=True)
+        return False, f"clang failed ({why}): {result.stderr.strip()[-600:]}"
+    os.replace(tmp, OBJECT)
+    FLAGS_FILE.write_text("\n".join(cflags()) + "\n")
+    return True, f"built {OBJECT.relative_to(REPO)} ({why})"

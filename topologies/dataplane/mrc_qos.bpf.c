@@ -1,0 +1,296 @@
+// SPDX-License-Identifier: GPL-2.0
+/* MRC switch egress: ECN marking, packet trimming and a priority class, for kernels without
+ * RED/fq/netem (tc clsact egress, direct action; one loaded program shared by many ports).
+ *
+ * A per-port virtual queue (vq) drains at the port's configured rate, the rate HTB enforces on
+ * the real queue, and counts every byte the port sends. With q = vq + this packet:
+ *   q > mark_bytes: ECN-capable MRC data gets CE, except on a last-hop port (facing a host);
+ *   q > trim_bytes: MRC data is cut to IPv6 + UDP + DATA_HDR, flagged TRIMMED and sent in the
+ *                   control class (if the port trims and the packet has payload to cut);
+ *   q > drop_bytes: MRC data that was not trimmed is dropped.
+ * Control (opcode above the data range, or an already trimmed header) always takes the control
+ * class. Anything this program cannot parse passes untouched: only its bytes enter the vq.
+ *
+ * Every MRC constant comes from endpoints/protocol/wire.py at build time (-D flags written by
+ * `python -m topologies.dataplane build`), so the two can never disagree.
+ */
+#include <linux/bpf.h>
+#include <linux/pkt_cls.h>
+#include <linux/if_ether.h>
+#include <linux/ipv6.h>
+#include <linux/in.h>
+#include <linux/udp.h>
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_endian.h>
+
+#if !defined(MRC_PORT) || !defined(MRC_COMMON_LEN) || !defined(MRC_DATA_HDR) || \
+	!defined(MRC_OPCODE_OFF) || !defined(MRC_FLAGS_OFF) || !defined(MRC_MAGIC_OFF) || \
+	!defined(MRC_VERSION_OFF) || !defined(MRC_MAGIC) || !defined(MRC_VERSION) || \
+	!defined(MRC_F_TRIMMED) || !defined(MRC_F_TRIMMED_LASTHOP) || !defined(MRC_TRIM_DSCP) || \
+	!defined(MRC_DATA_OPCODE_MAX) || !defined(CLASS_CONTROL) || \
+	!defined(CLASS_DATA) || !defined(RATE_SHIFT) || !defined(FLAG_LAST_HOP) || \
+	!defined(FLAG_TRIM)
+#error "build with `python -m topologies.dataplane build`: constants come from endpoints/protocol/wire.py"
+#endif
+
+_Static_assert(MRC_DATA_HDR % 4 == 0, "bpf_csum_diff sums whole 32-bit words");
+_Static_assert(MRC_COMMON_LEN <= MRC_DATA_HDR, "the common header is a prefix of DATA_HDR");
+
+#define L3_OFF ETH_HLEN
+#define L4_OFF (L3_OFF + 40)               /* fixed IPv6 header; extension headers: not parsed */
+#define PAYLOAD_OFF (L4_OFF + 8)        /* the MRC header */
+#define TRIM_LEN (PAYLOAD_OFF + MRC_DATA_HDR)  /* what a trimmed frame keeps */
+#define VQ_CAP_BYTES (1ULL << 30)          /* keeps vq << RATE_SHIFT far from u64 overflow */
+#define ECN_MASK 0x30                      /* ECN = low 2 bits of traffic class = byte 1 bits 5:4 */
+#define ECN_CE 0x30
+
+enum kind { OTHER, CONTROL, DATA };
+enum action { PASS, MARK, TRIM, DROP };
+
+struct port_cfg {
+	__u64 rate_fp;     /* drain rate, bytes per ns << RATE_SHIFT (Python computes it) */
+	__u32 mark_bytes;
+	__u32 trim_bytes;
+	__u32 drop_bytes;
+	__u32 flags;       /* FLAG_LAST_HOP | FLAG_TRIM */
+};
+
+struct port_state {
+	struct bpf_spin_lock lock;
+	__u32 pad;
+	__u64 vq_fp;       /* backlog, bytes << RATE_SHIFT: keeps sub-byte drain between packets */
+	__u64 last_ns;     /* last drain; a value in the future freezes the queue (tests use it) */
+};
+
+struct port_counters {  /* packets/bytes count MRC only (bytes as they arrived, before a trim) */
+	__u64 packets;
+	__u64 bytes;
+	__u64 marked;
+	__u64 trimmed;
+	__u64 dropped;
+	__u64 control;
+	__u64 vq_max;      /* bytes */
+	__u64 other_packets;
+	__u64 other_bytes;
+};
+
+/* Keyed by ifindex: one loaded program (and these maps) per network namespace. Not pinned by
+ * name: the loader pins them under its own directory, so two loads never share state. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 8192);
+	__type(key, __u32);
+	__type(value, struct port_cfg);
+} mrc_cfg SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 8192);
+	__type(key, __u32);
+	__type(value, struct port_state);
+} mrc_state SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 8192);
+	__type(key, __u32);
+	__type(value, struct port_counters);
+} mrc_counters SEC(".maps");
+
+static __always_inline __u16 csum_fold(__u64 sum)
+{
+	sum = (sum & 0xffff) + (sum >> 16);
+	sum = (sum & 0xffff) + (sum >> 16);
+	sum = (sum & 0xffff) + (sum >> 16);
+	return (__u16)~sum;
+}
+
+/* What the packet is. Reads only what is linear after a bounded pull; anything inconsistent is
+ * OTHER. Sets *trimmable (data with payload to cut) and *ect (ECT(0) or ECT(1), not CE). */
+static __always_inline enum kind classify(struct __sk_buff *skb, int *trimmable, int *ect)
+{
+	__u32 len = skb->len;
+	if (len < PAYLOAD_OFF + MRC_COMMON_LEN || skb->gso_segs > 1)
+		return OTHER;  /* a GSO super-packet is not one MRC datagram: never cut it */
+	__u32 want = len < TRIM_LEN ? len : TRIM_LEN;
+	void *data = (void *)(long)skb->data;
+	void *end = (void *)(long)skb->data_end;
+	if (data + want > end) {  /* headers in paged data (e.g. large frames from AF_PACKET) */
+		if (bpf_skb_pull_data(skb, want))
+			return OTHER;
+		data = (void *)(long)skb->data;
+		end = (void *)(long)skb->data_end;
+	}
+	if (data + PAYLOAD_OFF + MRC_COMMON_LEN > end)
+		return OTHER;
+	struct ethhdr *eth = data;
+	__u8 *ip6 = data + L3_OFF;
+	struct udphdr *udp = data + L4_OFF;
+	__u8 *mrc = data + PAYLOAD_OFF;
+	if (eth->h_proto != bpf_htons(ETH_P_IPV6) || (ip6[0] >> 4) != 6 || ip6[6] != IPPROTO_UDP)
+		return OTHER;
+	if (udp->dest != bpf_htons(MRC_PORT) || mrc[MRC_MAGIC_OFF] != MRC_MAGIC ||
+	    mrc[MRC_VERSION_OFF] != MRC_VERSION)
+		return OTHER;
+	__u16 udp_len = bpf_ntohs(udp->len);
+	__u16 ip_plen = ((__u16)ip6[4] << 8) | ip6[5];
+	if (udp_len != ip_plen || udp_len < 8 + MRC_COMMON_LEN || L4_OFF + udp_len > len)
+		return OTHER;
+	__u8 ecn = ip6[1] & ECN_MASK;
+	*ect = ecn != 0 && ecn != ECN_CE;
+	if (mrc[MRC_OPCODE_OFF] > MRC_DATA_OPCODE_MAX || (mrc[MRC_FLAGS_OFF] & MRC_F_TRIMMED))
+		return CONTROL;
+	/* Trimming is a per-class switch feature: only the MRC data class (its DSCP) is cut; the
+	 * RoCE baseline's class sees plain drop-tail, as RoCE without PFC would. */
+	*trimmable = udp_len > 8 + MRC_DATA_HDR && (((ip6[0] & 0x0f) << 2) | (ip6[1] >> 6)) == MRC_TRIM_DSCP;
+	return DATA;
+}
+
+/* Advance the vq to `now` at the port rate. Overflow-free: the product is only formed when it
+ * is below vq_fp (< 2^63 thanks to VQ_CAP_BYTES). */
+static __always_inline void drain(struct port_state *st, const struct port_cfg *cfg, __u64 now)
+{
+	if (now <= st->last_ns)
+		return;
+	__u64 elapsed = now - st->last_ns;
+	st->last_ns = now;
+	if (!cfg->rate_fp)
+		return;
+	if (elapsed >= st->vq_fp / cfg->rate_fp)
+		st->vq_fp = 0;
+	else
+		st->vq_fp -= elapsed * cfg->rate_fp;
+}
+
+/* Cut a data packet to TRIM_LEN, flag it TRIMMED, fix both lengths and recompute the UDP
+ * checksum over what is left (the receiving kernel verifies it; OVS userspace does not fix it).
+ * Senders here write full checksums (raw sockets), so the field is never a CHECKSUM_PARTIAL
+ * seed. */
+static __always_inline int trim(struct __sk_buff *skb, int last_hop)
+{
+	if (bpf_skb_change_tail(skb, TRIM_LEN, 0))
+		return -1;
+	void *data = (void *)(long)skb->data;
+	void *end = (void *)(long)skb->data_end;
+	if (data + TRIM_LEN > end) {
+		if (bpf_skb_pull_data(skb, TRIM_LEN))
+			return -1;
+		data = (void *)(long)skb->data;
+		end = (void *)(long)skb->data_end;
+		if (data + TRIM_LEN > end)
+			return -1;
+	}
+	struct ipv6hdr *ip6 = data + L3_OFF;
+	struct udphdr *udp = data + L4_OFF;
+	__u8 *mrc = data + PAYLOAD_OFF;
+	const __u16 l4len = 8 + MRC_DATA_HDR;
+	ip6->payload_len = bpf_htons(l4len);
+	udp->len = bpf_htons(l4len);
+	udp->check = 0;
+	/* A trim on the port facing the receiver is the receiver's own incast, not the path's
+	 * fault: the flag lets it send TRIMMED_LASTHOP, which does not penalise the EV. */
+	mrc[MRC_FLAGS_OFF] |= MRC_F_TRIMMED | (last_hop ? MRC_F_TRIMMED_LASTHOP : 0);
+	/* RFC 8200 pseudo-header (addresses, upper-layer length, next header), then UDP + MRC. */
+	__be32 pseudo[2] = { bpf_htonl(l4len), bpf_htonl(IPPROTO_UDP) };
+	__s64 sum = bpf_csum_diff(0, 0, (__be32 *)&ip6->saddr, 32, 0);
+	if (sum < 0)
+		return -1;
+	sum = bpf_csum_diff(0, 0, pseudo, sizeof(pseudo), (__wsum)sum);
+	if (sum < 0)
+		return -1;
+	sum = bpf_csum_diff(0, 0, (__be32 *)udp, l4len, (__wsum)sum);
+	if (sum < 0)
+		return -1;
+	__u16 check = csum_fold((__u64)sum);
+	udp->check = check ? check : 0xffff;  /* 0 means "no checksum", forbidden for IPv6 UDP */
+	return 0;
+}
+
+SEC("tc")
+int mrc_egress(struct __sk_buff *skb)
+{
+	__u32 ifindex = skb->ifindex;
+	struct port_cfg *cfg = bpf_map_lookup_elem(&mrc_cfg, &ifindex);
+	if (!cfg)
+		return TC_ACT_OK;  /* port not configured: plain forwarding */
+	struct port_state *st = bpf_map_lookup_elem(&mrc_state, &ifindex);
+	struct port_counters *ctr = bpf_map_lookup_elem(&mrc_counters, &ifindex);
+	if (!st || !ctr)
+		return TC_ACT_OK;
+
+	int trimmable = 0, ect = 0;
+	__u32 len = skb->len;
+	enum kind kind = classify(skb, &trimmable, &ect);
+	__u64 mark_fp = (__u64)cfg->mark_bytes << RATE_SHIFT;
+	__u64 trim_fp = (__u64)cfg->trim_bytes << RATE_SHIFT;
+	__u64 drop_fp = (__u64)cfg->drop_bytes << RATE_SHIFT;
+	__u32 flags = cfg->flags;
+	__u64 now = bpf_ktime_get_ns();
+	enum action action = PASS;
+
+	bpf_spin_lock(&st->lock);
+	drain(st, cfg, now);
+	__u64 q = st->vq_fp + ((__u64)len << RATE_SHIFT);
+	__u64 admitted = len;
+	if (kind == OTHER) {
+		if (q > drop_fp)
+			admitted = 0;  /* the real FIFO will tail-drop it */
+	} else if (kind == DATA) {
+		if (q > trim_fp && (flags & FLAG_TRIM) && trimmable) {
+			action = TRIM;
+			admitted = TRIM_LEN;
+		} else if (q > drop_fp) {
+			action = DROP;
+			admitted = 0;
+		} else if (q > mark_fp && ect && !(flags & FLAG_LAST_HOP)) {
+			action = MARK;
+		}
+	}
+	st->vq_fp += admitted << RATE_SHIFT;
+	if (st->vq_fp > (VQ_CAP_BYTES << RATE_SHIFT))
+		st->vq_fp = VQ_CAP_BYTES << RATE_SHIFT;
+	__u64 vq_bytes = st->vq_fp >> RATE_SHIFT;
+	if (vq_bytes > ctr->vq_max)
+		ctr->vq_max = vq_bytes;
+	bpf_spin_unlock(&st->lock);
+
+	if (kind == OTHER) {
+		__sync_fetch_and_add(&ctr->other_packets, 1);
+		__sync_fetch_and_add(&ctr->other_bytes, len);
+		return TC_ACT_OK;
+	}
+	__sync_fetch_and_add(&ctr->packets, 1);
+	__sync_fetch_and_add(&ctr->bytes, len);
+	if (kind == CONTROL) {
+		__sync_fetch_and_add(&ctr->control, 1);
+		skb->priority = CLASS_CONTROL;
+		return TC_ACT_OK;
+	}
+	if (action == DROP) {
+		__sync_fetch_and_add(&ctr->dropped, 1);
+		return TC_ACT_SHOT;
+	}
+	if (action == TRIM) {
+		if (trim(skb, flags & FLAG_LAST_HOP)) {  /* cannot be trimmed after all: this is the only other drop */
+			__sync_fetch_and_add(&ctr->dropped, 1);
+			return TC_ACT_SHOT;
+		}
+		__sync_fetch_and_add(&ctr->trimmed, 1);
+		skb->priority = CLASS_CONTROL;
+		return TC_ACT_OK;
+	}
+	if (action == MARK) {
+		/* bpf_skb_pull_data in classify() made these bytes linear; the bound is re-proved. */
+		void *data = (void *)(long)skb->data;
+		void *end = (void *)(long)skb->data_end;
+		__u8 *tc = data + L3_OFF + 1;
+		if ((void *)(tc + 1) <= end) {
+			*tc |= ECN_CE;  /* IPv6 has no header checksum; UDP's does not cover it */
+			__sync_fetch_and_add(&ctr->marked, 1);
+		}
+	}
+	skb->priority = CLASS_DATA;
+	return TC_ACT_OK;
+}
+
+char _license[] SEC("license") = "GPL";

@@ -1,0 +1,48 @@
+"""Files the testbed writes: atomically (readers never see half a file, an interrupted write
+leaves the old one) and, for work directories, private to their owner.
+
+Every summary, status file, reference and benchmark result goes through `write_text` or
+`write_json`; every run's scratch space comes from `private_dir`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+
+def write_text(path: Path | str, text: str, mode: int = 0o644) -> None:
+    """Write `text` to a temporary file beside `path`, then rename it into place. `mode`: the
+    file's permissions (results are for everyone to read)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        os.fchmod(fd, mode)
+        with os.fdopen(fd, "w") as fh:
+            fh.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def write_json(path: Path | str, data: Any, indent: int | None = 2, mode: int = 0o644) -> None:
+    """`data` as JSON (a final newline when indented), atomically."""
+    text = json.dumps(data, indent=indent)
+    write_text(path, text + "\n" if indent is not None else text, mode)
+
+
+def private_dir(prefix: str, parent: Path | str | None = None) -> Path:
+    """A new directory only its owner can enter (mode 0700), under `parent` (the system's
+    temporary directory by default); the caller removes it."""
+    path = Path(tempfile.mkdtemp(prefix=prefix, dir=parent))
+    st = path.stat()
+    if st.st_uid != os.geteuid() or st.st_mode & 0o077:
+        raise OSError(f"{path} is not private to this user")
+    return path

@@ -10,15 +10,17 @@ marked. NSCC's four quadrants:
 | yes | above | multiplicative decrease, at most once per RTT |
 | yes | below | no change: the mark came from a transient burst, not a standing queue |
 
-Until the switch data plane marks ECN (issue 5), a fabric may give no ECN at all; then a median
-path RTT beyond `delay_md_over_target` x target is treated as a mark above target, so queues stay
-bounded, while a single hot path is handled by the sender skipping its EV (`delay_skip_over_target`).
+A fabric may give no ECN at all (`--dataplane droptail`, or queues where nothing marks: host
+NICs, last hops); then a median path RTT beyond `delay_md_over_target` x target is treated as a
+mark above target, so queues stay bounded, while a single hot path is handled by the sender
+skipping its EV (`delay_skip_over_target`).
 A real loss also decreases the window once per RTT.
 """
 
 from __future__ import annotations
 
 from endpoints.protocol.config import TransportConfig
+from endpoints.protocol.rtt import RttEstimator
 
 
 class Nscc:
@@ -26,8 +28,7 @@ class Nscc:
         self.c = config
         self.cwnd = config.init_cwnd_pkts  # packets
         self.base_rtt = float("inf")
-        self.srtt = 0.0
-        self.rttvar = 0.0
+        self.rtt = RttEstimator()  # the QP's RTT over all its paths
         self._last_decrease = -1.0
         self.decreases = 0
         # Fraction of acknowledgements that echo a CE mark (DCTCP's alpha, g = 1/16): MRC's ECN
@@ -40,15 +41,15 @@ class Nscc:
         base = self.base_rtt if self.base_rtt != float("inf") else 0.0
         return max(self.c.target_delay_min, base * self.c.target_over_base)
 
+    @property
+    def srtt(self) -> float:
+        return self.rtt.srtt
+
     def rtt_sample(self, rtt: float) -> None:
         if rtt <= 0:
             return
         self.base_rtt = min(self.base_rtt, rtt)
-        if self.srtt == 0.0:
-            self.srtt, self.rttvar = rtt, rtt / 2
-        else:
-            self.rttvar = 0.75 * self.rttvar + 0.25 * abs(self.srtt - rtt)
-            self.srtt = 0.875 * self.srtt + 0.125 * rtt
+        self.rtt.sample(rtt)
 
     def on_ack(self, now: float, rtt: float | None, ecn: bool, acked_pkts: int = 1,
                path_delay: float | None = None) -> None:

@@ -1,9 +1,64 @@
-"""What every sans-IO transport core (MRC and go-back-N, sender and receiver) shares: the
-drains the agent calls, and the first checks on an arriving datagram."""
+"""What every sans-IO transport core (MRC and go-back-N, sender and receiver) offers the agent and
+the simulated network: the interfaces (`SenderCore`, `ReceiverCore`) and the base class with
+the drains and the first checks on an arriving datagram.
+
+A core never touches a socket or a clock: the caller hands it datagrams and the time, and
+sends what `poll` returns, on the EV it names.
+"""
 
 from __future__ import annotations
 
+from typing import Protocol
+
 from endpoints.protocol import wire
+from endpoints.protocol.congestion import Nscc
+from endpoints.protocol.events import Event
+
+
+class Core(Protocol):
+    """What the agent's loop and the simulated network call on any core."""
+
+    qpn: int
+    stats: dict[str, int]
+
+    def on_datagram(self, payload: bytes | memoryview, ev: int, now: float,
+                    ecn_ce: bool = False) -> None:
+        """An MRC datagram for this QP arrived on `ev` (rebuilt from the UDP source port and
+        the flow label); `ecn_ce`: its traffic class says Congestion Experienced."""
+
+    def poll(self, now: float) -> list[tuple[int, bytes]]:
+        """Run the timers; (ev, datagram) to send now."""
+
+    def next_deadline(self) -> float | None:
+        """When `poll` should next be called (0.0: at once; None: only on input)."""
+
+    def take_events(self) -> list[Event]:
+        """What happened since the last call (for the trace)."""
+
+
+class SenderCore(Core, Protocol):
+    bytes_acked: int
+    cc: Nscc | None  # the congestion window, where the transport has one
+
+    def send_message(self, data: bytes | memoryview, now: float) -> int:
+        """Post one message; its MSN."""
+
+    @property
+    def unsent_messages(self) -> int:
+        """Messages not yet fully transmitted (a streaming caller keeps this topped up)."""
+
+    def ev_states(self) -> dict[int, str]:
+        """Each forward EV's state (GOOD, SKIP, ASSUMED_BAD, DENIED)."""
+
+    def take_completed(self) -> list[int]:
+        """MSNs fully acknowledged since the last call, in order."""
+
+
+class ReceiverCore(Core, Protocol):
+    bytes_delivered: int
+
+    def take_completed(self) -> list[tuple[int, bytes]]:
+        """(msn, message) delivered since the last call, in MSN order, each exactly once."""
 
 
 class CoreBase:
@@ -12,14 +67,14 @@ class CoreBase:
     qpn: int
     stats: dict[str, int]
     completed: list
-    events: list[tuple]
+    events: list
 
     def take_completed(self) -> list:
         """Senders: MSNs fully acknowledged; receivers: (msn, bytes) delivered, in MSN order."""
         done, self.completed = self.completed, []
         return done
 
-    def take_events(self) -> list[tuple]:
+    def take_events(self) -> list[Event]:
         events, self.events = self.events, []
         return events
 

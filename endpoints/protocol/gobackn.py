@@ -13,8 +13,11 @@ from collections import deque
 
 from endpoints.protocol import wire
 from endpoints.protocol.config import TransportConfig
+from endpoints.protocol.congestion import Nscc
 from endpoints.protocol.core import CoreBase
-from endpoints.protocol.sender import ts_age, ts_us
+from endpoints.protocol.events import Complete, Event, GoBack, Timeout
+from endpoints.protocol.rtt import RttEstimator
+from endpoints.protocol.wire import ts_age, ts_us
 
 
 class GbnSender(CoreBase):
@@ -28,10 +31,10 @@ class GbnSender(CoreBase):
         self.queue: deque[list] = deque()  # [msn, data, offset]
         self.next_msn = 0
         self.completed: list[int] = []
-        self.events: list[tuple] = []
+        self.events: list[Complete | Timeout | GoBack] = []
+        self.cc: Nscc | None = None  # no congestion control: a fixed window (gbn_window_pkts)
         self.rto = config.rto_initial
-        self.srtt = 0.0
-        self.rttvar = 0.0
+        self.rtt = RttEstimator()
         self.timer: float | None = None
         self.resend_from: int | None = None
         self.bytes_acked = 0
@@ -73,7 +76,7 @@ class GbnSender(CoreBase):
             if pkt.echo_ts:
                 rtt = ts_age(now, pkt.echo_ts)
                 if rtt < 10:
-                    self._rtt(rtt)
+                    self.rtt.sample(rtt)
         elif isinstance(pkt, wire.Nack) and pkt.reason == wire.NACK_SEQUENCE_ERROR:
             self.stats["nacks"] += 1
             expected = wire.psn_unwrap(pkt.psn, self.una)
@@ -82,13 +85,6 @@ class GbnSender(CoreBase):
                 self.resend_from = self.una
         else:
             self.stats["foreign"] += 1
-
-    def _rtt(self, rtt: float) -> None:
-        if not self.srtt:
-            self.srtt, self.rttvar = rtt, rtt / 2
-        else:
-            self.rttvar = 0.75 * self.rttvar + 0.25 * abs(self.srtt - rtt)
-            self.srtt = 0.875 * self.srtt + 0.125 * rtt
 
     def _ack_to(self, cack: int, now: float) -> None:
         if cack > self.next_seq:
@@ -103,10 +99,10 @@ class GbnSender(CoreBase):
                 del self.msg_last_seq[msn]
                 self.data.pop(msn, None)
                 self.completed.append(msn)
-                self.events.append(("complete", now, msn))
+                self.events.append(Complete(now, msn))
         self.una = cack
-        self.rto = max(self.c.rto_min, min(self.c.rto_max, self.srtt + 4 * self.rttvar)) \
-            if self.srtt else self.c.rto_initial
+        self.rto = max(self.c.rto_min, min(self.c.rto_max, self.rtt.timeout())) \
+            if self.rtt.samples else self.c.rto_initial
         self.timer = now + self.rto if self.una < self.next_seq else None
         if self.resend_from is not None and self.resend_from < self.una:
             self.resend_from = self.una if self.una < self.next_seq else None
@@ -124,7 +120,7 @@ class GbnSender(CoreBase):
         out = []
         if self.timer is not None and now >= self.timer and self.una < self.next_seq:
             self.stats["timeouts"] += 1
-            self.events.append(("timeout", now, self.una, self.rto))
+            self.events.append(Timeout(now, self.una, self.rto))
             self.resend_from = self.una
             self.rto = min(self.rto * 2, self.c.rto_max)
             self.timer = now + self.rto
@@ -133,7 +129,7 @@ class GbnSender(CoreBase):
             for seq in range(self.resend_from, min(self.next_seq, self.una + self.c.gbn_window_pkts)):
                 out.append(self._packet(seq, now, True))
                 self.stats["retransmitted"] += 1
-            self.events.append(("go_back", now, self.resend_from))
+            self.events.append(GoBack(now, self.resend_from))
             self.resend_from = None
             self.timer = now + self.rto
         mtu = self.c.mtu_payload
@@ -170,7 +166,7 @@ class GbnReceiver(CoreBase):
         self.unacked = 0
         self.ack_due: float | None = None
         self.echo = (0, 0)
-        self.events: list[tuple] = []
+        self.events: list[Event] = []  # none so far: it has no state worth tracing
         self.stats = {k: 0 for k in ("packets", "duplicates", "out_of_order", "malformed",
                                      "foreign", "forged", "acks", "nacks", "messages")}
 

@@ -20,8 +20,9 @@ from collections.abc import Sequence
 from endpoints.protocol import wire
 from endpoints.protocol.config import TransportConfig
 from endpoints.protocol.core import CoreBase
+from endpoints.protocol.events import ReverseEvState
 from endpoints.protocol.evset import EvInfo, spread_over_planes
-from endpoints.protocol.sender import ts_us
+from endpoints.protocol.prober import Prober
 
 
 class _Message:
@@ -120,19 +121,17 @@ class MrcReceiver(CoreBase):
         self.trigger = (0, 0, 0)  # (seq, ev, tsval) of the newest data packet
         self.ce_pending = 0
         self.ce_on_trigger = False
-        self.probe_id = 0
-        self.probes: dict[int, tuple[int, float]] = {}
-        self.next_probe_round = 0.0
-        self.events: list[tuple] = []
+        # The reverse EVs' liveness: answered probes keep them in the SACK rotation.
+        self.prober = Prober(peer_qpn, config.reverse_probe_interval, config.probe_timeout)
+        self.events: list[ReverseEvState] = []
         self.stats = {k: 0 for k in ("packets", "duplicates", "malformed", "foreign",
                                      "out_of_window", "forged", "trimmed", "sacks", "nacks",
-                                     "ce_marked", "messages", "probe_replies", "no_buffer",
-                                     "ev_reordered")}
+                                     "ce_marked", "messages", "probe_replies", "ev_reordered")}
         self.ev_high: dict[int, int] = {}  # EV -> highest first-transmission PSN seen on it
 
     # ----- API ------------------------------------------------------------------------------
     def next_deadline(self) -> float | None:
-        deadlines = [self.next_probe_round]
+        deadlines = [self.prober.next_round]
         if self.sack_due is not None:
             deadlines.append(self.sack_due)
         if self.out:
@@ -275,31 +274,19 @@ class MrcReceiver(CoreBase):
             self.out.append((self.rev.next(), wire.encode_probe(
                 wire.OP_EV_PROBE_REPLY, self.peer_qpn, p.probe_id, p.tsval, p.probed_ev)))
             return
-        entry = self.probes.pop(p.probe_id, None)
-        if entry is None:
+        ev = self.prober.answered(p.probe_id)
+        if ev is None:
             return
         self.stats["probe_replies"] += 1
-        self._record_reverse(entry[0], True, now)
+        self._record_reverse(ev, True, now)
 
     def _record_reverse(self, ev: int, ok: bool, now: float) -> None:
         change = self.rev.result(ev, ok)
         if change is not None:
             names = {True: "GOOD", False: "ASSUMED_BAD"}
-            self.events.append(("reverse_ev_state", now, ev, names[change[0]], names[change[1]]))
+            self.events.append(ReverseEvState(now, ev, names[change[0]], names[change[1]]))
 
     def _probe_reverse(self, now: float) -> None:
-        for pid, (ev, sent) in list(self.probes.items()):
-            if now - sent > self.c.probe_timeout:
-                del self.probes[pid]
-                self._record_reverse(ev, False, now)
-        if now < self.next_probe_round:
-            return
-        self.next_probe_round = now + self.c.reverse_probe_interval
-        pending = {ev for ev, _ in self.probes.values()}
-        for ev in self.rev.evs:
-            if ev in pending:
-                continue
-            self.probe_id = (self.probe_id + 1) & 0xFFFFFFFF
-            self.probes[self.probe_id] = (ev, now)
-            self.out.append((ev, wire.encode_probe(wire.OP_EV_PROBE, self.peer_qpn, self.probe_id,
-                                                   ts_us(now), ev)))
+        for ev in self.prober.expired(now):
+            self._record_reverse(ev, False, now)
+        self.out += self.prober.due(now, lambda: self.rev.evs)

@@ -19,19 +19,11 @@ from endpoints.protocol import wire
 from endpoints.protocol.config import TransportConfig
 from endpoints.protocol.congestion import Nscc
 from endpoints.protocol.core import CoreBase
+from endpoints.protocol.events import Complete, EvState, Retx, Rtt
 from endpoints.protocol.evset import DENIED, GOOD, SKIP, EvInfo, EvSet
-
-__all__ = ["EvInfo", "MrcSender"]
-
-US = 1_000_000
-
-
-def ts_us(now: float) -> int:
-    return int(now * US) & 0xFFFFFFFF
-
-
-def ts_age(now: float, ts: int) -> float:
-    return ((ts_us(now) - ts) & 0xFFFFFFFF) / US
+from endpoints.protocol.prober import Prober
+from endpoints.protocol.rtt import RttEstimator
+from endpoints.protocol.wire import ts_age, ts_us
 
 
 class _Pkt:
@@ -74,7 +66,7 @@ class MrcSender(CoreBase):
         self.tx_count = 0
         self.rack_tx = 0  # highest transmission number acknowledged
         self.rto = config.rto_initial
-        self.ev_rtt: dict[int, list[float]] = {}  # ev -> [srtt, rttvar]: each path's own timing
+        self.ev_rtt: dict[int, RttEstimator] = {}  # each path's own timing
         self._median_rtt: float | None = None
         self.recent: dict[int, _Pkt] = {}  # acknowledged packets at or above una (for SACK reasoning)
         # Path order says lost, pending `reorder_slack`: a trimmed packet's header overtakes the
@@ -83,12 +75,10 @@ class MrcSender(CoreBase):
         self.suspects: dict[int, tuple[float, int]] = {}  # seq -> (when path order first said
         # that transmission was lost, its tx number)
         self.last_progress = 0.0
-        self.probes: dict[int, tuple[int, float]] = {}  # probe id -> (ev, sent)
-        self.probe_id = 0
-        self.next_probe_round = 0.0
+        self.prober = Prober(peer_qpn, config.probe_interval, config.probe_timeout)  # bad EVs
         self.replies: list[tuple[int, bytes]] = []  # probe replies owed to the receiver
         self.proven_ev: int | None = None  # forward EV that most recently delivered (ack, probe reply)
-        self.events: list[tuple] = []
+        self.events: list[Complete | Rtt | Retx | EvState] = []
         self.bytes_acked = 0
         self.stats = {k: 0 for k in ("sent", "retransmitted", "lost", "timeouts", "trimmed_nacks",
                                      "ecn_echoes", "probes_sent", "probe_replies", "sacks",
@@ -123,10 +113,6 @@ class MrcSender(CoreBase):
         return len(self.messages)
 
     @property
-    def in_flight(self) -> int:
-        return len(self.outstanding)
-
-    @property
     def idle(self) -> bool:
         return not self.outstanding and not self.retx_queue and not self.messages
 
@@ -139,8 +125,8 @@ class MrcSender(CoreBase):
                 deadlines.append(oldest.sent + self._dark_window(oldest.ev))
         if self.suspects:
             deadlines.append(min(first for first, _ in self.suspects.values()) + self.c.reorder_slack)
-        if self.probes or self.evs.bad():
-            deadlines.append(self.next_probe_round)
+        if self.prober.pending or self.evs.bad():
+            deadlines.append(self.prober.next_round)
         if self.retx_queue or self.replies or self._can_send_new():
             deadlines.append(0.0)
         return min(deadlines) if deadlines else None
@@ -184,7 +170,7 @@ class MrcSender(CoreBase):
             while self.next_complete in self.done_ahead:
                 self.done_ahead.discard(self.next_complete)
                 self.completed.append(self.next_complete)
-                self.events.append(("complete", now, self.next_complete))
+                self.events.append(Complete(now, self.next_complete))
                 self.next_complete += 1
         return p
 
@@ -237,7 +223,7 @@ class MrcSender(CoreBase):
             self.evs.skip(s.echo_ev)  # a hot path: move load off it, as an ECN echo would
         if rtt is not None:
             self._ev_rtt_sample(s.echo_ev, rtt)
-            self.events.append(("rtt", now, s.echo_ev, rtt))
+            self.events.append(Rtt(now, s.echo_ev, rtt))
         self.cc.on_ack(now, rtt, ecn, acked, self._typical_path_delay())
         self._detect_losses(now)
         self._drain_changes(now)
@@ -305,12 +291,11 @@ class MrcSender(CoreBase):
                 ev = self.evs.next_ev()
             self.replies.append((ev, reply))
             return
-        entry = self.probes.pop(p.probe_id, None)
-        if entry is None:
+        ev = self.prober.answered(p.probe_id)
+        if ev is None:
             self.stats["stale_acks"] += 1
             return
         self.stats["probe_replies"] += 1
-        ev, _sent = entry
         self.proven_ev = ev
         if self.evs.probe_result(ev, True, self.c.probes_to_resurrect):
             self.stats["resurrected"] += 1
@@ -318,23 +303,21 @@ class MrcSender(CoreBase):
 
     # ----- loss detection -------------------------------------------------------------------
     def _rto_base(self) -> float:
-        cc = self.cc
-        return cc.srtt + 4 * cc.rttvar if cc.srtt else self.c.rto_initial
+        rtt = self.cc.rtt
+        return rtt.timeout() if rtt.samples else self.c.rto_initial
 
     def _typical_path_delay(self) -> float | None:
         """Median smoothed RTT over the active EVs, refreshed every 16 SACKs (cheap enough)."""
         if self.stats["sacks"] % 16 == 1 or self._median_rtt is None:
-            values = sorted(est[0] for ev in self.evs.active if (est := self.ev_rtt.get(ev)))
+            values = sorted(est.srtt for ev in self.evs.active if (est := self.ev_rtt.get(ev)))
             self._median_rtt = values[len(values) // 2] if values else None
         return self._median_rtt
 
     def _ev_rtt_sample(self, ev: int, rtt: float) -> None:
         est = self.ev_rtt.get(ev)
         if est is None:
-            self.ev_rtt[ev] = [rtt, rtt / 2]
-        else:
-            est[1] = 0.75 * est[1] + 0.25 * abs(est[0] - rtt)
-            est[0] = 0.875 * est[0] + 0.125 * rtt
+            est = self.ev_rtt[ev] = RttEstimator()
+        est.sample(rtt)
 
     def _dark_window(self, ev: int) -> float:
         """How long a packet may stay unacknowledged after later ones on other paths were:
@@ -345,9 +328,7 @@ class MrcSender(CoreBase):
         est = self.ev_rtt.get(ev)
         if est is None:
             return self.rto
-        cc = self.cc
-        base = cc.srtt + 4 * cc.rttvar if cc.srtt else self.c.rto_initial
-        return max(base, 2 * est[0], est[0] + 4 * est[1]) + self.c.reorder_slack
+        return max(self._rto_base(), 2 * est.srtt, est.timeout()) + self.c.reorder_slack
 
     def _detect_losses(self, now: float) -> None:
         """The time rule, for a path gone dark (nothing on it arrives, so path order proves
@@ -404,7 +385,7 @@ class MrcSender(CoreBase):
     def _queue_retx(self, p: _Pkt, now: float, reason: str) -> None:
         self.retx_queue.append(p)
         self.retx_seqs.add(p.seq)
-        self.events.append(("retx", now, p.seq, p.ev, reason))
+        self.events.append(Retx(now, p.seq, p.ev, reason))
 
     def _rto_for(self, p: _Pkt) -> float:
         """The QP's RTO, stretched to the packet's own path if that path is slower (a deep
@@ -414,7 +395,7 @@ class MrcSender(CoreBase):
         est = self.ev_rtt.get(p.ev)
         if est is None:
             return self.rto
-        path = max(2 * est[0], est[0] + 4 * est[1]) + self.c.reorder_slack
+        path = max(2 * est.srtt, est.timeout()) + self.c.reorder_slack
         return max(self.rto, min(self.c.rto_max, path))
 
     def _check_rto(self, now: float) -> None:
@@ -432,26 +413,15 @@ class MrcSender(CoreBase):
 
     # ----- probing --------------------------------------------------------------------------
     def _probe(self, now: float, out: list[tuple[int, bytes]]) -> None:
-        for pid, (ev, sent) in list(self.probes.items()):
-            if now - sent > self.c.probe_timeout:
-                del self.probes[pid]
-                self.evs.probe_result(ev, False, self.c.probes_to_resurrect)
-        if now < self.next_probe_round:
-            return
-        self.next_probe_round = now + self.c.probe_interval
-        pending = {ev for ev, _ in self.probes.values()}
-        for ev in self.evs.bad():
-            if ev in pending:
-                continue
-            self.probe_id = (self.probe_id + 1) & 0xFFFFFFFF
-            self.probes[self.probe_id] = (ev, now)
-            out.append((ev, wire.encode_probe(wire.OP_EV_PROBE, self.peer_qpn, self.probe_id,
-                                              ts_us(now), ev)))
-            self.stats["probes_sent"] += 1
+        for ev in self.prober.expired(now):
+            self.evs.probe_result(ev, False, self.c.probes_to_resurrect)
+        probes = self.prober.due(now, self.evs.bad)
+        self.stats["probes_sent"] += len(probes)
+        out += probes
 
     def _drain_changes(self, now: float) -> None:
         for ev, old, new in self.evs.changes:
-            self.events.append(("ev_state", now, ev, old, new))
+            self.events.append(EvState(now, ev, old, new))
         self.evs.changes.clear()
 
     # ----- transmitting ---------------------------------------------------------------------

@@ -244,6 +244,27 @@ def data_opcode(first: bool, last: bool, immediate: bool = False) -> int:
     return OP_DATA_MIDDLE
 
 
+US = 1_000_000
+
+
+def ts_us(now: float) -> int:
+    """A time in seconds as the 32-bit microsecond timestamp packets carry (wrapping).
+
+    >>> ts_us(1.5), ts_us(4295.0)
+    (1500000, 32704)
+    """
+    return int(now * US) & 0xFFFFFFFF
+
+
+def ts_age(now: float, ts: int) -> float:
+    """Seconds from wire timestamp `ts` to `now` (across one wrap of the 32-bit counter).
+
+    >>> ts_age(4295.0, ts_us(4294.5))
+    0.5
+    """
+    return ((ts_us(now) - ts) & 0xFFFFFFFF) / US
+
+
 def psn_unwrap(psn24: int, reference: int) -> int:
     """The full sequence number nearest `reference` whose low 24 bits are `psn24`."""
     base = reference - (reference & PSN_MASK) + psn24

@@ -14,6 +14,9 @@ import random
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from endpoints.host.goodput import bin_of
+from endpoints.protocol import wire
+from endpoints.protocol.events import Event
 from endpoints.protocol.evset import EvInfo
 from topologies.model import ev_value
 
@@ -54,7 +57,7 @@ class Simulation:
 
     def transmit(self, path: SimPath, packet: bytes, deliver: Callable[[bytes], None]) -> None:
         t = self.now
-        size = len(packet) + 62  # Ethernet + IPv6 + UDP headers on the wire
+        size = len(packet) + wire.FRAME_OVERHEAD  # Ethernet + IPv6 + UDP headers on the wire
         for link in path.links:
             if link.is_down(t) or (link.loss and self.rng.random() < link.loss):
                 link.dropped += 1
@@ -147,10 +150,10 @@ def sim_fabric(planes: int, spines: int, rate_bps: float | None = 10e6, delay: f
 @dataclass
 class TransferResult:
     completed: list[tuple[int, bytes]]
-    sender_events: list[tuple]
-    receiver_events: list[tuple]
+    sender_events: list[Event]
+    receiver_events: list[Event]
     end: float
-    bins: dict[int, int]  # 10 ms bin -> bytes delivered
+    bins: dict[int, int]  # goodput bin (endpoints.host.goodput) -> bytes delivered
 
 
 def run_transfer(sim: Simulation, sender: object, receiver: object, fwd: Mapping[int, SimPath],
@@ -160,8 +163,8 @@ def run_transfer(sim: Simulation, sender: object, receiver: object, fwd: Mapping
     for m in messages:
         sender.send_message(m, sim.now)  # type: ignore[attr-defined]
     completed: list[tuple[int, bytes]] = []
-    s_events: list[tuple] = []
-    r_events: list[tuple] = []
+    s_events: list[Event] = []
+    r_events: list[Event] = []
     bins: dict[int, int] = {}
     last = [0]
 
@@ -171,7 +174,7 @@ def run_transfer(sim: Simulation, sender: object, receiver: object, fwd: Mapping
         r_events.extend(receiver.take_events())  # type: ignore[attr-defined]
         delivered = receiver.bytes_delivered  # type: ignore[attr-defined]
         if delivered != last[0]:
-            key = int(now / 0.01)
+            key = bin_of(now)
             bins[key] = bins.get(key, 0) + delivered - last[0]
             last[0] = delivered
 

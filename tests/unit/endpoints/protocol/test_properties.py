@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 
 from endpoints.protocol import wire
 from endpoints.protocol.config import TransportConfig
+from endpoints.protocol.events import Event, EvState, Retx
 from endpoints.protocol.evset import ASSUMED_BAD, DENIED
 from endpoints.protocol.gobackn import GbnReceiver, GbnSender
 from endpoints.protocol.receiver import MrcReceiver
@@ -137,7 +138,7 @@ class Qp:
     msgs: list[bytes]
     got: list[tuple[int, bytes]]
     acked: list[int]
-    events: list[tuple]
+    events: list[Event]
 
 
 def _run(sc: Scenario) -> tuple[TracingSimulation, list[Qp], float]:
@@ -200,21 +201,21 @@ def _check_behaviour(sc: Scenario, sim: TracingSimulation, qps: list[Qp]) -> Non
     dropped_any = bool(sim.first_drop)
     for qp in qps:
         st_ = qp.snd.stats
-        retx = [e for e in qp.events if e[0] == "retx"]
+        retx = [e for e in qp.events if isinstance(e, Retx)]
         assert st_["retransmitted"] <= len(retx)
-        assert sum(1 for e in retx if e[4] in ("sack", "dark", "rto")) == st_["lost"]
-        assert sum(1 for e in retx if e[4] == "ev_bad") == st_.get("stranded_resent", 0)
+        assert sum(1 for e in retx if e.reason in ("sack", "dark", "rto")) == st_["lost"]
+        assert sum(1 for e in retx if e.reason == "ev_bad") == st_.get("stranded_resent", 0)
         if sc.jitter:
             continue
-        for _, t, seq, _ev, reason in retx:
+        for t, seq, _ev, reason, _ in retx:
             if reason == "sack":
                 history = [h for h in sim.data_tx[(qp.snd.peer_qpn, seq % WRAP)] if h[0] < t]
                 assert not history[-1][2], f"PSN {seq} declared lost at {t} but it was delivered"
         if sc.reverse_faults or not uncongested:
             continue
         for e in qp.events:
-            if e[0] == "ev_state" and e[4] == ASSUMED_BAD:
-                assert sim.first_drop.get(e[2], FOREVER) <= e[1], f"EV {e[2]:#x} benched, no drop"
+            if isinstance(e, EvState) and e.new == ASSUMED_BAD:
+                assert sim.first_drop.get(e.ev, FOREVER) <= e.t, f"EV {e.ev:#x} benched, no drop"
         if not dropped_any:
             assert st_["retransmitted"] == 0 and st_["timeouts"] == 0 and st_["bad_evs"] == 0
 

@@ -6,9 +6,11 @@ import pytest
 
 from endpoints.protocol import wire
 from endpoints.protocol.config import TransportConfig
-from endpoints.protocol.evset import ASSUMED_BAD, GOOD, SKIP
+from endpoints.protocol.events import EvState, Retx, ReverseEvState
+from endpoints.protocol.evset import ASSUMED_BAD, GOOD, SKIP, EvInfo
 from endpoints.protocol.receiver import MrcReceiver, ReverseEvs
-from endpoints.protocol.sender import EvInfo, MrcSender, ts_us
+from endpoints.protocol.sender import MrcSender
+from endpoints.protocol.wire import ts_us
 from tests.support.simnet import Simulation, run_transfer, sim_fabric
 
 CFG = TransportConfig()
@@ -67,13 +69,13 @@ def test_dead_path_goes_bad_within_a_few_rtts_and_comes_back_after_repair():
     msgs = _messages(12, 1 << 20)
     snd, rcv, res = _transfer(fab, msgs, cfg=KB)
     _check_exact(res, msgs)
-    changes = [e for e in res.sender_events if e[0] == "ev_state" and e[2] == dead_ev]
-    went_bad = next(e for e in changes if e[4] == ASSUMED_BAD)
-    assert 1.0 <= went_bad[1] < 1.05  # a few RTTs (RTT here is ~7 ms)
-    came_back = next(e for e in changes if e[4] == GOOD and e[1] > went_bad[1])
-    assert 2.0 <= came_back[1] < 2.1  # probes bring it back soon after the repair
+    changes = [e for e in res.sender_events if isinstance(e, EvState) and e.ev == dead_ev]
+    went_bad = next(e for e in changes if e.new == ASSUMED_BAD)
+    assert 1.0 <= went_bad.t < 1.05  # a few RTTs (RTT here is ~7 ms)
+    came_back = next(e for e in changes if e.new == GOOD and e.t > went_bad.t)
+    assert 2.0 <= came_back.t < 2.1  # probes bring it back soon after the repair
     # Nothing else was taken for dead: only the failed path's EV went bad.
-    bad = {e[2] for e in res.sender_events if e[0] == "ev_state" and e[4] == ASSUMED_BAD}
+    bad = {e.ev for e in res.sender_events if isinstance(e, EvState) and e.new == ASSUMED_BAD}
     assert bad == {dead_ev}
     # Goodput while the path is down stays near the pre-failure level (the plane keeps its share).
     before = sum(res.bins.get(b, 0) for b in range(50, 100))
@@ -88,8 +90,8 @@ def test_reverse_path_failure_moves_acks_elsewhere():
     msgs = _messages(8, 1 << 20)
     snd, rcv, res = _transfer(fab, msgs, until=30)
     _check_exact(res, msgs)
-    dropped = [e for e in res.receiver_events if e[0] == "reverse_ev_state" and e[4] == "ASSUMED_BAD"]
-    assert dropped and all(e[1] >= 0.5 for e in dropped)
+    dropped = [e for e in res.receiver_events if isinstance(e, ReverseEvState) and e.new == "ASSUMED_BAD"]
+    assert dropped and all(e.t >= 0.5 for e in dropped)
 
 
 def test_psn_wrap_around():
@@ -176,7 +178,7 @@ def _ev(fab, plane, spine):
 
 
 def _went_bad(res):
-    return [e for e in res.sender_events if e[0] == "ev_state" and e[4] == ASSUMED_BAD]
+    return [e for e in res.sender_events if isinstance(e, EvState) and e.new == ASSUMED_BAD]
 
 
 def test_one_of_16_paths_dropping_20_percent_is_benched_at_once_and_line_rate_holds():
@@ -192,8 +194,8 @@ def test_one_of_16_paths_dropping_20_percent_is_benched_at_once_and_line_rate_ho
     _, _, clean = run(0.0)
     fab, snd, res = run(0.2)
     lossy = _ev(fab, 0, 0)
-    assert [e[2] for e in _went_bad(res)] == [lossy]  # that EV and nothing else
-    assert _went_bad(res)[0][1] < 0.05  # within a few RTTs (~6 ms) of the start
+    assert [e.ev for e in _went_bad(res)] == [lossy]  # that EV and nothing else
+    assert _went_bad(res)[0].t < 0.05  # within a few RTTs (~6 ms) of the start
     assert fab.links[("up", 0, 0)].dropped <= 3 and snd.stats["lost"] <= 3
     # Out of the rotation: it carried ~1% of its plane's packets (a few data packets, then
     # probes), where its share as an active EV would be a third.
@@ -222,7 +224,7 @@ def test_ecn_echo_skips_the_ev_and_decreases_the_window_but_never_benches_it():
         msgs = _messages(2, 200_000)
         res = run_transfer(Simulation(1), snd, rcv, fab.fwd, fab.rev, msgs, 20.0)
         _check_exact(res, msgs)
-        states = [e[4] for e in res.sender_events if e[0] == "ev_state" and e[2] == hot]
+        states = [e.new for e in res.sender_events if isinstance(e, EvState) and e.ev == hot]
         return fab, snd, rcv, states
 
     _, quiet, _, _ = run(False)
@@ -246,7 +248,7 @@ def test_sender_stays_within_the_receivers_open_message_window():
     snd, rcv, res = _transfer(fab, msgs, seed=13, cfg=KB)
     _check_exact(res, msgs)
     assert rcv.stats["out_of_window"] == 0
-    assert {e[2] for e in _went_bad(res)} == {_ev(fab, 1, 0)}
+    assert {e.ev for e in _went_bad(res)} == {_ev(fab, 1, 0)}
     # And directly: however wide the window, no packet of message 64 leaves before message 0 is done.
     snd = MrcSender(1, 2, fab.evs, TransportConfig(init_cwnd_pkts=512), 1)
     for m in msgs:
@@ -278,7 +280,7 @@ def test_dead_reverse_evs_are_replaced_from_the_rest_of_the_fabric():
     snd, rcv, res = _transfer(fab, msgs, until=10.0, cfg=KB)
     _check_exact(res, msgs)
     assert res.end < 0.5
-    condemned = {e[2] for e in res.receiver_events if e[0] == "reverse_ev_state" and e[4] == ASSUMED_BAD}
+    condemned = {e.ev for e in res.receiver_events if isinstance(e, ReverseEvState) and e.new == ASSUMED_BAD}
     assert condemned == {fab.evs[0].ev, fab.evs[1].ev}  # the dead ones (reverse EV i: path i)
     assert fab.links[("rdown", 0, 2)].carried > 0  # the spare took over
 
@@ -340,7 +342,7 @@ def test_a_resent_packet_is_not_declared_lost_on_stale_sack_evidence():
     snd.on_datagram(wire.encode_sack(1, 0, 1, (1 << 19) - 1, resent_ev, ts_us(0.005)), 7, 0.006)
     for t in (0.02, 0.025):  # past the time rule's window, before the RTO
         snd.poll(t)
-    assert [e for e in snd.take_events() if e[0] == "retx" and e[4] == "dark"] == []
+    assert [e for e in snd.take_events() if isinstance(e, Retx) and e.reason == "dark"] == []
     assert snd.ev_states()[resent_ev] == GOOD and snd.stats["lost"] == 1
 
 

@@ -23,6 +23,7 @@ from pathlib import Path
 
 from endpoints.protocol.config import TransportConfig
 from topologies import cleanup, files, hostnet, netns, preflight, shaping
+from topologies.dataplane.ports import PortSpec, switch_ports
 from topologies.model import LINK_MTU, Fabric
 
 
@@ -179,13 +180,8 @@ class Emulation:
         drop-tail FIFOs otherwise, said plainly in `dataplane_info`."""
         from topologies import dataplane
 
-        ports = []  # (ifname, faces a host)
-        for link in self.fabric.links:
-            ports.append((link.b_ifname, link.kind == "host"))
-            if link.kind == "fabric":
-                ports.append((link.a_ifname, False))
         mbps = self.fabric.params.link_mbps
-        names = [n for n, _ in ports]
+        names = [n for n, _ in self._switch_egress()]
         mtu = self.transport.mtu_payload
         queue = shaping.SWITCH_QUEUE_PACKETS
         reason = dataplane.available() if self.dataplane_mode != "droptail" else "asked for"
@@ -199,12 +195,27 @@ class Emulation:
             return
         shaping.tc_batch(shaping.switch_htb_batch(names, mbps, queue, shaping.BURST_BYTES, mtu,
                                                   fifo_headroom=10))
-        specs = dataplane.switch_ports(ports, mbps, queue, mtu)
+        specs = self.switch_port_specs()
         self.dataplane = dataplane.attach_ports(specs)
         th = specs[0]
         self.dataplane_info = {"mode": "ebpf", "trim": True, "mark_bytes": th.mark_bytes,
                                "trim_bytes": th.trim_bytes, "drop_bytes": th.drop_bytes,
                                "queue_packets": queue}
+
+    def _switch_egress(self) -> list[tuple[str, bool]]:
+        """(ifname, faces a host) of every switch egress port."""
+        ports = []
+        for link in self.fabric.links:
+            ports.append((link.b_ifname, link.kind == "host"))
+            if link.kind == "fabric":
+                ports.append((link.a_ifname, False))
+        return ports
+
+    def switch_port_specs(self) -> list[PortSpec]:
+        """What the eBPF program is told about each switch egress port: the model's ports, the
+        link rate, and thresholds from this run's transport parameters (those the agents get)."""
+        return switch_ports(self._switch_egress(), self.fabric.params.link_mbps,
+                            shaping.SWITCH_QUEUE_PACKETS, self.transport)
 
     def dataplane_counters(self) -> dict[str, dict[str, int]]:
         """Per-port counters of the eBPF program (empty when it does not run)."""

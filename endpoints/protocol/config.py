@@ -1,8 +1,16 @@
-"""Every transport parameter in one place, with the reason for its default."""
+"""Every transport parameter in one place, with the reason for its default.
+
+One run's TransportConfig goes to both the agents and the switch data plane: the switches'
+thresholds count frames of its `mtu_payload`, and their ECN marking threshold sits one frame
+below NSCC's target queue (`target_queue_frames`), so that marks come before the target is
+passed. Changing either parameter moves both ends together.
+"""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
+
+from endpoints.protocol import wire
 
 
 @dataclass(frozen=True)
@@ -35,10 +43,11 @@ class TransportConfig:
     psn_window: int = 1 << 16  # packets beyond cumulative ACK accepted (PSN_OOR_WINDOW past it)
     max_open_messages: int = 64
     # Congestion control, in the spirit of UET NSCC (docs/transport.md)
+    target_queue_frames: int = 6  # the RTT target allows this many full frames of queueing
     init_cwnd_pkts: float = 16.0
     min_cwnd_pkts: float = 2.0
     max_cwnd_pkts: float = 2048.0
-    target_delay_min: float = 0.002  # s: floor of the RTT target
+    target_delay_min: float = 0.002  # s: floor of the RTT target (see `for_link`)
     target_over_base: float = 1.5  # target = max(floor, base RTT x this)
     proportional_gain: float = 0.5  # cwnd growth per acked packet at zero queueing delay
     fair_increase_pkts: float = 1.0  # additive growth per RTT when above target, no ECN
@@ -61,6 +70,29 @@ class TransportConfig:
             raise ValueError("active_fraction must be in (0, 1]")
         if self.mtu_payload > 8192:
             raise ValueError("mtu_payload above 8192 would not fit a jumbo frame")
+        if self.target_queue_frames < 2:
+            raise ValueError("target_queue_frames must be 2 or more (ECN marks one frame below it)")
+
+    @property
+    def ecn_mark_frames(self) -> int:
+        """The switches' ECN marking threshold, in full frames of queue: just below NSCC's
+        target, so the fabric marks before the target delay is reached."""
+        return self.target_queue_frames - 1
+
+    def link_target_delay(self, link_mbps: float) -> float:
+        """The RTT target's floor on links of `link_mbps`: `target_queue_frames` full frames of
+        queueing at that rate. Emulated links (HTB) shape rate but not per-packet
+        serialisation, so an idle path's RTT is sub-millisecond whatever the rate; the target
+        must allow a few packets of queueing at the bottleneck to keep it busy.
+
+        >>> round(TransportConfig().link_target_delay(10.0), 5)
+        0.02015
+        """
+        return self.target_queue_frames * wire.frame_bytes(self.mtu_payload) * 8 / (link_mbps * 1e6)
+
+    def for_link(self, link_mbps: float) -> TransportConfig:
+        """This config with the RTT target floor set for `link_mbps` links."""
+        return replace(self, target_delay_min=self.link_target_delay(link_mbps))
 
     def as_dict(self) -> dict:
         return asdict(self)

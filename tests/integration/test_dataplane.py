@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 
 from endpoints.host import netio
 from endpoints.protocol import wire
+from endpoints.protocol.config import TransportConfig
 from topologies import netns, shaping
 from topologies.dataplane import attach, bpf, ports
 from topologies.dataplane import reference as ref
@@ -28,8 +29,9 @@ SRC, DST = netio.packed("fd00:99::1"), netio.packed("fd00:99::2")
 MAC_A, MAC_B = "02:6d:72:63:00:01", "02:6d:72:63:00:02"
 ETH = bytes.fromhex(MAC_B.replace(":", "")) + bytes.fromhex(MAC_A.replace(":", "")) + b"\x86\xdd"
 MTU = 1024  # the tests' data packets carry 1 KB payloads: thresholds in those frames
+CFG = TransportConfig(mtu_payload=MTU)
 FRAME = wire.frame_bytes(MTU)
-SPEC = ports.PortSpec("lo", None, 10e6, *ports.default_thresholds(50, MTU))
+SPEC = ports.PortSpec("lo", None, 10e6, *ports.default_thresholds(50, CFG))
 
 
 @pytest.fixture(scope="module")
@@ -73,7 +75,7 @@ def run_at(prog: bpf.Program, f: bytes, vq: int, spec: ports.PortSpec = SPEC) ->
 
 
 def test_below_between_above_thresholds(prog):
-    th = ports.default_thresholds(50, MTU)
+    th = ports.default_thresholds(50, CFG)
     f = frame(data())
     below = run_at(prog, f, 0)
     assert below == (ref.TC_ACT_OK, f, shaping.CLASS_DATA)
@@ -287,7 +289,7 @@ def _burst(pid: int, payloads: list[bytes], tclass: int = wire.DATA_TCLASS, dpor
 
 
 def _attach(pid: int, **kw: object) -> attach.DataPlane:
-    spec = ports.switch_ports([(IF_A, False)], LINK_MBPS, QUEUE, netns_pid=pid, mtu_payload=MTU)[0]
+    spec = ports.switch_ports([(IF_A, False)], LINK_MBPS, QUEUE, CFG, netns_pid=pid)[0]
     return attach.attach_ports([replace(spec, **kw)])
 
 
@@ -328,7 +330,7 @@ def test_burst_marks_then_trims_and_headers_overtake(veth):
     first_trim = min(i for i, (p, _) in enumerate(pkts) if p.flags & wire.F_TRIMMED)
     assert first_trim < last_full, order
     # Past the trim threshold only headers join the backlog.
-    assert c["vq_max"] <= ports.default_thresholds(QUEUE, MTU).trim_bytes + c["trimmed"] * ref.TRIM_LEN
+    assert c["vq_max"] <= ports.default_thresholds(QUEUE, CFG).trim_bytes + c["trimmed"] * ref.TRIM_LEN
 
 
 def test_burst_without_trimming_drops_at_capacity(veth):
@@ -377,7 +379,7 @@ def test_paged_frame_is_trimmed_with_a_valid_checksum(veth):
                 tx = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
             tx.setsockopt(socket.IPPROTO_IPV6, netio.IPV6_TCLASS, wire.DATA_TCLASS)
             tx.connect(("fd00:99::2", wire.MRC_PORT))
-            th = ports.default_thresholds(QUEUE, MTU)
+            th = ports.default_thresholds(QUEUE, CFG)
             for vq, psn in ((th.mark_bytes, 1), (th.trim_bytes, 2)):
                 prog.set_queue(ifindex, vq, frozen=True)
                 payload = data(psn=psn)
@@ -431,7 +433,7 @@ def test_detach_leaves_nothing(veth):
 def test_baseline_class_is_dropped_not_trimmed(prog):
     """RoCE's packets (DSCP 0) are not in the trimming class: above the drop threshold they are
     dropped, as RoCE without PFC sees it, while the MRC class is trimmed at the same backlog."""
-    th = ports.default_thresholds(QUEUE, MTU)
+    th = ports.default_thresholds(QUEUE, CFG)
     for tclass, verdict, trimmed in ((netio.ECN_ECT0, ref.TC_ACT_SHOT, False),
                                      (wire.DATA_TCLASS, ref.TC_ACT_OK, True)):
         res = run_at(prog, frame(data(), tclass=tclass), th.drop_bytes)

@@ -2,7 +2,8 @@
 
 Thresholds are in bytes of backlog at the port (this packet included), counted in full data
 frames (`wire.frame_bytes` of the run's payload size) so that they mean the same queueing
-delay at any link rate (frames x 8 / rate).
+delay at any link rate (frames x 8 / rate). They come from the run's TransportConfig, the one
+the agents run with: ECN marks start one frame below NSCC's target queue.
 """
 
 from __future__ import annotations
@@ -12,9 +13,9 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from endpoints.protocol import wire
+from endpoints.protocol.config import TransportConfig
 
-MARK_PACKETS = 5  # just below NSCC's 6-frame target delay (endpoints/host/agent.py): ECN comes first
-TRIM_PACKETS = 15  # well past the target: cut payloads before the FIFO gets near full
+TRIM_PACKETS = 15  # well past NSCC's target: cut payloads before the FIFO gets near full
 # The drop threshold is the data FIFO's capacity (queue_packets full frames): the vq decides
 # drops before the real pfifo would, so what the FIFO tail-drops is never trimmable MRC data.
 
@@ -30,13 +31,14 @@ class Thresholds(NamedTuple):
     drop_bytes: int
 
 
-def default_thresholds(queue_packets: int, mtu_payload: int) -> Thresholds:
-    """mark < trim < drop in whole frames, squeezed to fit a small queue."""
+def default_thresholds(queue_packets: int, transport: TransportConfig) -> Thresholds:
+    """mark < trim < drop in whole frames of the run's payload size, squeezed to fit a small
+    queue; marking starts at `transport.ecn_mark_frames`."""
     if queue_packets < 3:
         raise ValueError(f"queue_packets={queue_packets}: need at least 3 to mark, trim and drop")
-    frame = wire.frame_bytes(mtu_payload)
+    frame = wire.frame_bytes(transport.mtu_payload)
     trim = min(TRIM_PACKETS, queue_packets - 1)
-    mark = min(MARK_PACKETS, trim - 1)
+    mark = min(transport.ecn_mark_frames, trim - 1)
     return Thresholds(mark * frame, trim * frame, queue_packets * frame)
 
 
@@ -70,10 +72,10 @@ class PortSpec:
 
 
 def switch_ports(ports: Iterable[tuple[str, bool]], link_mbps: float, queue_packets: int,
-                 mtu_payload: int, netns_pid: int | None = None,
+                 transport: TransportConfig, netns_pid: int | None = None,
                  trim: bool = True) -> list[PortSpec]:
-    """PortSpecs with the default thresholds for (ifname, faces_host) switch-side ports,
-    counted in frames of `mtu_payload` (the run's TransportConfig.mtu_payload)."""
-    th = default_thresholds(queue_packets, mtu_payload)
+    """PortSpecs with the default thresholds for (ifname, faces_host) switch-side ports, from
+    the run's transport parameters."""
+    th = default_thresholds(queue_packets, transport)
     return [PortSpec(name, netns_pid, link_mbps * 1e6, th.mark_bytes, th.trim_bytes,
                      th.drop_bytes, last_hop=faces_host, trim=trim) for name, faces_host in ports]

@@ -9,19 +9,31 @@ from endpoints.protocol import wire
 from endpoints.protocol.config import TransportConfig
 from topologies.dataplane import ports
 
-MTU = TransportConfig().mtu_payload
+CFG = TransportConfig()
 
 
 def test_default_thresholds_are_ordered_and_in_frames():
-    th = ports.default_thresholds(50, MTU)
-    frame_len = wire.frame_bytes(MTU)
+    th = ports.default_thresholds(50, CFG)
+    frame_len = wire.frame_bytes(CFG.mtu_payload)
     assert frame_len == 14 + 40 + 8 + wire.DATA_HDR + TransportConfig().mtu_payload
-    assert th == (ports.MARK_PACKETS * frame_len, ports.TRIM_PACKETS * frame_len, 50 * frame_len)
+    assert th == (CFG.ecn_mark_frames * frame_len, ports.TRIM_PACKETS * frame_len, 50 * frame_len)
     for q in range(3, 40):
-        small = ports.default_thresholds(q, MTU)
+        small = ports.default_thresholds(q, CFG)
         assert 0 < small.mark_bytes < small.trim_bytes < small.drop_bytes == q * frame_len
     with pytest.raises(ValueError):
-        ports.default_thresholds(2, MTU)
+        ports.default_thresholds(2, CFG)
+
+
+def test_thresholds_follow_the_runs_transport_parameters():
+    """The switches count frames of the run's payload size, and mark ECN one frame below the
+    target the agents' NSCC aims at: change either and both ends move together."""
+    small_frames = TransportConfig(mtu_payload=1024)
+    th = ports.default_thresholds(20, small_frames)
+    assert th.drop_bytes == 20 * wire.frame_bytes(1024) < ports.default_thresholds(20, CFG).drop_bytes
+    assert th.mark_bytes == small_frames.ecn_mark_frames * wire.frame_bytes(1024)
+    deeper = TransportConfig(target_queue_frames=10)
+    assert ports.default_thresholds(20, deeper).mark_bytes == 9 * wire.frame_bytes(CFG.mtu_payload)
+    assert deeper.link_target_delay(10.0) == 10 * wire.frame_bytes(CFG.mtu_payload) * 8 / 10e6
 
 
 def test_rate_fixed_point():
@@ -33,7 +45,7 @@ def test_rate_fixed_point():
 
 
 def test_port_spec_validation_and_switch_ports():
-    specs = ports.switch_ports([("p1l0-eth1", True), ("p1l0-eth3", False)], 10.0, 50, MTU)
+    specs = ports.switch_ports([("p1l0-eth1", True), ("p1l0-eth3", False)], 10.0, 50, CFG)
     assert [p.last_hop for p in specs] == [True, False]
     assert all(p.rate_bps == 10e6 and p.trim for p in specs)
     assert specs[0].config_values()[4] == ports.FLAG_LAST_HOP | ports.FLAG_TRIM

@@ -7,7 +7,7 @@
 * `mptcp`: Linux MPTCP, one subflow per plane (the server announces its other planes'
   addresses; see `topologies.hostnet.configure_mptcp`).
 
-Every flow reports delivered bytes in 10 ms bins on CLOCK_MONOTONIC and `data_ok`: the
+Every flow reports delivered bytes in goodput bins on CLOCK_MONOTONIC and `data_ok`: the
 receiver's bytes match what the sender wrote (SHA-256 per message for the agents, a
 deterministic byte pattern for TCP/MPTCP).
 """
@@ -23,7 +23,6 @@ from endpoints.host.control import AgentClient
 from topologies.emulation import Emulation
 
 TRANSPORTS = ("mrc", "roce", "spray", "tcp", "mptcp")
-AGENT_KIND = {"mrc": "mrc", "roce": "gbn", "spray": "spray"}
 MULTIPATH = {"mrc", "spray", "mptcp"}  # use every plane; the others are pinned to plane 0
 BASELINE_PLANE = 0
 REPO = Path(__file__).resolve().parent.parent
@@ -38,7 +37,7 @@ class FlowResult:
     transport: str
     src: str
     dst: str
-    bins: dict[int, int]  # 10 ms bin (monotonic / 0.01) -> bytes delivered
+    bins: dict[int, int]  # goodput bin (endpoints.host.goodput.bin_of) -> bytes delivered
     data_ok: bool
     bytes_delivered: int
     detail: dict = field(default_factory=dict)
@@ -51,10 +50,9 @@ class AgentFlow:
                  qpn: int, msg_bytes: int = 256 * 1024) -> None:
         self.agents, self.transport, self.src, self.dst = agents, transport, src, dst
         self.qpn, self.msg_bytes = qpn, msg_bytes
-        kind = AGENT_KIND[transport]
-        agents[dst].call("open", qpn=qpn, peer=src, peer_qpn=qpn, transport=kind, role="recv",
+        agents[dst].call("open", qpn=qpn, peer=src, peer_qpn=qpn, transport=transport, role="recv",
                          plane=BASELINE_PLANE)
-        agents[src].call("open", qpn=qpn, peer=dst, peer_qpn=qpn, transport=kind, role="send",
+        agents[src].call("open", qpn=qpn, peer=dst, peer_qpn=qpn, transport=transport, role="send",
                          plane=BASELINE_PLANE)
 
     def start(self, seconds: float) -> None:

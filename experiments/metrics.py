@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-BIN_S = 0.010
+from endpoints.host.goodput import BIN_S
+
 SMOOTH_BINS = 5  # 50 ms
 HOLD_S = 0.200
 THRESHOLD = 0.90

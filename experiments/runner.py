@@ -74,8 +74,8 @@ def ev_timeline(trace: Path, qpn: int) -> list[list]:
             rec = json.loads(line)
         except ValueError:
             continue
-        if rec[0] == qpn and rec[1] == "ev_state":
-            out.append(rec[2:6])
+        if rec.get("qpn") == qpn and rec.get("event") == "ev_state":
+            out.append([rec["t"], rec["ev"], rec["old"], rec["new"]])
     return out
 
 

@@ -1,13 +1,14 @@
-"""The host agent: one process per emulated host, running MRC (and the go-back-N baseline) QPs
-over real sockets around the sans-IO core.
+"""The host agent: one process per emulated host, running MRC (and the RoCE-like go-back-N
+baseline) QPs over real sockets around the sans-IO cores.
 
 `python -m endpoints.host.agent --config FILE` inside the host's namespace. The experiment runner
 drives it through a Unix socket speaking JSON lines (see `endpoints/host/control.py`).
 
 Paths come from the fabric model, like everything else: the EVs of a QP to peer P are the
 model's paths from this host to P (EV -> SRv6 destination address); acknowledgements go back
-over this host's own paths to the sender. Goodput is binned per 10 ms on CLOCK_MONOTONIC,
-which every namespace shares, so the runner can line bins up with the faults it injects.
+over this host's own paths to the sender. Goodput is binned (endpoints/host/goodput.py) on
+CLOCK_MONOTONIC, which every namespace shares, so the runner can line bins up with the faults
+it injects. The trace holds the cores' events, one JSON object per line.
 """
 
 from __future__ import annotations
@@ -27,15 +28,17 @@ from dataclasses import dataclass, field, replace
 
 from endpoints.host import netio
 from endpoints.host.control import ControlError, ControlServer
+from endpoints.host.goodput import BIN_S, GoodputBins
 from endpoints.protocol import wire
 from endpoints.protocol.config import TransportConfig
+from endpoints.protocol.core import Core, ReceiverCore, SenderCore
+from endpoints.protocol.events import as_record
 from endpoints.protocol.evset import EvInfo
 from endpoints.protocol.gobackn import GbnReceiver, GbnSender
 from endpoints.protocol.receiver import MrcReceiver
 from endpoints.protocol.sender import MrcSender
 from topologies.model import Fabric, FabricParams, ev_value
 
-BIN_S = 0.010
 # Datagrams drained per wake-up before timers and transmits get a turn: small enough that the
 # receiver's SACK cadence (sack_every) survives a busy moment, large enough to amortise epoll.
 RECV_BURST = 16
@@ -45,17 +48,6 @@ RECV_BURST = 16
 PATTERN_BYTES = 1_052_693  # a prime just above 2**20
 
 
-TARGET_QUEUE_PACKETS = 6  # NSCC target: this many full frames of queueing at the link rate
-
-
-def target_delay_for(link_mbps: float, mtu_payload: int) -> float:
-    """The RTT target's floor from the fabric's link rate. Emulated links (HTB) shape rate but
-    not per-packet serialisation, so an idle path's RTT is sub-millisecond whatever the rate;
-    the target must allow a few packets of queueing at the bottleneck to keep it busy."""
-    frame_bits = (mtu_payload + 40 + 62) * 8
-    return TARGET_QUEUE_PACKETS * frame_bits / (link_mbps * 1e6)
-
-
 @dataclass
 class PeerPaths:
     evs: list[EvInfo]
@@ -63,16 +55,20 @@ class PeerPaths:
     tx: dict[int, netio.TxPath] = field(default_factory=dict)  # ev -> socket state, on first use
 
 
+TRANSPORTS = ("mrc", "spray", "roce")  # roce: go-back-N on one ECMP-hashed path
+
+
 @dataclass
 class Qp:
     qpn: int
     peer: str
     peer_qpn: int
-    transport: str  # "mrc" | "gbn"
-    role: str  # "send" | "recv"
-    core: object
+    transport: str  # one of TRANSPORTS
+    core: Core  # sender or receiver, whichever is set
     paths: PeerPaths
-    bins: collections.Counter = field(default_factory=collections.Counter)
+    sender: SenderCore | None = None
+    receiver: ReceiverCore | None = None
+    bins: GoodputBins = field(default_factory=GoodputBins)  # receivers: bytes delivered
     digests: dict[int, str] = field(default_factory=dict)  # msn -> sha256 of the message
     stream_until: float = 0.0
     stream_bytes: int = 0
@@ -81,6 +77,10 @@ class Qp:
     last_delivered: int = 0
     completed: int = 0  # messages fully acknowledged (sender side)
 
+    @property
+    def role(self) -> str:
+        return "send" if self.sender is not None else "recv"
+
 
 class Agent:
     def __init__(self, settings: dict) -> None:
@@ -88,10 +88,9 @@ class Agent:
         self.fabric = Fabric(FabricParams.from_dict(settings["fabric"]))
         self.host = self.fabric.host(settings["host"])
         overrides = dict(settings.get("transport", {}))
-        if "target_delay_min" not in overrides:
-            mtu = overrides.get("mtu_payload", TransportConfig.mtu_payload)
-            overrides["target_delay_min"] = target_delay_for(self.fabric.params.link_mbps, mtu)
         self.config = TransportConfig(**overrides)
+        if "target_delay_min" not in overrides:  # the RTT target from the fabric's link rate
+            self.config = self.config.for_link(self.fabric.params.link_mbps)
         self.seed = int(settings.get("seed", 1))
         # raw_send: every packet built in Python and sent on the raw socket (the former path,
         # kept for comparison and for kernels that refuse the per-path sockets).
@@ -114,7 +113,7 @@ class Agent:
         key = (peer, f"{transport}{plane}")
         if key in self._paths_cache:
             return self._paths_cache[key]
-        if transport == "gbn":
+        if transport == "roce":
             # One path per QP: destination routing over the plane's ECMP groups.
             me, them = self.host.nics[plane], self.fabric.host(peer).nics[plane]
             ev = ev_value(plane, 0x3FFF & (self.host.index * 131 + them.plane))
@@ -139,32 +138,35 @@ class Agent:
         if cmd == "open":
             return self._open(req, now)
         if cmd == "stream":
-            qp = self._qp(req, "send")
+            qp, _ = self._sender(req)
             qp.stream_bytes = _positive_int(req, "msg_bytes", 1 << 30)
             qp.stream_until = now + _positive_float(req, "seconds")
             self._refill(qp, now)
             return {"qpn": qp.qpn}
         if cmd == "write":
-            qp = self._qp(req, "send")
+            qp, _ = self._sender(req)
             msn = self._post(qp, _positive_int(req, "bytes", 1 << 30), now)
             return {"qpn": qp.qpn, "msn": msn}
         if cmd == "stop_stream":
-            qp = self._qp(req, "send")
+            qp, _ = self._sender(req)
             qp.stream_until = 0.0
             return {"qpn": qp.qpn}
         if cmd == "close":
-            # An idle QP still probes (reverse EVs every 20 ms, bad EVs every 5 ms): a runner
-            # closes what it has measured so it does not load the next measurement.
-            qp = self._qp(req, None)
+            # An idle QP still probes (its reverse EVs every reverse_probe_interval, its bad EVs
+            # every probe_interval): a runner closes what it has measured so it does not load
+            # the next measurement.
+            qp = self._qp(req)
             del self.qps[qp.qpn]
             return {"qpn": qp.qpn}
         if cmd == "stats":
-            return self._stats(self._qp(req, None))
+            return self._stats(self._qp(req))
         if cmd == "progress":  # cheap enough to poll every millisecond (collective steps)
-            qp = self._qp(req, None)
-            done = len(qp.digests) if qp.role == "recv" else qp.completed
-            return {"qpn": qp.qpn, "messages": done, "bytes": getattr(qp.core, "bytes_delivered", 0)
-                    if qp.role == "recv" else getattr(qp.core, "bytes_acked", 0)}
+            qp = self._qp(req)
+            if qp.receiver is not None:
+                return {"qpn": qp.qpn, "messages": len(qp.digests),
+                        "bytes": qp.receiver.bytes_delivered}
+            assert qp.sender is not None
+            return {"qpn": qp.qpn, "messages": qp.completed, "bytes": qp.sender.bytes_acked}
         if cmd == "agent_stats":
             return {"counters": dict(self.stats), "backlog": len(self.backlog),
                     "raw_send_dropped": self.tx.dropped, "send_errors": dict(self.tx.errors),
@@ -177,14 +179,18 @@ class Agent:
         raise ControlError(f"unknown command {cmd!r}: use open, stream, write, stop_stream, "
                            f"stats, progress, close, agent_stats, ping or shutdown")
 
-    def _qp(self, req: dict, role: str | None) -> Qp:
+    def _qp(self, req: dict) -> Qp:
         qpn = _positive_int(req, "qpn", 0xFFFFFF)
         qp = self.qps.get(qpn)
         if qp is None:
             raise ControlError(f"no QP {qpn} on {self.host.name}: open it first")
-        if role is not None and qp.role != role:
-            raise ControlError(f"QP {qpn} on {self.host.name} is a {qp.role} QP")
         return qp
+
+    def _sender(self, req: dict) -> tuple[Qp, SenderCore]:
+        qp = self._qp(req)
+        if qp.sender is None:
+            raise ControlError(f"QP {qp.qpn} on {self.host.name} is a {qp.role} QP")
+        return qp, qp.sender
 
     def _open(self, req: dict, now: float) -> dict:
         qpn = _positive_int(req, "qpn", 0xFFFFFF)
@@ -197,53 +203,58 @@ class Agent:
         self.fabric.host(peer)  # raises FabricError with the valid names
         transport = req.get("transport", "mrc")
         role = req.get("role")
-        if transport not in ("mrc", "gbn", "spray") or role not in ("send", "recv"):
-            raise ControlError("transport must be mrc, spray or gbn, role send or recv")
+        if transport not in TRANSPORTS or role not in ("send", "recv"):
+            raise ControlError(f"transport must be {', '.join(TRANSPORTS)}, role send or recv")
         plane = int(req.get("plane", 0))
         if not 0 <= plane < self.fabric.params.planes:
             raise ControlError(f"plane must be 0..{self.fabric.params.planes - 1}")
         paths = self.peer_paths(peer, transport, plane)
         seed = self.seed * 1_000_003 + qpn
+        sender: SenderCore | None = None
+        receiver: ReceiverCore | None = None
         if transport in ("mrc", "spray"):
             # spray: the same sender with its per-path state off (what the state machine adds)
             config = self.config if transport == "mrc" else replace(self.config, path_state=False)
-            core = (MrcSender(qpn, peer_qpn, paths.evs, config, seed) if role == "send"
-                    else MrcReceiver(qpn, peer_qpn, paths.evs, config, seed))
+            if role == "send":
+                sender = MrcSender(qpn, peer_qpn, paths.evs, config, seed)
+            else:
+                receiver = MrcReceiver(qpn, peer_qpn, paths.evs, config, seed)
         else:
             ev = paths.evs[0].ev
-            core = (GbnSender(qpn, peer_qpn, ev, self.config, seed) if role == "send"
-                    else GbnReceiver(qpn, peer_qpn, ev, self.config, seed))
-        self.qps[qpn] = Qp(qpn, peer, peer_qpn, transport, role, core, paths,
+            if role == "send":
+                sender = GbnSender(qpn, peer_qpn, ev, self.config, seed)
+            else:
+                receiver = GbnReceiver(qpn, peer_qpn, ev, self.config, seed)
+        core: Core = sender if sender is not None else receiver  # type: ignore[assignment]
+        self.qps[qpn] = Qp(qpn, peer, peer_qpn, transport, core, paths, sender, receiver,
                            msg_seed=int(req.get("data_seed", seed)))
         return {"qpn": qpn, "paths": len(paths.evs)}
 
     def _post(self, qp: Qp, size: int, now: float) -> int:
+        assert qp.sender is not None
         data = _message_data(qp, len(qp.digests), size)
-        msn = qp.core.send_message(data, now)
+        msn = qp.sender.send_message(data, now)
         qp.digests[msn] = hashlib.sha256(data).hexdigest()
         return msn
 
     def _refill(self, qp: Qp, now: float) -> None:
         # Keep two messages not yet transmitted, so the window never waits for a message's
         # tail to be acknowledged before the next one is posted.
-        while qp.stream_until > now and qp.core.unsent_messages < 2:
+        while qp.stream_until > now and qp.sender is not None and qp.sender.unsent_messages < 2:
             self._post(qp, qp.stream_bytes, now)
 
     def _stats(self, qp: Qp) -> dict:
-        core = qp.core
         out = {"qpn": qp.qpn, "peer": qp.peer, "transport": qp.transport, "role": qp.role,
-               "paths": len(qp.paths.evs), "stats": dict(getattr(core, "stats", {})),
-               "bins": {str(k): v for k, v in sorted(qp.bins.items())}, "bin_s": BIN_S,
+               "paths": len(qp.paths.evs), "stats": dict(qp.core.stats),
+               "bins": qp.bins.as_json(), "bin_s": BIN_S,
                "digests": {str(k): v for k, v in qp.digests.items()}}
-        if qp.role == "recv":
-            out["bytes_delivered"] = core.bytes_delivered
-        else:
-            out["bytes_acked"] = getattr(core, "bytes_acked", 0)
+        if qp.receiver is not None:
+            out["bytes_delivered"] = qp.receiver.bytes_delivered
+        if qp.sender is not None:
+            out["bytes_acked"] = qp.sender.bytes_acked
             out["messages_acked"] = qp.completed
-            if hasattr(core, "ev_states"):
-                states = core.ev_states()
-                out["ev_states"] = {str(ev): s for ev, s in states.items()}
-            cc = getattr(core, "cc", None)
+            out["ev_states"] = {str(ev): s for ev, s in qp.sender.ev_states().items()}
+            cc = qp.sender.cc
             if cc is not None:
                 out["congestion"] = {"cwnd_pkts": round(cc.cwnd, 1), "srtt_ms": round(cc.srtt * 1e3, 2),
                                      "base_rtt_ms": round(cc.base_rtt * 1e3, 2),
@@ -259,7 +270,7 @@ class Agent:
             path = paths.get(ev)
             if path is None:
                 # MRC's packets ride the trimmable class; the RoCE baseline's do not.
-                tclass = netio.ECN_ECT0 if qp.transport == "gbn" else wire.DATA_TCLASS
+                tclass = netio.ECN_ECT0 if qp.transport == "roce" else wire.DATA_TCLASS
                 path = paths[ev] = self.tx.path(*qp.paths.dst[ev], ev, tclass=tclass)
             if backlog or not send(path, payload):
                 backlog.append((path, payload))  # NIC backpressure, not loss
@@ -273,7 +284,8 @@ class Agent:
             self.backlog.popleft()
 
     def _receive(self, now: float) -> None:
-        # The per-datagram work is inlined (netio.parse_ancillary, ev_from_wire, wire.qpn_of):
+        # The per-datagram work is inlined (netio.parse_ancillary, the EV from the source port
+        # and the flow label, wire.qpn_of):
         # at tens of thousands of datagrams per second, function calls are a visible share.
         recvmsg, size, space = self.rx.recvmsg, self.rx_size, netio.CMSG_SPACE
         flowinfo, tclass_kind, tclass_byte = netio.IPV6_FLOWINFO, netio.IPV6_TCLASS, _TCLASS_BYTE
@@ -302,10 +314,10 @@ class Agent:
         if received:
             # Goodput bins once per burst, not per datagram: the burst shares `now`, so its bin.
             for qp in qps.values():
-                if qp.role == "recv":
-                    delivered = qp.core.bytes_delivered
+                if qp.receiver is not None:
+                    delivered = qp.receiver.bytes_delivered
                     if delivered != qp.last_delivered:
-                        qp.bins[int(now / BIN_S)] += delivered - qp.last_delivered
+                        qp.bins.add(now, delivered - qp.last_delivered)
                         qp.last_delivered = delivered
 
     def _service(self, now: float) -> float | None:
@@ -316,11 +328,11 @@ class Agent:
             items = core.poll(now)
             if items:
                 self._transmit(qp, items)
-            if qp.role == "recv":
-                for msn, data in core.take_completed():
+            if qp.receiver is not None:
+                for msn, data in qp.receiver.take_completed():
                     qp.digests[msn] = hashlib.sha256(data).hexdigest()
-            else:
-                qp.completed += len(core.take_completed())
+            elif qp.sender is not None:
+                qp.completed += len(qp.sender.take_completed())
                 if qp.stream_until:
                     self._refill(qp, now)
                     items = core.poll(now)
@@ -328,7 +340,7 @@ class Agent:
                         self._transmit(qp, items)
             if self.trace is not None:
                 for event in core.take_events():
-                    self.trace.write(json.dumps([qp.qpn, *event]) + "\n")
+                    self.trace.write(json.dumps(as_record(qp.qpn, event)) + "\n")
             deadline = core.next_deadline()
             if deadline is not None and (earliest is None or deadline < earliest):
                 earliest = deadline

@@ -3,24 +3,25 @@
 `python -m endpoints.host.tcpflow server --bind ADDR --port P --out FILE [--mptcp] [--seconds S]`
 `python -m endpoints.host.tcpflow client --connect ADDR --port P --seconds S [--mptcp] --out FILE`
 
-The server counts received bytes into 10 ms bins on CLOCK_MONOTONIC (the clock every namespace
-shares) and checks the byte stream against the client's deterministic pattern, so `data_ok` means
-the same for TCP as for MRC. MPTCP uses the kernel's own implementation (IPPROTO_MPTCP); the
-subflows come from the path manager endpoints `topologies/hostnet.py` configures, one per plane.
+The server counts received bytes into goodput bins (endpoints/host/goodput.py) on
+CLOCK_MONOTONIC, as the agents do, and checks the byte stream against the client's
+deterministic pattern, so `data_ok` means the same for TCP as for MRC. MPTCP uses the kernel's
+own implementation (IPPROTO_MPTCP); the subflows come from the path manager endpoints
+`topologies/hostnet.py` configures, one per plane.
 """
 
 from __future__ import annotations
 
 import argparse
-import collections
 import hashlib
 import json
 import socket
 import sys
 import time
 
+from endpoints.host.goodput import BIN_S, GoodputBins
+
 IPPROTO_MPTCP = 262
-BIN_S = 0.010
 CHUNK = 64 * 1024
 
 
@@ -57,7 +58,7 @@ def serve(bind: str, port: int, out: str, mptcp: bool, seconds: float) -> int:
     listener.bind((bind, port))
     listener.listen(1)
     listener.settimeout(seconds)
-    bins: collections.Counter[int] = collections.Counter()
+    bins = GoodputBins()
     received = 0
     data_ok = True
     period = period_bytes()
@@ -77,8 +78,7 @@ def serve(bind: str, port: int, out: str, mptcp: bool, seconds: float) -> int:
             break
         if n == 0:
             break
-        now = time.monotonic()
-        bins[int(now / BIN_S)] += n
+        bins.add(time.monotonic(), n)
         # Verify against the pattern, wrapping around the period.
         pos = received % PATTERN_PERIOD
         chunk = view[:n]
@@ -92,7 +92,7 @@ def serve(bind: str, port: int, out: str, mptcp: bool, seconds: float) -> int:
     conn.close()
     listener.close()
     result = {"bytes": received, "data_ok": data_ok and received > 0, "bin_s": BIN_S,
-              "bins": {str(k): v for k, v in sorted(bins.items())}, "mptcp": mptcp}
+              "bins": bins.as_json(), "mptcp": mptcp}
     with open(out, "w") as fh:
         json.dump(result, fh)
     return 0

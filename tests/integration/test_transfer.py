@@ -61,24 +61,25 @@ def test_transfer_through_a_cut_is_exact_and_the_cut_paths_go_bad_and_come_back(
     bins = sorted(int(b) for b in got["bins"])
     assert max(b - a for a, b in zip(bins, bins[1:], strict=False)) * 10 < 300
     # The cut EV went ASSUMED_BAD after the cut, within a few RTTs, and GOOD after the restore.
-    changes = [e for e in trace if e[1] == "ev_state" and e[3] in cut_evs]
-    went_bad = [e[2] for e in changes if e[5] == "ASSUMED_BAD" and e[2] >= cut_at]
+    changes = [e for e in trace if e["event"] == "ev_state" and e["ev"] in cut_evs]
+    went_bad = [e["t"] for e in changes if e["new"] == "ASSUMED_BAD" and e["t"] >= cut_at]
     assert went_bad, f"cut EV never went bad: {changes}"
     assert went_bad[0] - cut_at < 0.25
-    came_back = [e[2] for e in changes if e[5] == "GOOD" and e[4] == "ASSUMED_BAD" and e[2] >= restore_at]
+    came_back = [e["t"] for e in changes
+                 if e["new"] == "GOOD" and e["old"] == "ASSUMED_BAD" and e["t"] >= restore_at]
     assert came_back, f"cut EV never came back after the restore: {changes}"
     assert came_back[0] - restore_at < 0.5
     # While the link was down the cut EV stayed benched (its probes kept failing)...
-    back_early = [e for e in changes if e[5] == "GOOD" and went_bad[0] < e[2] < restore_at]
+    back_early = [e for e in changes if e["new"] == "GOOD" and went_bad[0] < e["t"] < restore_at]
     assert not back_early, f"cut EV resurrected while its link was down: {back_early}"
     # ...and a healthy EV, if one was ever taken for dead (a queue on the surviving spine of
     # plane 0 grows fast when it takes the cut path's share), was back within 300 ms.
-    others = [e for e in trace if e[1] == "ev_state" and e[3] not in cut_evs
-              and cut_at <= e[2] < restore_at]
-    for ev in {e[3] for e in others if e[5] == "ASSUMED_BAD"}:
-        bad_t = min(e[2] for e in others if e[3] == ev and e[5] == "ASSUMED_BAD")
-        good_t = [e[2] for e in trace
-                  if e[1] == "ev_state" and e[3] == ev and e[5] == "GOOD" and e[2] > bad_t]
+    others = [e for e in trace if e["event"] == "ev_state" and e["ev"] not in cut_evs
+              and cut_at <= e["t"] < restore_at]
+    for ev in {e["ev"] for e in others if e["new"] == "ASSUMED_BAD"}:
+        bad_t = min(e["t"] for e in others if e["ev"] == ev and e["new"] == "ASSUMED_BAD")
+        good_t = [e["t"] for e in trace
+                  if e["event"] == "ev_state" and e["ev"] == ev and e["new"] == "GOOD" and e["t"] > bad_t]
         assert good_t and good_t[0] - bad_t < 0.3, f"healthy EV {ev:#x} stayed benched"
 
 

@@ -12,18 +12,20 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 from experiments.metrics import smoothed  # noqa: E402
 
-COLOURS = {"mrc": "#1f77b4", "baseline": "#d62728"}
+TRANSPORT_COLOURS = {"mrc": "#1f77b4", "roce": "#d62728", "spray": "#9467bd", "tcp": "#2ca02c",
+                     "mptcp": "#ff7f0e"}
+STATE_COLOURS = {"GOOD": "#2ca02c", "SKIP": "#ffbf00", "ASSUMED_BAD": "#d62728", "DENIED": "#444444"}
 
 
 def plot_recovery(path: Path, curves: dict[str, list[float]], bin_s: float, summary: dict) -> None:
     fig, ax = plt.subplots(figsize=(10, 4.8), dpi=110)
     for name, mbps in curves.items():
         t = [i * bin_s for i in range(len(mbps))]
-        ax.plot(t, mbps, color=COLOURS.get(name), alpha=0.25, linewidth=0.8)
+        ax.plot(t, mbps, color=TRANSPORT_COLOURS.get(name), alpha=0.25, linewidth=0.8)
         rec = summary["transports"][name]["recovery_ms"]
         label = f"{name}: recovery {'never' if rec is None else f'{rec:.0f} ms'}, " \
                 f"stall {summary['transports'][name]['stall_ms']:.0f} ms"
-        ax.plot(t, smoothed(mbps), color=COLOURS.get(name), linewidth=1.8, label=label)
+        ax.plot(t, smoothed(mbps), color=TRANSPORT_COLOURS.get(name), linewidth=1.8, label=label)
     failure = summary["failure"]
     detect_s = summary["routing"]["detect_ms"] / 1000
     ax.axvline(failure["at_s"], color="black", linestyle="--", linewidth=1)
@@ -52,9 +54,6 @@ def plot_recovery(path: Path, curves: dict[str, list[float]], bin_s: float, summ
     plt.close(fig)
 
 
-TRANSPORT_COLOURS = {"mrc": "#1f77b4", "roce": "#d62728", "spray": "#9467bd", "tcp": "#2ca02c",
-                     "mptcp": "#ff7f0e", "baseline": "#d62728"}
-STATE_COLOURS = {"GOOD": "#2ca02c", "SKIP": "#ffbf00", "ASSUMED_BAD": "#d62728", "DENIED": "#444444"}
 
 
 def _fidelity_stamp(ax, summary: dict) -> None:

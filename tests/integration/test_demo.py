@@ -28,16 +28,16 @@ def test_demo_summary_contract_and_figures(tmp_path):
     assert "recovery ms" in proc.stdout and "fidelity:" in proc.stdout
     summary = json.loads((out / "summary.json").read_text())
     assert (out / "recovery.png").stat().st_size > 10_000
-    assert (out / "goodput.csv").read_text().startswith("t_s,mrc_mbps,baseline_mbps\n")
+    assert (out / "goodput.csv").read_text().startswith("t_s,mrc_mbps,roce_mbps\n")
 
     assert set(summary["fabric"]) == {"planes", "leaves", "spines", "hosts_per_leaf", "link_mbps"}
     failure = summary["failure"]
     assert failure["link"].startswith("p0l0-p0s") and 1.9 < failure["at_s"] < 2.2
     assert 3.9 < failure["restored_at_s"] < 4.2
-    for name in ("mrc", "baseline"):
+    for name in ("mrc", "roce"):
         t = summary["transports"][name]
-        for key in ("recovery_ms", "stall_ms", "goodput_before_mbps", "goodput_after_mbps",
-                    "bytes_delivered", "data_ok"):
+        for key in ("recovery_ms", "stall_ms", "goodput_before_mbps", "goodput_during_mbps",
+                    "goodput_after_mbps", "bytes_delivered", "data_ok"):
             assert key in t, (name, key)
         assert t["data_ok"] is True, name
         assert t["bytes_delivered"] > 0
@@ -45,7 +45,7 @@ def test_demo_summary_contract_and_figures(tmp_path):
         assert key in summary["fidelity"]
     assert summary["seed"] == 1 and summary["software"]["os_ken"] != "absent"
 
-    mrc, base = summary["transports"]["mrc"], summary["transports"]["baseline"]
+    mrc, base = summary["transports"]["mrc"], summary["transports"]["roce"]
     # The baseline's one path is dead until routing withdraws it: at least the detection delay.
     assert base["stall_ms"] >= DETECT_MS - 100
     # MRC steps around the cut by itself: no long stall, and it recovers long before routing.

@@ -30,6 +30,8 @@ class FaultError(RuntimeError):
 
 @dataclass
 class FaultInjector:
+    """Injects faults and keeps the timeline of what it did: {"t" (monotonic), "action",
+    "target", details}, in order."""
     em: Emulation
     timeline: list[dict] = field(default_factory=list)
     _lossy: set[str] = field(default_factory=set)
@@ -85,13 +87,17 @@ class FaultInjector:
         return self._record("loss", name, probability=probability)
 
     def clear_loss(self, name: str | None = None) -> None:
+        """Remove the loss rules of link `name` (all by default); the timeline records what
+        each rule dropped."""
         names = sorted(self._lossy) if name is None else [name]
+        counts = self.loss_counters() if names else {}
         for n in names:
             link = self.em.fabric.link(n)
-            for ifname in (link.a_ifname, link.b_ifname):
-                _nft(f"delete chain netdev {NFT_TABLE} loss_{ifname.replace('-', '_')}", check=False)
+            ifnames = [ifname.replace("-", "_") for ifname in (link.a_ifname, link.b_ifname)]
+            for ifname in ifnames:
+                _nft(f"delete chain netdev {NFT_TABLE} loss_{ifname}", check=False)
             self._lossy.discard(n)
-            self._record("loss_cleared", n)
+            self._record("loss_cleared", n, dropped={i: counts[i] for i in ifnames if i in counts})
         if not self._lossy:
             _nft(f"delete table netdev {NFT_TABLE}", check=False)
 

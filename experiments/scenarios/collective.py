@@ -38,6 +38,7 @@ class Collective(Kind):
         ring = [bed.flow(transport, src, dst) for src, dst in traffic.ring(names)]
         leaf = fabric.leaf(BASELINE_PLANE, 0).name
         phases: dict[str, list[float | None]] = {}
+        first = len(faults.timeline)
         t_start = time.monotonic()
         done = 0
         link = opts.link
@@ -50,11 +51,9 @@ class Collective(Kind):
                 link, _ = busiest_uplink(bed, names[0], before, fidelity.port_counters(leaf))
             for step in range(opts.steps):
                 if phase == "fault" and step == 0:
-                    record.timeline.append({"t": faults.cut_link(link) - t_start, "action": "cut",
-                                            "target": link, "transport": label})
+                    faults.cut_link(link)
                 if phase == "fault" and step == opts.steps // 2:
-                    record.timeline.append({"t": faults.restore_link(link) - t_start,
-                                            "action": "restore", "target": link, "transport": label})
+                    faults.restore_link(link)
                 times.append(_step(ring, done + 1, opts.step_kb * 1024))
                 done += 1
             phases[phase] = times
@@ -67,6 +66,8 @@ class Collective(Kind):
                                            strict=True)]
         record.curves[label] = total
         record.windows[label] = (t_start, t_end)
+        record.timeline += [{**e, "t": e["t"] - t_start, "transport": label}
+                            for e in faults.timeline[first:]]
         out: dict = {"ring": names, "step_bytes": opts.step_kb * 1024, "cut": link,
                      "data_ok": all(r.data_ok for r in results)}
         for phase, times in phases.items():

@@ -90,41 +90,37 @@ class Failure(Kind):
             record.first_target = link  # every later transport faces the same failed link
         name = opts.scenario.name
         down: frozenset[str]
-        events: list[dict] = []
+        first = len(faults.timeline)
         if name == "switch-failure":
             switch = opts.switch or link.split("-")[1]
             down = frozenset(ln.name for ln in fabric.links_of(switch))
             sleep_until(t0 + opts.fault_at)
-            events.append({"t": faults.fail_switch(switch) - t0, "action": "fail_switch", "target": switch})
+            faults.fail_switch(switch)
             sleep_until(t0 + opts.fault_end)
-            events.append({"t": faults.restore_switch(switch) - t0, "action": "restore_switch",
-                           "target": switch})
+            faults.restore_switch(switch)
         elif name == "lossy-link":
             down = frozenset()
             sleep_until(t0 + opts.fault_at)
-            events.append({"t": faults.set_loss(link, opts.loss) - t0, "action": "loss", "target": link,
-                           "probability": opts.loss})
+            faults.set_loss(link, opts.loss)
             sleep_until(t0 + opts.fault_end)
-            dropped = faults.loss_counters()
             faults.clear_loss(link)
-            events.append({"t": time.monotonic() - t0, "action": "loss_cleared", "target": link,
-                           "dropped": dropped})
         elif name == "link-flap":
             down = frozenset({link})
             period = 60.0 / opts.flaps_per_min
             t = opts.fault_at
             while t + opts.down_ms / 1000 <= opts.fault_end:
                 sleep_until(t0 + t)
-                events.append({"t": faults.cut_link(link) - t0, "action": "cut", "target": link})
+                faults.cut_link(link)
                 sleep_until(t0 + t + opts.down_ms / 1000)
-                events.append({"t": faults.restore_link(link) - t0, "action": "restore", "target": link})
+                faults.restore_link(link)
                 t += period
         else:  # link-failure
             down = frozenset({link})
             sleep_until(t0 + opts.fault_at)
-            events.append({"t": faults.cut_link(link) - t0, "action": "cut", "target": link})
+            faults.cut_link(link)
             sleep_until(t0 + opts.fault_end)
-            events.append({"t": faults.restore_link(link) - t0, "action": "restore", "target": link})
+            faults.restore_link(link)
+        events = [{**e, "t": e["t"] - t0} for e in faults.timeline[first:]]  # the flow's clock
         sleep_until(t0 + opts.duration + TAIL_S)  # let the tail drain
         (result,) = finish([flow])
         record.windows[label] = (t0, t0 + opts.duration)

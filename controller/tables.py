@@ -49,11 +49,6 @@ class FlowSpec:
     goto: int | None = None
     cookie: int = COOKIE_SRV6
 
-    def describe(self) -> str:
-        acts = ",".join(a.kind if a.arg is None else f"{a.kind}:{a.arg}" for a in self.actions)
-        goto = f" goto:{self.goto}" if self.goto is not None else ""
-        return f"table={self.table} prio={self.priority} dst={self.ipv6_dst} [{acts}]{goto}"
-
 
 @dataclass(frozen=True)
 class GroupSpec:

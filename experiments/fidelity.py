@@ -19,6 +19,9 @@ import time
 from importlib import metadata
 from pathlib import Path
 
+from experiments import metrics
+from topologies import netns
+
 CPU_IDLE_FLOOR_PCT = 10.0
 LINK_RATE_FLOOR = 0.85  # achieved / configured on a link that should be saturated
 
@@ -91,9 +94,7 @@ class CpuSampler:
     def ovs_busy(self, start: float = 0.0, end: float = float("inf"), q: float = 90) -> float | None:
         """The q-th percentile of ovs-vswitchd's CPU (% of one core)."""
         values = sorted(v for t, v in self.ovs_samples if start <= t <= end)
-        if not values:
-            return None
-        return round(values[min(len(values) - 1, int(len(values) * q / 100))], 1)
+        return round(metrics.percentile(values, q), 1) if values else None
 
     def min_idle(self, start: float = 0.0, end: float = float("inf")) -> float | None:
         values = [v for t, v in self.samples if start <= t <= end]
@@ -103,9 +104,7 @@ class CpuSampler:
         """The q-th percentile of idle %: sustained overload, not one 250 ms burst (a port
         going down makes OVS busy for a moment; that alone is not a loaded host)."""
         values = sorted(v for t, v in self.samples if start <= t <= end)
-        if not values:
-            return None
-        return round(values[min(len(values) - 1, int(len(values) * q / 100))], 1)
+        return round(metrics.percentile(values, q), 1) if values else None
 
     def mean_idle(self, start: float = 0.0, end: float = float("inf")) -> float | None:
         values = [v for t, v in self.samples if start <= t <= end]
@@ -179,7 +178,7 @@ def host_qdisc_drops(em: object) -> int:
     """Packets dropped by the hosts' NIC queues (a sender outrunning its own NIC)."""
     total = 0
     for host in em.fabric.hosts:  # type: ignore[attr-defined]
-        drops = _fifo_drops(["mnexec", "-a", str(em.pid(host.name))])  # type: ignore[attr-defined]
+        drops = _fifo_drops(netns.command(em.pid(host.name), []))  # type: ignore[attr-defined]
         if drops < 0:
             return -1
         total += drops

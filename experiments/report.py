@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from topologies import files
+
 
 def figures(scenario: str) -> tuple[str, ...]:
     """The headline figures of a scenario (or the demo), in the order the page shows them."""
@@ -87,5 +89,5 @@ def write_report(results: Path) -> Path:
     if not found:
         parts += ["No results yet: run `make experiment` or `mrclab run NAME`.", ""]
     out = results / "report.md"
-    out.write_text("\n".join(parts))
+    files.write_text(out, "\n".join(parts))
     return out

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from experiments.runner import run_scenario
 from experiments.scenarios import Options, default_options
+from topologies import files
 
 REFERENCE = Path(__file__).resolve().parent / "reference" / "quick.json"
 
@@ -88,9 +89,8 @@ def validate_all(out: Path, write_reference: bool = False, names: list[str] | No
             row["faithful"] = not unfaithful
         rows += got
     if write_reference:
-        REFERENCE.parent.mkdir(parents=True, exist_ok=True)
-        REFERENCE.write_text(json.dumps(new_ref, indent=2) + "\n")
-    (out / "validate.json").write_text(json.dumps(rows, indent=2))
+        files.write_json(REFERENCE, new_ref)
+    files.write_json(out / "validate.json", rows)
     width = max(len(f"{r['scenario']} {r['transport']} {r['figure']}") for r in rows)
     for r in rows:
         bound = {"at_most": f"<= {r['tolerance']:g}", "at_least": f">= {r['tolerance']:g}",

@@ -23,6 +23,7 @@ integration: setup
 
 lint: setup
 	$(PY) -m ruff check .
+	$(PY) -m mypy
 
 check-fabric: setup
 	$(MRCLAB) check-fabric --planes 4 --leaves 4 --spines 2 --hosts-per-leaf 4

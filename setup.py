@@ -12,6 +12,6 @@ setup(
         "pyroute2>=0.9",
         "matplotlib>=3.7",
     ],
-    extras_require={"test": ["pytest>=7", "hypothesis>=6", "ruff>=0.5"]},
+    extras_require={"test": ["pytest>=7", "hypothesis>=6", "ruff>=0.5", "mypy>=1.10"]},
     entry_points={"console_scripts": ["mrclab=experiments.cli:main"]},
 )

@@ -15,6 +15,7 @@ import socket
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 from os_ken.base import app_manager
 from os_ken.controller import ofp_event
@@ -48,7 +49,7 @@ class MrcFabricController(app_manager.OSKenApp):
         self.events_path: str = SETTINGS["events"]
         self.detect_s: float = SETTINGS.get("detect_ms", 900) / 1000.0
         self.lock = threading.Lock()
-        self.datapaths: dict[int, object] = {}
+        self.datapaths: dict[int, Any] = {}  # os-ken Datapath objects (untyped)
         self.ready: set[int] = set()
         self.port_down: set[tuple[str, int]] = set()  # (switch, port) the switches report down
         self.withdrawn: frozenset[str] = frozenset()  # links the baseline has converged around
@@ -133,7 +134,7 @@ class MrcFabricController(app_manager.OSKenApp):
 
     def _flow_mod(self, dp, flow: FlowSpec):
         parser, ofp = dp.ofproto_parser, dp.ofproto
-        match = {"eth_type": ETH_TYPE_IPV6}
+        match: dict[str, object] = {"eth_type": ETH_TYPE_IPV6}
         if flow.ipv6_dst is not None:
             match["ipv6_dst"] = (str(flow.ipv6_dst.network_address), str(flow.ipv6_dst.netmask))
         actions = []

@@ -11,6 +11,7 @@ import json
 import signal
 import sys
 from pathlib import Path
+from typing import NoReturn
 
 from topologies.model import FabricError, FabricParams, build
 from topologies.preflight import PreflightError
@@ -38,7 +39,7 @@ def _params(args: argparse.Namespace) -> FabricParams:
 
 
 class _ArgParser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # one line, exit 2, like every other user error
+    def error(self, message: str) -> NoReturn:  # one line, exit 2, like every other user error
         raise CliError(f"{message} (see `mrclab {self.prog.split()[-1]} --help`)"
                        if " " in self.prog else message)
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -150,7 +151,7 @@ class TcpFlow:
 Flow = AgentFlow | TcpFlow
 
 
-def finish(flows: list[Flow]) -> list[FlowResult]:
+def finish(flows: Sequence[Flow]) -> list[FlowResult]:
     """Stop each flow, read what it measured, and close it (idle QPs would keep probing and
     load the next measurement)."""
     results = []

@@ -54,7 +54,7 @@ def execute(opts: Options, workdir: Path, say: Progress) -> tuple[Record, dict]:
                 "dataplane": {**em.dataplane_info, "totals": fidelity.dataplane_totals(em)},
                 "controller_events": [json.loads(line)
                                       for line in em.events_path.read_text().splitlines()]}
-    info["fidelity"] = _fidelity(opts, record, bed.cpu, info["datapath"])
+    info["fidelity"] = _fidelity(opts, record, bed.cpu, em.datapath)
     return record, info
 
 

@@ -47,15 +47,16 @@ def start_agents(em: Emulation, hosts: Iterable[str], workdir: Path, seed: int,
     """One agent process per host (`python -m endpoints.host.agent`), connected to."""
     clients = {}
     for host in hosts:
-        settings = {"host": host, "fabric": em.fabric.params.as_dict(),
-                    "control": str(workdir / f"{host}.sock"), "trace": str(workdir / f"{host}-trace.jsonl"),
-                    "seed": seed, "transport": transport or {}}
+        control = str(workdir / f"{host}.sock")
+        settings = {"host": host, "fabric": em.fabric.params.as_dict(), "control": control,
+                    "trace": str(workdir / f"{host}-trace.jsonl"), "seed": seed,
+                    "transport": transport or {}}
         config = workdir / f"agent-{host}.json"
         config.write_text(json.dumps(settings))
         log = open(workdir / f"agent-{host}.log", "w")
         em.popen(host, [sys.executable, "-m", "endpoints.host.agent", "--config", str(config)],
                  stdout=log, stderr=log, cwd=str(REPO))
-        clients[host] = AgentClient(settings["control"])
+        clients[host] = AgentClient(control)
     wait_for_agents(clients, lambda host: workdir / f"agent-{host}.log")
     return clients
 
@@ -138,6 +139,14 @@ class Testbed:
             return TcpFlow(self.em, self.workdir, transport, src, dst, self._port)
         self._qpn += 1
         return AgentFlow(self.agents, transport, src, dst, self._qpn)
+
+    def agent_flow(self, transport: str, src: str, dst: str) -> AgentFlow:
+        """A flow of one of the agents' transports (mrc, roce, spray)."""
+        if transport not in AGENT_TRANSPORTS:
+            raise ValueError(f"{transport} is not run by the agents: use one of {sorted(AGENT_TRANSPORTS)}")
+        flow = self.flow(transport, src, dst)
+        assert isinstance(flow, AgentFlow)
+        return flow
 
     def agent_counters(self, host: str) -> dict:
         """The agent's own counters (malformed input, send failures by errno), if it runs."""

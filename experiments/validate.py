@@ -15,6 +15,7 @@ tolerances: what htsim's validation scripts do with their committed results.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 from experiments.runner import run_scenario
@@ -42,6 +43,10 @@ CHECKS: dict[str, dict[str, dict[str, tuple[str, float]]]] = {
 
 def quick_options(name: str) -> Options:
     return default_options(name, **QUICK[name])
+
+
+def _progress(name: str) -> Callable[[str], None]:
+    return lambda message: print(f"[{name}] {message}", flush=True)
 
 
 def check(value: object, rule: str, ref: object, tol: float) -> bool:
@@ -77,7 +82,7 @@ def validate_all(out: Path, write_reference: bool = False, names: list[str] | No
     new_ref = dict(reference)
     for name in names or list(QUICK):
         opts = quick_options(name)
-        summary = run_scenario(opts, out / name, progress=lambda m, n=name: print(f"[{n}] {m}", flush=True))
+        summary = run_scenario(opts, out / name, progress=_progress(name))
         unfaithful = not summary["fidelity"]["faithful"]
         if write_reference:
             new_ref[name] = {"options": opts.as_dict(), "fabric": summary["fabric"], "seed": opts.seed,

@@ -23,6 +23,7 @@ from pathlib import Path
 
 from endpoints.protocol.config import TransportConfig
 from topologies import cleanup, files, hostnet, netns, preflight, shaping
+from topologies.dataplane.attach import DataPlane
 from topologies.dataplane.ports import PortSpec, switch_ports
 from topologies.model import LINK_MTU, Fabric
 
@@ -46,7 +47,7 @@ class Emulation:
         # The run's transport parameters: the switch thresholds count frames of its payload size.
         self.transport = transport or TransportConfig()
         self.dataplane_mode = dataplane_mode
-        self.dataplane = None  # topologies.dataplane.DataPlane when the eBPF program runs
+        self.dataplane: DataPlane | None = None  # when the eBPF program runs
         # What ran at the switch egress ports, recorded in every summary.
         self.dataplane_info: dict = {"mode": "none" if not shape_links else "droptail"}
         self.workdir = Path(workdir)
@@ -286,7 +287,7 @@ class Emulation:
 
         link = self.fabric.link(name)
         state = "up" if up else "down"
-        ends = [(link.b_ifname, None)]
+        ends: list[tuple[str, int | None]] = [(link.b_ifname, None)]
         ends.append((link.a_ifname, self.pid(link.a) if link.kind == "host" else None))
         stamp = 0.0
         for ifname, pid in ends:

@@ -30,6 +30,7 @@ import ipaddress
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import Any
 
 USID_BLOCK = 0xFCBB_BB00  # 32-bit locator block, fcbb:bb00::/32
 BASELINE_PREFIX = 0xFD00  # fd00::/16, destination-routed addresses for the ECMP baseline
@@ -95,12 +96,12 @@ class FabricParams:
                 f"use fewer leaves, spines or hosts per leaf"
             )
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, int | float]:
         return {"planes": self.planes, "leaves": self.leaves, "spines": self.spines,
                 "hosts_per_leaf": self.hosts_per_leaf, "link_mbps": self.link_mbps}
 
     @classmethod
-    def from_dict(cls, data: dict) -> FabricParams:
+    def from_dict(cls, data: dict[str, Any]) -> FabricParams:
         known = {"planes", "leaves", "spines", "hosts_per_leaf", "link_mbps"}
         unknown = set(data) - known
         if unknown:
@@ -283,11 +284,12 @@ class Fabric:
                                   plane=plane, kind="host"))
             hosts.append(Host(name=_host_name(h), index=h, leaf_index=leaf_index, nics=tuple(nics)))
         for plane in range(p.planes):
-            for leaf in range(p.leaves):
+            for leaf_index in range(p.leaves):
                 for spine in range(p.spines):
                     links.append(Link(
-                        a=_switch_name(ROLE_LEAF, plane, leaf), a_port=p.hosts_per_leaf + spine + 1,
-                        b=_switch_name(ROLE_SPINE, plane, spine), b_port=leaf + 1,
+                        a=_switch_name(ROLE_LEAF, plane, leaf_index),
+                        a_port=p.hosts_per_leaf + spine + 1,
+                        b=_switch_name(ROLE_SPINE, plane, spine), b_port=leaf_index + 1,
                         plane=plane, kind="fabric"))
         object.__setattr__(self, "switches", tuple(switches))
         object.__setattr__(self, "hosts", tuple(hosts))
@@ -365,6 +367,7 @@ class Fabric:
         for plane in range(self.params.planes):
             src_nic, dst_nic = s.nics[plane], d.nics[plane]
             src_leaf = self.leaf(plane, s.leaf_index)
+            sids: tuple[int, ...]
             if s.leaf_index == d.leaf_index:
                 sids = (src_leaf.usid, dst_nic.usid)
                 out.append(Route(src, dst, plane, None, sids, usid_address(sids), src_nic.srv6_addr,
@@ -418,9 +421,9 @@ def fair_share_mbps(fabric: Fabric, pairs: list[tuple[str, str]],
     p = fabric.params
     rate = p.link_mbps * planes
     leaf_of = {h.name: h.leaf_index for h in fabric.hosts}
-    links: dict[tuple, list[int]] = {}  # link -> flows crossing it
+    links: dict[tuple[str, str | int], list[int]] = {}  # link -> flows crossing it
     for i, (src, dst) in enumerate(pairs):
-        crossing = [("tx", src), ("rx", dst)]
+        crossing: list[tuple[str, str | int]] = [("tx", src), ("rx", dst)]
         if leaf_of[src] != leaf_of[dst]:
             crossing += [("up", leaf_of[src]), ("down", leaf_of[dst])]
         for link in crossing:

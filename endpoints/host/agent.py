@@ -104,7 +104,7 @@ class Agent:
         self.qps: dict[int, Qp] = {}
         self.backlog: collections.deque[tuple[netio.TxPath, bytes]] = collections.deque()
         self.trace = open(settings["trace"], "a") if settings.get("trace") else None
-        self.stats = collections.Counter()
+        self.stats: collections.Counter[str] = collections.Counter()
         self.running = True
         self._paths_cache: dict[tuple[str, str], PeerPaths] = {}
 

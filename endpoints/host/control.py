@@ -15,6 +15,7 @@ import selectors
 import socket
 import time
 from collections.abc import Callable
+from typing import BinaryIO
 
 MAX_LINE = 1 << 20
 
@@ -111,7 +112,7 @@ class AgentClient:
         self.path = path
         self.timeout = timeout
         self.sock: socket.socket | None = None
-        self.rfile = None
+        self.rfile: BinaryIO | None = None
 
     def connect(self, wait: float = 15.0) -> AgentClient:
         deadline = time.monotonic() + wait

@@ -94,5 +94,5 @@ class TransportConfig:
         """This config with the RTT target floor set for `link_mbps` links."""
         return replace(self, target_delay_min=self.link_target_delay(link_mbps))
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, object]:
         return asdict(self)

@@ -8,7 +8,7 @@ sends what `poll` returns, on the EV it names.
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Any, Protocol
 
 from endpoints.protocol import wire
 from endpoints.protocol.congestion import Nscc
@@ -38,7 +38,10 @@ class Core(Protocol):
 
 class SenderCore(Core, Protocol):
     bytes_acked: int
-    cc: Nscc | None  # the congestion window, where the transport has one
+
+    @property
+    def cc(self) -> Nscc | None:
+        """The congestion window, where the transport has one."""
 
     def send_message(self, data: bytes | memoryview, now: float) -> int:
         """Post one message; its MSN."""
@@ -66,10 +69,10 @@ class CoreBase:
 
     qpn: int
     stats: dict[str, int]
-    completed: list
-    events: list
+    completed: list[Any]
+    events: list[Any]
 
-    def take_completed(self) -> list:
+    def take_completed(self) -> list[Any]:
         """Senders: MSNs fully acknowledged; receivers: (msn, bytes) delivered, in MSN order."""
         done, self.completed = self.completed, []
         return done

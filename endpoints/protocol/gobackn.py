@@ -10,6 +10,7 @@ Same wire format as MRC, same method names as MrcSender / MrcReceiver.
 from __future__ import annotations
 
 from collections import deque
+from typing import Any
 
 from endpoints.protocol import wire
 from endpoints.protocol.config import TransportConfig
@@ -28,7 +29,7 @@ class GbnSender(CoreBase):
         self.pkts: dict[int, tuple[int, int, int, int]] = {}  # seq -> (msn, offset, len, msg_len)
         self.data: dict[int, memoryview] = {}
         self.msg_last_seq: dict[int, int] = {}
-        self.queue: deque[list] = deque()  # [msn, data, offset]
+        self.queue: deque[list[Any]] = deque()  # [msn, data, next_offset], in posting order
         self.next_msn = 0
         self.completed: list[int] = []
         self.events: list[Complete | Timeout | GoBack] = []

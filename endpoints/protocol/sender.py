@@ -14,6 +14,7 @@ from __future__ import annotations
 import random
 from collections import OrderedDict, deque
 from collections.abc import Sequence
+from typing import Any
 
 from endpoints.protocol import wire
 from endpoints.protocol.config import TransportConfig
@@ -56,7 +57,7 @@ class MrcSender(CoreBase):
         self.retx_queue: deque[_Pkt] = deque()
         self.retx_seqs: set[int] = set()
         self.retained: dict[int, memoryview] = {}  # msn -> data, until every packet is acked
-        self.messages: deque[list] = deque()  # [msn, data, next_offset, first_seq]
+        self.messages: deque[list[Any]] = deque()  # [msn, data, next_offset], in posting order
         self.pkts_left: dict[int, int] = {}  # msn -> packets not yet acknowledged
         self.msg_bytes: dict[int, int] = {}
         self.next_msn = 0

@@ -135,6 +135,13 @@ def check(opts: Options) -> Options:
     return opts
 
 
+def fault_window(opts: Options) -> tuple[float, float]:
+    """(fault_at, fault_end) of options `check_fault_window` accepted."""
+    if opts.fault_at is None or opts.fault_end is None:
+        raise FabricError(f"{opts.scenario.name} needs --fault-at and --fault-end")
+    return opts.fault_at, opts.fault_end
+
+
 def check_fault_window(opts: Options, fabric: Fabric) -> None:
     """A fault (or an incast) needs somewhere to reroute and a window inside the run."""
     p = fabric.params

@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 from experiments import fidelity, metrics, traffic
-from experiments.flows import BASELINE_PLANE, Flow, finish
+from experiments.flows import BASELINE_PLANE, AgentFlow, finish
 from experiments.scenarios.base import Kind, Options, Record, Scenario
 from experiments.scenarios.failure import busiest_uplink
 from experiments.testbed import Testbed
@@ -35,17 +35,17 @@ class Collective(Kind):
     def run(self, bed: Testbed, opts: Options, transport: str, label: str, record: Record) -> None:
         fabric, faults = bed.fabric, bed.faults
         names = [h.name for h in fabric.hosts]
-        ring = [bed.flow(transport, src, dst) for src, dst in traffic.ring(names)]
+        ring = [bed.agent_flow(transport, src, dst) for src, dst in traffic.ring(names)]
         leaf = fabric.leaf(BASELINE_PLANE, 0).name
         phases: dict[str, list[float | None]] = {}
         first = len(faults.timeline)
         t_start = time.monotonic()
         done = 0
-        link = opts.link
+        link = opts.link or ""
         before = fidelity.port_counters(leaf)
         for phase in ("no_fault", "fault"):
             times: list[float | None] = []
-            if phase == "fault" and link is None:
+            if phase == "fault" and not link:
                 # The uplink leaf 0's ring traffic used most in the fault-free phase: for the
                 # single-path transports, the one their hashed flow rides.
                 link, _ = busiest_uplink(bed, names[0], before, fidelity.port_counters(leaf))
@@ -89,7 +89,7 @@ class Collective(Kind):
                                   (t.get("step_times_ms", []), "--", "link cut")])
 
 
-def _step(ring: list[Flow], target: int, nbytes: int, limit: float = STEP_LIMIT_S) -> float | None:
+def _step(ring: list[AgentFlow], target: int, nbytes: int, limit: float = STEP_LIMIT_S) -> float | None:
     """One ring step: every host writes `nbytes` to its right neighbour; the step ends when
     every neighbour has it (message `target` complete everywhere). Seconds, None if it took
     longer than `limit`."""

@@ -21,6 +21,7 @@ from experiments.scenarios.base import (
     Record,
     Scenario,
     check_fault_window,
+    fault_window,
     sleep_until,
 )
 from experiments.testbed import Testbed
@@ -67,6 +68,7 @@ class Failure(Kind):
 
     def run(self, bed: Testbed, opts: Options, transport: str, label: str, record: Record) -> None:
         fabric, faults = bed.fabric, bed.faults
+        fault_at, fault_end = fault_window(opts)
         src, dst = traffic.cross_leaf_pair(fabric)
         flow = bed.flow(transport, src, dst)
         leaf = fabric.leaf(BASELINE_PLANE, fabric.host(src).leaf_index).name
@@ -77,7 +79,7 @@ class Failure(Kind):
         sleep_until(t0 + 0.3)
         before = fidelity.port_counters(leaf)
         rx_before, rx_t = fidelity.port_counters(dst_leaf), time.monotonic()
-        sleep_until(t0 + opts.fault_at - 0.1)
+        sleep_until(t0 + fault_at - 0.1)
         after = fidelity.port_counters(leaf)
         rx_after, rx_dt = fidelity.port_counters(dst_leaf), time.monotonic() - rx_t
         tx = rx_after.get(dst_port, {}).get("tx_bytes", 0) - rx_before.get(dst_port, {}).get("tx_bytes", 0)
@@ -94,21 +96,21 @@ class Failure(Kind):
         if name == "switch-failure":
             switch = opts.switch or link.split("-")[1]
             down = frozenset(ln.name for ln in fabric.links_of(switch))
-            sleep_until(t0 + opts.fault_at)
+            sleep_until(t0 + fault_at)
             faults.fail_switch(switch)
-            sleep_until(t0 + opts.fault_end)
+            sleep_until(t0 + fault_end)
             faults.restore_switch(switch)
         elif name == "lossy-link":
             down = frozenset()
-            sleep_until(t0 + opts.fault_at)
+            sleep_until(t0 + fault_at)
             faults.set_loss(link, opts.loss)
-            sleep_until(t0 + opts.fault_end)
+            sleep_until(t0 + fault_end)
             faults.clear_loss(link)
         elif name == "link-flap":
             down = frozenset({link})
             period = 60.0 / opts.flaps_per_min
-            t = opts.fault_at
-            while t + opts.down_ms / 1000 <= opts.fault_end:
+            t = fault_at
+            while t + opts.down_ms / 1000 <= fault_end:
                 sleep_until(t0 + t)
                 faults.cut_link(link)
                 sleep_until(t0 + t + opts.down_ms / 1000)
@@ -116,9 +118,9 @@ class Failure(Kind):
                 t += period
         else:  # link-failure
             down = frozenset({link})
-            sleep_until(t0 + opts.fault_at)
+            sleep_until(t0 + fault_at)
             faults.cut_link(link)
-            sleep_until(t0 + opts.fault_end)
+            sleep_until(t0 + fault_end)
             faults.restore_link(link)
         events = [{**e, "t": e["t"] - t0} for e in faults.timeline[first:]]  # the flow's clock
         sleep_until(t0 + opts.duration + TAIL_S)  # let the tail drain
@@ -143,8 +145,9 @@ def fault_metrics(opts: Options, fabric: Fabric, res: FlowResult, t0: float, eve
     n = round(opts.duration / metrics.BIN_S)
     mbps = metrics.series(res.bins, int(t0 / metrics.BIN_S), n)
     warm = round(WARMUP_S / metrics.BIN_S)
-    fault_i = round(events[0]["t"] / metrics.BIN_S) if events else round(opts.fault_at / metrics.BIN_S)
-    end_i = round(events[-1]["t"] / metrics.BIN_S) if events else round(opts.fault_end / metrics.BIN_S)
+    fault_at, fault_end = fault_window(opts)
+    fault_i = round(events[0]["t"] / metrics.BIN_S) if events else round(fault_at / metrics.BIN_S)
+    end_i = round(events[-1]["t"] / metrics.BIN_S) if events else round(fault_end / metrics.BIN_S)
     before = metrics.mean(mbps[warm:fault_i])
     during = metrics.mean(mbps[fault_i:end_i])
     tail = mbps[end_i + round(0.5 / metrics.BIN_S):]

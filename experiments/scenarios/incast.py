@@ -18,6 +18,7 @@ from experiments.scenarios.base import (
     Record,
     Scenario,
     check_fault_window,
+    fault_window,
     sleep_until,
 )
 from experiments.testbed import Testbed
@@ -50,6 +51,7 @@ class Incast(Kind):
 
     def run(self, bed: Testbed, opts: Options, transport: str, label: str, record: Record) -> None:
         fabric, em = bed.fabric, bed.em
+        fault_at, fault_end = fault_window(opts)
         senders, receiver, (vsrc, vdst) = traffic.incast_roles([h.name for h in fabric.hosts],
                                                                opts.senders)
         victim = bed.flow(transport, vsrc, vdst)
@@ -58,16 +60,16 @@ class Incast(Kind):
             em.dataplane.reset()
         t0 = time.monotonic()
         victim.start(opts.duration)
-        sleep_until(t0 + opts.fault_at)
+        sleep_until(t0 + fault_at)
         for f in crowd:
-            f.start(opts.fault_end - opts.fault_at)
+            f.start(fault_end - fault_at)
         record.timeline.append({"t": time.monotonic() - t0, "action": "incast_start",
                                 "transport": label, "target": receiver, "senders": len(senders)})
         sleep_until(t0 + opts.duration + TAIL_S)
         vres, *cres = finish([victim, *crowd])
         n = round(opts.duration / metrics.BIN_S)
         vm = metrics.series(vres.bins, int(t0 / metrics.BIN_S), n)
-        fa, fe = round(opts.fault_at / metrics.BIN_S), round(opts.fault_end / metrics.BIN_S)
+        fa, fe = round(fault_at / metrics.BIN_S), round(fault_end / metrics.BIN_S)
         alone = metrics.mean(vm[round(WARMUP_S / metrics.BIN_S):fa])
         during = metrics.mean(vm[fa + round(SETTLE_S / metrics.BIN_S):fe])
         crowd_mbps = sum(metrics.mean(metrics.series(r.bins, int(t0 / metrics.BIN_S), n)[fa:fe])

@@ -315,7 +315,7 @@ def agents(net: BenchNet, workdir: Path, seed: int, transport: dict, raw_send: b
             else:
                 argv = [sys.executable, "-m", "endpoints.host.agent", "--config", str(config)]
             procs[host] = net.popen(host, argv, workdir / f"{tag}.log")
-            clients[host] = AgentClient(settings["control"])
+            clients[host] = AgentClient(str(settings["control"]))
         wait_for_agents(clients, lambda host: workdir / f"{host}-{kind}.log", BenchError)
         yield Agents(clients, {h: p.pid for h, p in procs.items()}, profiles)
         for client in clients.values():  # a clean exit, so cProfile writes its file

@@ -65,7 +65,8 @@ class ReceiverCore(Core, Protocol):
 
 
 class CoreBase:
-    """Subclasses set `qpn`, `stats` (with "malformed" and "foreign"), `completed`, `events`."""
+    """Subclasses set `qpn`, `stats` (with "malformed" and "foreign"), `completed`, `events`,
+    and override the `_on_*` handlers of the packets they take."""
 
     qpn: int
     stats: dict[str, int]
@@ -80,6 +81,35 @@ class CoreBase:
     def take_events(self) -> list[Event]:
         events, self.events = self.events, []
         return events
+
+    def on_datagram(self, payload: bytes | memoryview, ev: int, now: float,
+                    ecn_ce: bool = False) -> None:
+        """Check the datagram (`_accept`), then hand it to the handler of its kind; a kind
+        this core does not take (data sent to a sender, acknowledgements to a receiver)
+        counts as foreign."""
+        pkt = self._accept(payload)
+        if pkt is None:
+            return
+        if isinstance(pkt, wire.Data):
+            self._on_data(pkt, ev, now, ecn_ce)
+        elif isinstance(pkt, wire.Sack):
+            self._on_sack(pkt, now)
+        elif isinstance(pkt, wire.Nack):
+            self._on_nack(pkt, now)
+        else:
+            self._on_probe(pkt, now)
+
+    def _on_data(self, d: wire.Data, ev: int, now: float, ce: bool) -> None:
+        self.stats["foreign"] += 1
+
+    def _on_sack(self, s: wire.Sack, now: float) -> None:
+        self.stats["foreign"] += 1
+
+    def _on_nack(self, n: wire.Nack, now: float) -> None:
+        self.stats["foreign"] += 1
+
+    def _on_probe(self, p: wire.Probe, now: float) -> None:
+        self.stats["foreign"] += 1
 
     def _accept(self, payload: bytes | memoryview) -> wire.Packet | None:
         """The decoded packet if it is well-formed MRC for this QP; else counted and None."""

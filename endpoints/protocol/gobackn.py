@@ -66,26 +66,23 @@ class GbnSender(CoreBase):
     def _window_open(self) -> bool:
         return self.next_seq - self.una < self.c.gbn_window_pkts
 
-    def on_datagram(self, payload: bytes | memoryview, ev: int, now: float,
-                    ecn_ce: bool = False) -> None:
-        pkt = self._accept(payload)
-        if pkt is None:
+    def _on_sack(self, s: wire.Sack, now: float) -> None:
+        self._ack_to(wire.psn_unwrap(s.cack, self.una), now)
+        self.stats["acks"] += 1
+        if s.echo_ts:
+            rtt = ts_age(now, s.echo_ts)
+            if rtt < 10:
+                self.rtt.sample(rtt)
+
+    def _on_nack(self, n: wire.Nack, now: float) -> None:
+        if n.reason != wire.NACK_SEQUENCE_ERROR:
+            self.stats["foreign"] += 1  # MRC's NACKs mean nothing to go-back-N
             return
-        if isinstance(pkt, wire.Sack):
-            self._ack_to(wire.psn_unwrap(pkt.cack, self.una), now)
-            self.stats["acks"] += 1
-            if pkt.echo_ts:
-                rtt = ts_age(now, pkt.echo_ts)
-                if rtt < 10:
-                    self.rtt.sample(rtt)
-        elif isinstance(pkt, wire.Nack) and pkt.reason == wire.NACK_SEQUENCE_ERROR:
-            self.stats["nacks"] += 1
-            expected = wire.psn_unwrap(pkt.psn, self.una)
-            self._ack_to(expected, now)
-            if self.una < self.next_seq:
-                self.resend_from = self.una
-        else:
-            self.stats["foreign"] += 1
+        self.stats["nacks"] += 1
+        expected = wire.psn_unwrap(n.psn, self.una)
+        self._ack_to(expected, now)
+        if self.una < self.next_seq:
+            self.resend_from = self.una
 
     def _ack_to(self, cack: int, now: float) -> None:
         if cack > self.next_seq:
@@ -174,14 +171,7 @@ class GbnReceiver(CoreBase):
     def next_deadline(self) -> float | None:
         return 0.0 if self.out else self.ack_due
 
-    def on_datagram(self, payload: bytes | memoryview, ev: int, now: float,
-                    ecn_ce: bool = False) -> None:
-        d = self._accept(payload)
-        if d is None:
-            return
-        if not isinstance(d, wire.Data):
-            self.stats["foreign"] += 1  # acknowledgements sent to a receiving QP
-            return
+    def _on_data(self, d: wire.Data, ev: int, now: float, ce: bool) -> None:
         self.stats["packets"] += 1
         seq = wire.psn_unwrap(d.psn, self.expected)
         self.echo = (ev, d.tsval)

@@ -138,18 +138,6 @@ class MrcReceiver(CoreBase):
             deadlines.append(0.0)
         return min(deadlines)
 
-    def on_datagram(self, payload: bytes | memoryview, ev: int, now: float,
-                    ecn_ce: bool = False) -> None:
-        pkt = self._accept(payload)
-        if pkt is None:
-            return
-        if isinstance(pkt, wire.Data):
-            self._on_data(pkt, ev, now, ecn_ce)
-        elif isinstance(pkt, wire.Probe):
-            self._on_probe(pkt, now)
-        else:
-            self.stats["foreign"] += 1  # acknowledgements sent to a receiving QP
-
     def poll(self, now: float) -> list[tuple[int, bytes]]:
         if self.sack_due is not None and now >= self.sack_due:
             self._send_sack()

@@ -133,20 +133,6 @@ class MrcSender(CoreBase):
         return min(deadlines) if deadlines else None
 
     # ----- receiving ------------------------------------------------------------------------
-    def on_datagram(self, payload: bytes | memoryview, ev: int, now: float,
-                    ecn_ce: bool = False) -> None:
-        pkt = self._accept(payload)
-        if pkt is None:
-            return
-        if isinstance(pkt, wire.Sack):
-            self._on_sack(pkt, now)
-        elif isinstance(pkt, wire.Nack):
-            self._on_nack(pkt, now)
-        elif isinstance(pkt, wire.Probe):
-            self._on_probe(pkt, now)
-        else:
-            self.stats["foreign"] += 1  # data sent to a sending QP
-
     def _ack_seq(self, seq: int, now: float) -> _Pkt | None:
         p = self.outstanding.pop(seq, None)
         if p is None:

@@ -22,10 +22,10 @@ from topologies.model import (
     BASELINE_PREFIX,
     GATEWAY_MAC,
     ROLE_LEAF,
-    USID_BLOCK,
     Fabric,
     Switch,
     link_name,
+    usid_block,
     usid_prefix,
 )
 
@@ -67,7 +67,7 @@ def _forward(port: int) -> tuple[Action, ...]:
 
 def srv6_flows(fabric: Fabric, switch: Switch) -> list[FlowSpec]:
     """uN shift-and-forward for the switch's own uSID plus static /48 routes to its neighbours."""
-    block = ipaddress.IPv6Network((USID_BLOCK << 96, 32))
+    block = usid_block()
     flows = [
         FlowSpec(TABLE_CLASSIFY, 300, usid_prefix(switch.usid), (Action("shift_usid"),), TABLE_USID),
         FlowSpec(TABLE_CLASSIFY, 200, block, (), TABLE_USID),

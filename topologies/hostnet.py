@@ -72,14 +72,20 @@ def configure_host(fabric: Fabric, host: Host, pid: int, offload_off: bool = Tru
         if offload_off:
             # The userspace datapath does not complete partial checksums: without this, TCP
             # and kernel UDP through OVS-netdev arrive with bad checksums and are dropped.
-            with Ethtool() as eth:
-                for nic in host.nics:
-                    features = eth.get_features(nic.ifname)
-                    for name in ("tx-checksum-ip-generic", "tx-checksum-ipv6",
-                                 "tx-checksum-ipv4", "tx-checksumming"):
-                        if name in features.features:
-                            features.features[name].enable = False
-                    eth.set_features(nic.ifname, features)
+            disable_tx_checksum([nic.ifname for nic in host.nics])
+
+
+def disable_tx_checksum(ifnames: list[str]) -> None:
+    """TX checksum offload off on these interfaces of the calling thread's namespace: the
+    kernel then writes full checksums instead of leaving a partial one for the NIC."""
+    with Ethtool() as eth:
+        for ifname in ifnames:
+            features = eth.get_features(ifname)
+            for name in ("tx-checksum-ip-generic", "tx-checksum-ipv6", "tx-checksum-ipv4",
+                         "tx-checksumming"):
+                if name in features.features:
+                    features.features[name].enable = False
+            eth.set_features(ifname, features)
 
 
 def configure_mptcp(fabric: Fabric, host: Host, pid: int) -> None:

@@ -160,6 +160,15 @@ def usid_address(usids: tuple[int, ...]) -> ipaddress.IPv6Address:
     return ipaddress.IPv6Address(value)
 
 
+def usid_block() -> ipaddress.IPv6Network:
+    """The locator block every SRv6 address of the fabric lives in.
+
+    >>> usid_block()
+    IPv6Network('fcbb:bb00::/32')
+    """
+    return ipaddress.IPv6Network((USID_BLOCK << 96, 32))
+
+
 def usid_prefix(sid: int) -> ipaddress.IPv6Network:
     """The /48 that a switch matches for uSID `sid` (block + one uSID)."""
     return ipaddress.IPv6Network(((USID_BLOCK << 96) | (sid << 80), 48))

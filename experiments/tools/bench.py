@@ -1,15 +1,10 @@
 """`python -m experiments.tools.bench`: the host agent's packet rate per CPU core.
 
 Two real agents (`python -m endpoints.host.agent`), a sender and a receiver, run in two network
-namespaces joined by one veth pair per plane: no OVS, no link shaping, so the agents and not the
-links are the bottleneck. The sender's packets carry the model's SRv6 destinations
-(fcbb:bb00:<T0>:<T1>:<T0>:<host>::); each namespace routes its own leaf's uSID prefix (/48) of a
-plane out of that plane's veth and takes every other address of the uSID block as local (a
-`local fcbb:bb00::/32` route), which stands in for the switches' shifting. TX checksum offload
-is off on the veths, as hostnet sets it for OVS's userspace datapath, so checksums cost what
-they cost in an emulation. One MRC QP streams for `--seconds`, `--runs` times (a fresh QP each
-time); the runner reads each agent's CPU time (utime + stime, /proc/PID/stat) and its transport
-counters at the start and the end of every window.
+namespaces joined by one veth pair per plane (benchnet.py): no OVS, no link shaping, so the
+agents and not the links are the bottleneck. One MRC QP streams for `--seconds`, `--runs` times
+(a fresh QP each time); the runner reads each agent's CPU time (utime + stime, /proc/PID/stat)
+and its transport counters at the start and the end of every window.
 
 What is counted: data packets per CPU-second of the process handling them; the sender's first
 transmissions plus retransmissions, the receiver's data packets received (duplicates included).
@@ -34,7 +29,6 @@ import platform
 import pstats
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -45,20 +39,17 @@ from pathlib import Path
 from endpoints.host.control import AgentClient
 from experiments import fidelity
 from experiments.testbed import wait_for_agents
-from topologies import files, netns
-from topologies.model import GATEWAY_LLADDR, LINK_MTU, USID_BLOCK, Fabric, FabricParams, usid_prefix
+from experiments.tools.benchnet import RECEIVER, SENDER, BenchNet
+from topologies import files
+from topologies.model import Fabric, FabricParams
 
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT_OUT = REPO / "results" / "bench" / "agent.json"
 GOAL_PPS_PER_CORE = 50_000
 MSG_BYTES = 1 << 20
-SENDER, RECEIVER = "h0", "h1"  # one host per leaf: every path crosses a spine (4 uSIDs)
 TOP_FUNCTIONS = 15
 IDLE_FUNCTIONS = ("<method 'poll' of 'select.epoll' objects>",
                   "<method 'select' of 'select.epoll' objects>")
-IFA_F_NODAD = 0x02
-NUD_PERMANENT = 0x80
-RTN_LOCAL = 2
 
 SENDER_DATA = ("sent", "retransmitted")
 SENDER_OTHER = ("sacks", "nacks", "probes_sent", "probe_replies")
@@ -199,90 +190,6 @@ def cpu_model() -> str:
     except OSError:
         pass
     return platform.processor() or "unknown"
-
-
-# ----- the two-namespace network ------------------------------------------------------------
-class BenchNet:
-    """Two namespaces, one veth pair per plane, SRv6 block routing as described above."""
-
-    def __init__(self, fabric: Fabric, tag: str, offload_off: bool = True) -> None:
-        self.fabric = fabric
-        self.offload_off = offload_off
-        self.ns = {SENDER: f"{tag}s", RECEIVER: f"{tag}r"}
-        self.created: list[str] = []
-
-    def __enter__(self) -> BenchNet:
-        try:
-            self._build()
-        except BaseException:
-            self.close()
-            raise
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def _build(self) -> None:
-        # iproute2 creates the namespaces: pyroute2's netns helpers fork children, which raced
-        # with the /run/netns bind mount here and inherit this process's signal handlers.
-        from pyroute2 import IPRoute
-        from pyroute2.ethtool import Ethtool
-
-        for name in self.ns.values():
-            subprocess.run(["ip", "netns", "add", name], check=True, capture_output=True)
-            self.created.append(name)
-        snd, rcv = self.fabric.host(SENDER), self.fabric.host(RECEIVER)
-        peer_fd = os.open(f"{netns.NETNS_DIR}/{self.ns[RECEIVER]}", os.O_RDONLY)
-        try:
-            with netns.inside_named(self.ns[SENDER]), IPRoute() as ipr:
-                for a, b in zip(snd.nics, rcv.nics, strict=True):
-                    ipr.link("add", ifname=a.ifname, kind="veth",
-                             peer={"ifname": b.ifname, "net_ns_fd": peer_fd})
-        finally:
-            os.close(peer_fd)
-        for host, peer in ((snd, rcv), (rcv, snd)):
-            with netns.inside_named(self.ns[host.name]), IPRoute() as ipr:
-                (lo,) = ipr.link_lookup(ifname="lo")
-                ipr.link("set", index=lo, state="up")
-                # Every uSID address not routed out below is this host's: it stands in for the
-                # last switch's shift, which would leave fcbb:bb00:<host uSID>:: anyway.
-                ipr.route("add", dst=f"{_block()}/32", type=RTN_LOCAL, oif=lo,
-                          family=socket.AF_INET6)
-                for nic, peer_nic in zip(host.nics, peer.nics, strict=True):
-                    (idx,) = ipr.link_lookup(ifname=nic.ifname)
-                    ipr.link("set", index=idx, address=nic.mac, mtu=LINK_MTU, state="up")
-                    ipr.addr("add", index=idx, address=str(nic.srv6_addr), prefixlen=128,
-                             flags=IFA_F_NODAD)
-                    ipr.neigh("add", dst=GATEWAY_LLADDR, lladdr=peer_nic.mac, ifindex=idx,
-                              state=NUD_PERMANENT, family=socket.AF_INET6)
-                    # This host's own leaf uSID leads every path it sends on (plane by plane).
-                    leaf = self.fabric.leaf(nic.plane, host.leaf_index)
-                    ipr.route("add", dst=str(usid_prefix(leaf.usid)), gateway=GATEWAY_LLADDR,
-                              oif=idx, family=socket.AF_INET6)
-            if self.offload_off:
-                with netns.inside_named(self.ns[host.name]), Ethtool() as eth:
-                    for nic in host.nics:
-                        features = eth.get_features(nic.ifname)
-                        for name in ("tx-checksum-ip-generic", "tx-checksum-ipv6",
-                                     "tx-checksumming"):
-                            if name in features.features:
-                                features.features[name].enable = False
-                        eth.set_features(nic.ifname, features)
-
-    def popen(self, host: str, argv: list[str], log: Path) -> subprocess.Popen:
-        with open(log, "w") as fh:
-            return subprocess.Popen(netns.command_named(self.ns[host], argv), cwd=str(REPO),
-                                    stdout=fh, stderr=subprocess.STDOUT, start_new_session=True)
-
-    def close(self) -> None:
-        while self.created:
-            name = self.created.pop()
-            # Deleting a namespace deletes the veth ends inside it.
-            subprocess.run(["ip", "netns", "del", name], capture_output=True)
-
-
-def _block() -> str:
-    return f"{USID_BLOCK >> 16:x}:{USID_BLOCK & 0xFFFF:x}::"
 
 
 # ----- running the agents -------------------------------------------------------------------

@@ -16,7 +16,7 @@ import pytest
 
 from endpoints.host import netio
 from endpoints.protocol import wire
-from experiments.tools import bench
+from experiments.tools import benchnet
 from tests.integration.helpers import REPO
 from topologies import netns
 from topologies.model import Fabric, FabricParams
@@ -110,14 +110,14 @@ def _child_of(pid: int, parent: int) -> bool:
 def test_kernel_checksum_frames_equal_build_packet_frames(root, size, ev, tclass):
     """The fast send path must put on the wire exactly what the Python packet builder does."""
     fabric = Fabric(FabricParams(planes=2, leaves=2, spines=1, hosts_per_leaf=1))
-    path = fabric.routes(bench.SENDER, bench.RECEIVER)[1]  # plane 1
-    peer_if = fabric.host(bench.RECEIVER).nics[path.plane].ifname
+    path = fabric.routes(benchnet.SENDER, benchnet.RECEIVER)[1]  # plane 1
+    peer_if = fabric.host(benchnet.RECEIVER).nics[path.plane].ifname
     payload = os.urandom(size)
     args = (path.src_addr.packed, path.address.packed, str(path.address), ev, tclass)
-    with bench.BenchNet(fabric, f"mrcbt{os.getpid()}") as net:
-        with netns.inside_named(net.ns[bench.RECEIVER]):
+    with benchnet.BenchNet(fabric, f"mrcbt{os.getpid()}") as net:
+        with netns.inside_named(net.ns[benchnet.RECEIVER]):
             cap = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(0x86DD))
-        with netns.inside_named(net.ns[bench.SENDER]):  # path sockets open in the caller's namespace
+        with netns.inside_named(net.ns[benchnet.SENDER]):  # path sockets open in the caller's namespace
             tx = netio.Transmitter()
             raw = netio.Transmitter(kernel_checksum=False)
             paths = [tx.path(*args), raw.path(*args)]

@@ -1,0 +1,21 @@
+"""The testbed hands one TransportConfig to both the switch data plane and the agents."""
+
+from __future__ import annotations
+
+from endpoints.protocol.config import TransportConfig
+from experiments import testbed
+from experiments.testbed import transport_overrides
+from topologies.model import build
+
+
+def test_agents_are_told_only_what_differs_from_the_defaults():
+    assert transport_overrides(TransportConfig()) == {}
+    assert transport_overrides(TransportConfig(mtu_payload=1024, probe_interval=0.01)) == \
+        {"mtu_payload": 1024, "probe_interval": 0.01}
+
+
+def test_the_switches_get_the_same_config_as_the_agents(tmp_path):
+    config = TransportConfig(mtu_payload=2048)
+    bed = testbed.Testbed(build(planes=1, leaves=2, spines=1, hosts_per_leaf=1), tmp_path, transport=config)
+    assert bed.em.transport is config  # nothing started: the constructor only wires things up
+    assert transport_overrides(bed.transport) == {"mtu_payload": 2048}

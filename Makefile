@@ -3,7 +3,7 @@ PY := .venv/bin/python
 MRCLAB := $(PY) -m experiments.cli
 SCENARIOS := link-failure switch-failure link-flap lossy-link permutation incast collective
 
-.PHONY: setup demo test unit integration lint experiment check-fabric bench report validate clean \
+.PHONY: setup demo test unit integration lint experiment check-fabric bench report validate docs clean \
 	$(addprefix experiment-,$(SCENARIOS))
 
 setup:
@@ -48,6 +48,11 @@ report: setup
 
 validate: setup
 	$(MRCLAB) validate
+
+# The measured figures in README.md and docs/ from experiments/reference/full.json; after a
+# full run, `make docs ARGS="--from results"` first takes the reference from it.
+docs: setup
+	$(MRCLAB) docs $(ARGS)
 
 clean:
 	@if [ -x $(PY) ]; then $(MRCLAB) clean; fi

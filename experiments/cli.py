@@ -1,4 +1,4 @@
-"""The `mrclab` command: demo, check-fabric, run, report, validate, bench, clean.
+"""The `mrclab` command: demo, check-fabric, run, report, validate, docs, bench, clean.
 
 Every expected failure (bad parameters, no root, no OVS or Mininet) ends with one line naming the
 problem and the fix, exit status 2, and nothing left behind.
@@ -103,6 +103,10 @@ def make_parser() -> argparse.ArgumentParser:
     validate.add_argument("--out", type=Path, default=RESULTS / "validate")
     validate.add_argument("--write-reference", action="store_true",
                           help="rewrite experiments/reference/quick.json from this run")
+    docs = sub.add_parser("docs", help="rewrite the measured figures in README.md and docs/ from "
+                                       "experiments/reference/full.json")
+    docs.add_argument("--from", dest="results", type=Path, default=None,
+                      help="first rewrite the reference from a full run's results (make experiment)")
     sub.add_parser("bench", help="the agent's packet rate per CPU core (results/bench/agent.json)")
     sub.add_parser("clean", help="remove bridges, interfaces and processes left by a killed run")
     return parser
@@ -178,6 +182,11 @@ def _dispatch(args: argparse.Namespace) -> int:
         from experiments.report import format_summary
         print(format_summary(summary, out))
         return 0 if all(t.get("data_ok") for t in summary["transports"].values()) else 1
+    if args.command == "docs":
+        from experiments.docs_gen import update
+        for path in update(args.results):
+            print(f"rewrote {path}")
+        return 0
     if args.command == "validate":
         preflight.check_all()
         from experiments.validate import validate_all

@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 
 from endpoints.host.goodput import BIN_S as BIN_S  # the bin every figure here counts in
 
-SMOOTH_BINS = 5  # 50 ms
+SMOOTH_BINS = 5  # the moving average recovery is judged on: 50 ms of BIN_S bins
 HOLD_S = 0.200
 THRESHOLD = 0.90
 

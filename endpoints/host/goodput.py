@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import collections
 
-BIN_S = 0.010  # s: a bin holds about a dozen 4 KB packets at 10 Mbit/s
+BIN_S = 0.010  # s: about a dozen full packets (default mtu_payload) per bin at 10 Mbit/s
 
 
 def bin_of(now: float) -> int:

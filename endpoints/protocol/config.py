@@ -15,44 +15,44 @@ from endpoints.protocol import wire
 
 @dataclass(frozen=True)
 class TransportConfig:
-    # Per-path state (False: the `spray` transport, spraying with no EV ever skipped or benched)
-    path_state: bool = True
+    # Per-path state
+    path_state: bool = True  # False: the `spray` transport, no EV ever skipped or benched
     # Packetisation
     mtu_payload: int = 4096  # data bytes per packet, RoCE's 4096 MTU: ~300 pkt/s per 10 Mbit/s link
-    # EV set (MRC-NOTES: 128-256 EVs split evenly over planes, >100 active, rest backups)
+    # EV set (the MRC paper: 128-256 EVs split evenly over planes, >100 active, rest backups)
     ev_set_size: int = 256  # upper bound; fewer when the fabric has fewer paths
     active_fraction: float = 0.75  # of each plane's EVs; the rest are backups of that plane
     ev_min_active: int = 2  # floor: never mark EVs bad below this many usable ones
     skip_rotations: int = 1  # an ECN echo / trimmed NACK skips the EV for about one rotation
     # Loss detection and retransmission
-    reorder_slack: float = 0.002  # s added to srtt + 4 rttvar before a SACK-overtaken packet counts lost
+    reorder_slack: float = 0.002  # s: added to the loss windows before a missing packet counts lost
     rto_min: float = 0.030  # tails only: SACK-based detection handles losses mid-stream
-    rto_max: float = 0.200
-    rto_initial: float = 0.050
+    rto_max: float = 0.200  # s: cap of the RTO and of its exponential backoff
+    rto_initial: float = 0.050  # s: the RTO (and the dark-path window) before any RTT sample
     # Probing of ASSUMED_BAD EVs
     probe_interval: float = 0.005  # s between probes of each bad EV
     probes_to_resurrect: int = 3  # consecutive successes that bring an EV back
     probe_timeout: float = 0.050  # an unanswered probe resets its EV's success count
     reverse_evs_per_plane: int = 2  # receiver's reverse EV set for SACKs (>= 1 per plane)
-    reverse_probe_interval: float = 0.100  # 8 reverse EVs at 20 ms cost as many packets as a plane of data
+    reverse_probe_interval: float = 0.100  # s: much more often, the reverse EVs' probes cost a plane of data
     # Acknowledgement cadence
     sack_every: int = 4  # data packets per SACK
     sack_delay: float = 0.0005  # s: a lone packet is still acknowledged promptly
     # Receiver limits (forged or runaway input must not exhaust memory)
-    max_message: int = 1 << 28
+    max_message: int = 1 << 28  # bytes: the largest message either end accepts
     psn_window: int = 1 << 16  # packets beyond cumulative ACK accepted (PSN_OOR_WINDOW past it)
-    max_open_messages: int = 64
+    max_open_messages: int = 64  # incomplete messages ahead of the next one to complete
     # Congestion control, in the spirit of UET NSCC (docs/transport.md)
     target_queue_frames: int = 6  # the RTT target allows this many full frames of queueing
-    init_cwnd_pkts: float = 16.0
-    min_cwnd_pkts: float = 2.0
-    max_cwnd_pkts: float = 2048.0
+    init_cwnd_pkts: float = 16.0  # the starting window
+    min_cwnd_pkts: float = 2.0  # the window's floor
+    max_cwnd_pkts: float = 2048.0  # its ceiling, far inside psn_window and the 24-bit PSN space
     target_delay_min: float = 0.002  # s: floor of the RTT target (see `for_link`)
     target_over_base: float = 1.5  # target = max(floor, base RTT x this)
     proportional_gain: float = 0.5  # cwnd growth per acked packet at zero queueing delay
     fair_increase_pkts: float = 1.0  # additive growth per RTT when above target, no ECN
     md_factor: float = 0.5  # strongest multiplicative decrease (ECN and far above target)
-    delay_md_over_target: float = 1.5  # no ECN from the fabric: smoothed RTT > this x target decreases
+    delay_md_over_target: float = 1.5  # no ECN: median path RTT > this x target decreases the window
     delay_skip_over_target: float = 2.0  # one RTT sample > this x target skips its EV, like ECN
     # Go-back-N baseline (RoCE-like)
     gbn_window_pkts: int = 8  # about the path BDP at 10 Mbit/s: fills the link, not the queues

@@ -1,6 +1,6 @@
 """Start-up cost of the emulation, measured: `python -m experiments.tools.startup_bench`.
 
-Builds the two fabrics issue #2 sets targets for (16 hosts x 4 planes: <= 15 s; 64 hosts x 8
+Builds the two fabrics the start-up goals are set for (16 hosts x 4 planes: <= 15 s; 64 hosts x 8
 planes: <= 90 s, "ready" meaning switches up, host networking done and every flow installed),
 probes a sample of paths through each (so "ready" is proven, not assumed) and records
 set-up and teardown times in results/bench/startup.json.

@@ -13,6 +13,7 @@ from typing import Any, Protocol
 from endpoints.protocol import wire
 from endpoints.protocol.congestion import Nscc
 from endpoints.protocol.events import Event
+from endpoints.protocol.evset import EvReport
 
 
 class Core(Protocol):
@@ -52,6 +53,9 @@ class SenderCore(Core, Protocol):
 
     def ev_states(self) -> dict[int, str]:
         """Each forward EV's state (GOOD, SKIP, ASSUMED_BAD, DENIED)."""
+
+    def ev_report(self) -> list[EvReport]:
+        """Each forward EV now: state, place in the set, skips, benchings, RTT, bytes."""
 
     def take_completed(self) -> list[int]:
         """MSNs fully acknowledged since the last call, in order."""

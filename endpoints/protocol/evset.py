@@ -15,6 +15,7 @@ every active EV carries one packet per rotation: an even spread with no coordina
 from __future__ import annotations
 
 import random
+from collections import Counter
 from collections.abc import Sequence
 from typing import NamedTuple
 
@@ -24,6 +25,17 @@ GOOD, SKIP, ASSUMED_BAD, DENIED = "GOOD", "SKIP", "ASSUMED_BAD", "DENIED"
 class EvInfo(NamedTuple):
     ev: int  # 32-bit entropy value, opaque to the core
     plane: int  # which plane the EV's path crosses (backups come from the same plane)
+
+
+class EvReport(NamedTuple):
+    """One forward EV of a sending QP as it is now: what `evs` in the CLI shows."""
+    ev: int
+    state: str
+    active: bool  # in the active set (False: a backup, benched or denied)
+    skips: int  # times it entered SKIP (ECN echo, trimmed NACK, delay)
+    benched: int  # times it went ASSUMED_BAD (a real loss or a timeout)
+    srtt: float | None  # its own smoothed RTT, s; None before its first sample
+    bytes_sent: int  # payload bytes sent on it, retransmissions included
 
 
 def spread_over_planes(evs: Sequence[EvInfo], limit: int) -> list[EvInfo]:
@@ -74,6 +86,7 @@ class EvSet:
         self.bad_since: dict[int, float] = {}
         self.probe_ok: dict[int, int] = {}
         self.changes: list[tuple[int, str, str]] = []  # (ev, old, new), drained by the sender
+        self.entered: Counter[tuple[int, str]] = Counter()  # (ev, state) -> times it entered it
 
     # ----- queries --------------------------------------------------------------------------
     def usable(self) -> list[int]:
@@ -138,6 +151,7 @@ class EvSet:
         if old != new:
             self.state[ev] = new
             self.changes.append((ev, old, new))
+            self.entered[ev, new] += 1
 
     def skip(self, ev: int) -> None:
         if self.stateless:

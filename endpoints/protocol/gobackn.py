@@ -17,6 +17,7 @@ from endpoints.protocol.config import TransportConfig
 from endpoints.protocol.congestion import Nscc
 from endpoints.protocol.core import CoreBase
 from endpoints.protocol.events import Complete, Event, GoBack, Timeout
+from endpoints.protocol.evset import EvReport
 from endpoints.protocol.rtt import RttEstimator
 from endpoints.protocol.wire import ts_age, ts_us
 
@@ -39,6 +40,7 @@ class GbnSender(CoreBase):
         self.timer: float | None = None
         self.resend_from: int | None = None
         self.bytes_acked = 0
+        self.bytes_sent = 0  # payload, retransmissions included
         self.stats = {k: 0 for k in ("sent", "retransmitted", "timeouts", "nacks", "acks",
                                      "malformed", "foreign", "stale_acks")}
 
@@ -57,6 +59,11 @@ class GbnSender(CoreBase):
 
     def ev_states(self) -> dict[int, str]:
         return {self.ev: "GOOD"}
+
+    def ev_report(self) -> list[EvReport]:
+        """Its one path: go-back-N keeps no path state, so it is always GOOD and never skipped."""
+        srtt = self.rtt.srtt if self.rtt.samples else None
+        return [EvReport(self.ev, "GOOD", True, 0, 0, srtt, self.bytes_sent)]
 
     def next_deadline(self) -> float | None:
         if self.resend_from is not None or (self.queue and self._window_open()):
@@ -110,6 +117,7 @@ class GbnSender(CoreBase):
         last = offset + length >= msg_len
         flags = (wire.F_RETRANSMIT if retx else 0) | (wire.F_ACK_REQ if last else 0)
         data = self.data[msn]
+        self.bytes_sent += length
         return self.ev, wire.encode_data(wire.data_opcode(offset == 0, last), flags,
                                          self.peer_qpn, seq, msn, offset, msg_len,
                                          data[offset:offset + length], ts_us(now))

@@ -21,7 +21,7 @@ from endpoints.protocol.config import TransportConfig
 from endpoints.protocol.congestion import Nscc
 from endpoints.protocol.core import CoreBase
 from endpoints.protocol.events import Complete, EvState, Retx, Rtt
-from endpoints.protocol.evset import DENIED, GOOD, SKIP, EvInfo, EvSet
+from endpoints.protocol.evset import ASSUMED_BAD, DENIED, GOOD, SKIP, EvInfo, EvReport, EvSet
 from endpoints.protocol.prober import Prober
 from endpoints.protocol.rtt import RttEstimator
 from endpoints.protocol.wire import ts_age, ts_us
@@ -68,6 +68,7 @@ class MrcSender(CoreBase):
         self.rack_tx = 0  # highest transmission number acknowledged
         self.rto = config.rto_initial
         self.ev_rtt: dict[int, RttEstimator] = {}  # each path's own timing
+        self.ev_bytes: dict[int, int] = {}  # payload bytes sent per EV (the CLI's `evs`)
         self._median_rtt: float | None = None
         self.recent: dict[int, _Pkt] = {}  # acknowledged packets at or above una (for SACK reasoning)
         # Path order says lost, pending `reorder_slack`: a trimmed packet's header overtakes the
@@ -103,6 +104,12 @@ class MrcSender(CoreBase):
 
     def ev_states(self) -> dict[int, str]:
         return dict(self.evs.state)
+
+    def ev_report(self) -> list[EvReport]:
+        evs, active = self.evs, set(self.evs.active)
+        return [EvReport(ev, state, ev in active, evs.entered[ev, SKIP], evs.entered[ev, ASSUMED_BAD],
+                         est.srtt if (est := self.ev_rtt.get(ev)) else None, self.ev_bytes.get(ev, 0))
+                for ev, state in evs.state.items()]
 
     def deny_ev(self, ev: int) -> None:
         self.evs.deny(ev)
@@ -423,7 +430,8 @@ class MrcSender(CoreBase):
             self.messages[0][0] < self.next_complete + self.c.max_open_messages
 
     def _emit(self, p: _Pkt, now: float, data: memoryview | None, retx: bool) -> tuple[int, bytes]:
-        p.ev = self.evs.next_ev()
+        p.ev = ev = self.evs.next_ev()
+        self.ev_bytes[ev] = self.ev_bytes.get(ev, 0) + p.length
         p.sent = now
         p.ts = ts = ts_us(now)
         p.missing = False  # only a SACK generated after this transmission may say it is missing

@@ -306,6 +306,8 @@ def test_go_back_n_delivers_exactly_under_loss(loss, rev_loss, rate, dup, sizes,
     assert rcv.stats["forged"] == 0
     if loss == rev_loss == 0:
         assert snd.stats["retransmitted"] == 0 and snd.stats["timeouts"] == 0
+    (row,) = snd.ev_report()  # its one path, which carried every byte at least once
+    assert row.ev == ev and row.state == "GOOD" and row.bytes_sent >= sum(sizes)
 
 
 # ----- forged and mutated datagrams -----------------------------------------------------------

@@ -81,6 +81,21 @@ def test_dead_path_goes_bad_within_a_few_rtts_and_comes_back_after_repair():
     before = sum(res.bins.get(b, 0) for b in range(50, 100))
     during = sum(res.bins.get(b, 0) for b in range(110, 190)) * 50 / 80
     assert during > 0.9 * before
+    # The per-EV report (the CLI's `evs`) agrees with the events: the dead EV benched once,
+    # GOOD again, and every EV carried its share of the bytes and has an RTT of its own.
+    report = {r.ev: r for r in snd.ev_report()}
+    assert set(report) == {e.ev for e in fab.evs}
+    assert report[dead_ev].benched == 1 and report[dead_ev].state == GOOD
+    assert all(r.benched == 0 for ev, r in report.items() if ev != dead_ev)
+    assert sum(r.skips for r in report.values()) == \
+        sum(1 for e in res.sender_events if isinstance(e, EvState) and e.new == SKIP)
+    # Every plane carried the same; plane 0's surviving EV took the dead one's share.
+    per_plane = [sum(report[e.ev].bytes_sent for e in fab.evs if e.plane == p) for p in range(4)]
+    assert max(per_plane) < 1.01 * min(per_plane)
+    survivor = next(e.ev for e in fab.evs if e.plane == 0 and e.ev != dead_ev)
+    assert 0 < report[dead_ev].bytes_sent < report[survivor].bytes_sent
+    assert sum(per_plane) >= sum(len(m) for m in msgs)
+    assert all(r.srtt is not None and 0.001 < r.srtt < 0.2 for r in report.values())
 
 
 def test_reverse_path_failure_moves_acks_elsewhere():

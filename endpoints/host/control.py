@@ -133,9 +133,16 @@ class AgentClient:
         if self.sock is None:
             self.connect()
         assert self.sock is not None and self.rfile is not None
-        self.sock.sendall((json.dumps({"cmd": cmd, **fields}) + "\n").encode())
-        line = self.rfile.readline()
+        try:
+            self.sock.sendall((json.dumps({"cmd": cmd, **fields}) + "\n").encode())
+            line = self.rfile.readline()
+        except BaseException:
+            # Interrupted between request and reply (Ctrl-C in the CLI, a timeout): the reply
+            # may still come, and would be read as the next call's. Start afresh instead.
+            self.close()
+            raise
         if not line:
+            self.close()
             raise ConnectionError(f"agent at {self.path} closed the channel")
         reply = json.loads(line)
         if not reply.get("ok"):
@@ -146,3 +153,4 @@ class AgentClient:
         if self.sock is not None:
             self.sock.close()
             self.sock = None
+            self.rfile = None

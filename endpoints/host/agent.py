@@ -30,7 +30,7 @@ from endpoints.host import netio
 from endpoints.host.control import ControlError, ControlServer
 from endpoints.host.goodput import BIN_S, GoodputBins
 from endpoints.protocol import wire
-from endpoints.protocol.config import TransportConfig
+from endpoints.protocol.config import TransportConfig, with_overrides
 from endpoints.protocol.core import Core, ReceiverCore, SenderCore
 from endpoints.protocol.events import as_record
 from endpoints.protocol.evset import EvInfo
@@ -46,6 +46,7 @@ RECV_BURST = 16
 # from random.Random cost ~4.5 ms, ~4 us per packet sent. Messages up to this size repeat no
 # byte sequence; longer ones repeat with this prime period, never a multiple of a packet size.
 PATTERN_BYTES = 1_052_693  # a prime just above 2**20
+MAX_TRANSFER = 1 << 40  # bytes of one sized transfer (`stream` with total_bytes)
 
 
 @dataclass
@@ -71,7 +72,8 @@ class Qp:
     bins: GoodputBins = field(default_factory=GoodputBins)  # receivers: bytes delivered
     digests: dict[int, str] = field(default_factory=dict)  # msn -> sha256 of the message
     stream_until: float = 0.0
-    stream_bytes: int = 0
+    stream_bytes: int = 0  # size of each streamed message
+    stream_left: int | None = None  # bytes still to post in a sized transfer (None: timed)
     msg_seed: int = 0
     pattern: bytes = b""  # twice PATTERN_BYTES of seeded random bytes, made on the first post
     last_delivered: int = 0
@@ -133,14 +135,22 @@ class Agent:
     def handle_command(self, req: dict) -> dict:
         cmd = req.get("cmd")
         now = time.monotonic()
+        if self.trace is not None:
+            self.trace.flush()  # whoever asks may read the trace next (live EV-state plots)
         if cmd == "ping":
             return {"host": self.host.name, "pid": os.getpid()}
         if cmd == "open":
             return self._open(req, now)
         if cmd == "stream":
+            # Messages of msg_bytes for `seconds`, or until `total_bytes` are posted (a sized
+            # transfer, its last message shorter), whichever comes first.
             qp, _ = self._sender(req)
             qp.stream_bytes = _positive_int(req, "msg_bytes", 1 << 30)
-            qp.stream_until = now + _positive_float(req, "seconds")
+            sized = req.get("total_bytes") is not None
+            qp.stream_left = _positive_int(req, "total_bytes", MAX_TRANSFER) if sized else None
+            seconds = _positive_float(req, "seconds") if req.get("seconds") is not None or not sized \
+                else float("inf")
+            qp.stream_until = now + seconds
             self._refill(qp, now)
             return {"qpn": qp.qpn}
         if cmd == "write":
@@ -160,13 +170,25 @@ class Agent:
             return {"qpn": qp.qpn}
         if cmd == "stats":
             return self._stats(self._qp(req))
+        if cmd == "evs":  # a sending QP's EV set now (the CLI's `evs`)
+            qp, sender = self._sender(req)
+            plane = {e.ev: e.plane for e in qp.paths.evs}
+            rows = [{"ev": r.ev, "plane": plane.get(r.ev), "state": r.state, "active": r.active,
+                     "skips": r.skips, "benched": r.benched,
+                     "srtt_ms": None if r.srtt is None else round(r.srtt * 1e3, 3),
+                     "bytes_sent": r.bytes_sent} for r in sender.ev_report()]
+            return {"qpn": qp.qpn, "peer": qp.peer, "transport": qp.transport, "rows": rows,
+                    "bytes_acked": sender.bytes_acked, **self._congestion(sender)}
         if cmd == "progress":  # cheap enough to poll every millisecond (collective steps)
             qp = self._qp(req)
             if qp.receiver is not None:
                 return {"qpn": qp.qpn, "messages": len(qp.digests),
                         "bytes": qp.receiver.bytes_delivered}
             assert qp.sender is not None
-            return {"qpn": qp.qpn, "messages": qp.completed, "bytes": qp.sender.bytes_acked}
+            # posted and streaming: a sized transfer is done when nothing is left to post and
+            # every posted message is acknowledged.
+            return {"qpn": qp.qpn, "messages": qp.completed, "bytes": qp.sender.bytes_acked,
+                    "posted": len(qp.digests), "streaming": qp.stream_until > now}
         if cmd == "agent_stats":
             return {"counters": dict(self.stats), "backlog": len(self.backlog),
                     "raw_send_dropped": self.tx.dropped, "send_errors": dict(self.tx.errors),
@@ -177,7 +199,7 @@ class Agent:
             self.running = False
             return {}
         raise ControlError(f"unknown command {cmd!r}: use open, stream, write, stop_stream, "
-                           f"stats, progress, close, agent_stats, ping or shutdown")
+                           f"stats, evs, progress, close, agent_stats, ping or shutdown")
 
     def _qp(self, req: dict) -> Qp:
         qpn = _positive_int(req, "qpn", 0xFFFFFF)
@@ -208,13 +230,17 @@ class Agent:
         plane = int(req.get("plane", 0))
         if not 0 <= plane < self.fabric.params.planes:
             raise ControlError(f"plane must be 0..{self.fabric.params.planes - 1}")
+        overrides = req.get("config") or {}
+        if not isinstance(overrides, dict):
+            raise ControlError("config must be an object of transport parameters")
+        base = with_overrides(self.config, overrides, per_qp=True)  # ValueError names the problem
         paths = self.peer_paths(peer, transport, plane)
         seed = self.seed * 1_000_003 + qpn
         sender: SenderCore | None = None
         receiver: ReceiverCore | None = None
         if transport in ("mrc", "spray"):
             # spray: the same sender with its per-path state off (what the state machine adds)
-            config = self.config if transport == "mrc" else replace(self.config, path_state=False)
+            config = base if transport == "mrc" else replace(base, path_state=False)
             if role == "send":
                 sender = MrcSender(qpn, peer_qpn, paths.evs, config, seed)
             else:
@@ -222,9 +248,9 @@ class Agent:
         else:
             ev = paths.evs[0].ev
             if role == "send":
-                sender = GbnSender(qpn, peer_qpn, ev, self.config, seed)
+                sender = GbnSender(qpn, peer_qpn, ev, base, seed)
             else:
-                receiver = GbnReceiver(qpn, peer_qpn, ev, self.config, seed)
+                receiver = GbnReceiver(qpn, peer_qpn, ev, base, seed)
         core: Core = sender if sender is not None else receiver  # type: ignore[assignment]
         self.qps[qpn] = Qp(qpn, peer, peer_qpn, transport, core, paths, sender, receiver,
                            msg_seed=int(req.get("data_seed", seed)))
@@ -241,7 +267,12 @@ class Agent:
         # Keep two messages not yet transmitted, so the window never waits for a message's
         # tail to be acknowledged before the next one is posted.
         while qp.stream_until > now and qp.sender is not None and qp.sender.unsent_messages < 2:
-            self._post(qp, qp.stream_bytes, now)
+            size = qp.stream_bytes if qp.stream_left is None else min(qp.stream_bytes, qp.stream_left)
+            self._post(qp, size, now)
+            if qp.stream_left is not None:
+                qp.stream_left -= size
+                if qp.stream_left == 0:
+                    qp.stream_until = 0.0  # everything posted: the transfer ends when acked
 
     def _stats(self, qp: Qp) -> dict:
         out = {"qpn": qp.qpn, "peer": qp.peer, "transport": qp.transport, "role": qp.role,
@@ -254,12 +285,17 @@ class Agent:
             out["bytes_acked"] = qp.sender.bytes_acked
             out["messages_acked"] = qp.completed
             out["ev_states"] = {str(ev): s for ev, s in qp.sender.ev_states().items()}
-            cc = qp.sender.cc
-            if cc is not None:
-                out["congestion"] = {"cwnd_pkts": round(cc.cwnd, 1), "srtt_ms": round(cc.srtt * 1e3, 2),
-                                     "base_rtt_ms": round(cc.base_rtt * 1e3, 2),
-                                     "target_ms": round(cc.target * 1e3, 2), "decreases": cc.decreases}
+            out.update(self._congestion(qp.sender))
         return out
+
+    @staticmethod
+    def _congestion(sender: SenderCore) -> dict:
+        cc = sender.cc
+        if cc is None:
+            return {}
+        return {"congestion": {"cwnd_pkts": round(cc.cwnd, 1), "srtt_ms": round(cc.srtt * 1e3, 2),
+                               "base_rtt_ms": round(cc.base_rtt * 1e3, 2),
+                               "target_ms": round(cc.target * 1e3, 2), "decreases": cc.decreases}}
 
     # ----- data path ------------------------------------------------------------------------
     def _transmit(self, qp: Qp, items: list[tuple[int, bytes]]) -> None:

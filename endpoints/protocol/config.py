@@ -8,9 +8,14 @@ passed. Changing either parameter moves both ends together.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, fields, replace
 
 from endpoints.protocol import wire
+
+# Parameters the switches use too (their thresholds count frames of `mtu_payload`, and they
+# mark one frame below `target_queue_frames`): one value per run, never one per QP.
+FABRIC_WIDE = frozenset({"mtu_payload", "target_queue_frames"})
 
 
 @dataclass(frozen=True)
@@ -96,3 +101,57 @@ class TransportConfig:
 
     def as_dict(self) -> dict[str, object]:
         return asdict(self)
+
+
+def with_overrides(base: TransportConfig, overrides: Mapping[str, object],
+                   per_qp: bool = False) -> TransportConfig:
+    """`base` with some parameters changed, each name checked (`per_qp`: for one QP of a
+    running fabric, which cannot change what the switches were set up with).
+
+    >>> with_overrides(TransportConfig(), {"ev_set_size": 8}).ev_set_size
+    8
+    >>> with_overrides(TransportConfig(), {"mtu_payload": 1024}, per_qp=True)
+    Traceback (most recent call last):
+    ...
+    ValueError: mtu_payload is set for the whole run (the switches use it too), not per QP
+    """
+    names = {f.name for f in fields(TransportConfig)}
+    unknown = sorted(set(overrides) - names)
+    if unknown:
+        raise ValueError(f"unknown transport parameter(s) {', '.join(unknown)}; "
+                         f"known: {', '.join(sorted(names))}")
+    fixed = sorted(set(overrides) & FABRIC_WIDE) if per_qp else []
+    if fixed:
+        raise ValueError(f"{', '.join(fixed)} is set for the whole run (the switches use it too), "
+                         f"not per QP")
+    return replace(base, **overrides)
+
+
+def parse_overrides(items: Iterable[str]) -> dict[str, bool | int | float]:
+    """`NAME=VALUE` strings (the command line's `--param`) as typed overrides.
+
+    >>> parse_overrides(["ev_set_size=8", "path_state=false", "target_over_base=2"])
+    {'ev_set_size': 8, 'path_state': False, 'target_over_base': 2.0}
+    """
+    types = {f.name: f.type for f in fields(TransportConfig)}
+    out: dict[str, bool | int | float] = {}
+    for item in items:
+        name, sep, text = item.partition("=")
+        name = name.strip().replace("-", "_")
+        if not sep or name not in types:
+            raise ValueError(f"{item!r}: expected NAME=VALUE with NAME a transport parameter, "
+                             f"one of {', '.join(sorted(types))}")
+        kind = types[name]
+        try:
+            if kind in ("bool", bool):
+                if text.lower() not in ("true", "false", "1", "0", "yes", "no"):
+                    raise ValueError(text)
+                out[name] = text.lower() in ("true", "1", "yes")
+            elif kind in ("int", int):
+                out[name] = int(text)
+            else:
+                out[name] = float(text)
+        except ValueError:
+            raise ValueError(f"{item!r}: {name} takes a {kind if isinstance(kind, str) else kind.__name__}"
+                             ) from None
+    return out

@@ -1,13 +1,15 @@
 """Real Linux TCP and MPTCP peers, measured the same way as the MRC agents.
 
 `python -m endpoints.host.tcpflow server --bind ADDR --port P --out FILE [--mptcp] [--seconds S]`
-`python -m endpoints.host.tcpflow client --connect ADDR --port P --seconds S [--mptcp] --out FILE`
+`python -m endpoints.host.tcpflow client --connect ADDR --port P --seconds S [--bytes N] [--mptcp] --out FILE`
 
 The server counts received bytes into goodput bins (endpoints/host/goodput.py) on
 CLOCK_MONOTONIC, as the agents do, and checks the byte stream against the client's
-deterministic pattern, so `data_ok` means the same for TCP as for MRC. MPTCP uses the kernel's
-own implementation (IPPROTO_MPTCP); the subflows come from the path manager endpoints
-`topologies/hostnet.py` configures, one per plane.
+deterministic pattern, so `data_ok` means the same for TCP as for MRC. It rewrites its --out
+file every `PROGRESS_S` while it runs ("done": false), so what it received so far can be read
+live, and a last time when the connection ends ("done": true). The client sends for --seconds,
+or --bytes and then closes. MPTCP uses the kernel's own implementation (IPPROTO_MPTCP); the
+subflows come from the path manager endpoints `topologies/hostnet.py` configures, one per plane.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import os
 import socket
 import sys
 import time
@@ -23,6 +26,7 @@ from endpoints.host.goodput import BIN_S, GoodputBins
 
 IPPROTO_MPTCP = 262
 CHUNK = 64 * 1024
+PROGRESS_S = 0.25  # how often the server rewrites what it has received so far
 
 
 def pattern(offset: int, length: int) -> bytes:
@@ -52,6 +56,14 @@ def _socket(mptcp: bool) -> socket.socket:
     return socket.socket(socket.AF_INET6, socket.SOCK_STREAM, proto)
 
 
+def _write_result(out: str, result: dict) -> None:
+    """Replace `out` whole (a reader never sees half a file)."""
+    tmp = f"{out}.tmp"
+    with open(tmp, "w") as fh:
+        json.dump(result, fh)
+    os.replace(tmp, out)
+
+
 def serve(bind: str, port: int, out: str, mptcp: bool, seconds: float) -> int:
     listener = _socket(mptcp)
     listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -65,16 +77,27 @@ def serve(bind: str, port: int, out: str, mptcp: bool, seconds: float) -> int:
     try:
         conn, _ = listener.accept()
     except TimeoutError:
-        json.dump({"error": "no connection", "bytes": 0}, open(out, "w"))
+        _write_result(out, {"error": "no connection", "bytes": 0, "done": True})
         return 1
-    conn.settimeout(seconds)
     deadline = time.monotonic() + seconds
+    conn.settimeout(PROGRESS_S)
     buf = bytearray(CHUNK)
     view = memoryview(buf)
-    while time.monotonic() < deadline:
+    next_report = time.monotonic() + PROGRESS_S
+
+    def result(done: bool) -> dict:
+        return {"bytes": received, "data_ok": data_ok and received > 0, "bin_s": BIN_S,
+                "bins": bins.as_json(), "mptcp": mptcp, "done": done}
+
+    while (now := time.monotonic()) < deadline:
+        if now >= next_report:
+            _write_result(out, result(False))
+            next_report = now + PROGRESS_S
         try:
             n = conn.recv_into(view)
-        except (TimeoutError, ConnectionError):
+        except TimeoutError:
+            continue
+        except ConnectionError:
             break
         if n == 0:
             break
@@ -91,14 +114,12 @@ def serve(bind: str, port: int, out: str, mptcp: bool, seconds: float) -> int:
         received += n
     conn.close()
     listener.close()
-    result = {"bytes": received, "data_ok": data_ok and received > 0, "bin_s": BIN_S,
-              "bins": bins.as_json(), "mptcp": mptcp}
-    with open(out, "w") as fh:
-        json.dump(result, fh)
+    _write_result(out, result(True))
     return 0
 
 
-def client(connect: str, port: int, seconds: float, mptcp: bool, out: str) -> int:
+def client(connect: str, port: int, seconds: float, mptcp: bool, out: str,
+           nbytes: int | None = None) -> int:
     sock = _socket(mptcp)
     sock.settimeout(5)
     for _ in range(50):
@@ -117,10 +138,12 @@ def client(connect: str, port: int, seconds: float, mptcp: bool, out: str) -> in
     period = period_bytes()
     sent = 0
     deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
+    limit = nbytes if nbytes is not None else float("inf")
+    while time.monotonic() < deadline and sent < limit:
         pos = sent % PATTERN_PERIOD
+        size = int(min(CHUNK, PATTERN_PERIOD - pos, limit - sent))
         try:
-            n = sock.send(period[pos:pos + min(CHUNK, PATTERN_PERIOD - pos)])
+            n = sock.send(period[pos:pos + size])
         except TimeoutError:
             continue  # a stalled path: keep trying until the deadline, as an application would
         except OSError:
@@ -139,6 +162,7 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--bind", required=True)
     c = sub.add_parser("client")
     c.add_argument("--connect", required=True)
+    c.add_argument("--bytes", type=int, default=None, help="send this many bytes, then close")
     for p in (s, c):
         p.add_argument("--port", type=int, default=5201)
         p.add_argument("--seconds", type=float, required=True)
@@ -147,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.role == "server":
         return serve(args.bind, args.port, args.out, args.mptcp, args.seconds)
-    return client(args.connect, args.port, args.seconds, args.mptcp, args.out)
+    return client(args.connect, args.port, args.seconds, args.mptcp, args.out, args.bytes)
 
 
 if __name__ == "__main__":

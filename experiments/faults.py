@@ -2,10 +2,9 @@
 
 * link cut / restore: both ends of the veth pair down / up, as a pulled cable; OVS reports the
   ports down and the baseline's routing plane reacts after its detection delay.
-* switch failure: the switch stops forwarding (a drop-everything flow above all others, installed
-  straight into OVS, not by the controller) while its ports stay up, the failure no port event
-  reveals. The baseline controller is told, as its BFD sessions over that switch would tell it,
-  and reacts after the same detection delay.
+* switch failure: the switch stops forwarding while its ports stay up (`Emulation.set_switch`),
+  the failure no port event reveals. The baseline controller is told, as its BFD sessions over
+  that switch would tell it, and reacts after the same detection delay.
 * lossy link: random drop with probability p on both directions of a link, with an nftables
   netdev egress rule (`numgen random`), which works on kernels without netem.
 """
@@ -20,7 +19,6 @@ from topologies.emulation import Emulation
 from topologies.model import FabricError
 
 NFT_TABLE = "mrclab_faults"
-FAIL_COOKIE = 0xDEAD
 LOSS_SCALE = 1_000_000
 
 
@@ -50,18 +48,19 @@ class FaultInjector:
 
     # ----- switches -------------------------------------------------------------------------
     def fail_switch(self, name: str) -> float:
-        switch = self.em.fabric.switch(name)
-        _ofctl("add-flow", switch.name,
-               f"table=0,priority=65535,cookie={FAIL_COOKIE:#x},actions=drop")
-        stamp = self._record("fail_switch", name)
-        self.em.notify_controller({"cmd": "switch_down", "switch": switch.name})
+        try:
+            stamp = self._record("fail_switch", name, self.em.set_switch(name, forwarding=False))
+        except RuntimeError as exc:
+            raise FaultError(str(exc)) from None
+        self.em.notify_controller({"cmd": "switch_down", "switch": name})
         return stamp
 
     def restore_switch(self, name: str) -> float:
-        switch = self.em.fabric.switch(name)
-        _ofctl("del-flows", switch.name, f"table=0,cookie={FAIL_COOKIE:#x}/-1")
-        stamp = self._record("restore_switch", name)
-        self.em.notify_controller({"cmd": "switch_up", "switch": switch.name})
+        try:
+            stamp = self._record("restore_switch", name, self.em.set_switch(name, forwarding=True))
+        except RuntimeError as exc:
+            raise FaultError(str(exc)) from None
+        self.em.notify_controller({"cmd": "switch_up", "switch": name})
         return stamp
 
     # ----- random loss ----------------------------------------------------------------------
@@ -116,12 +115,6 @@ class FaultInjector:
 
     def close(self) -> None:
         self.clear_loss()
-
-
-def _ofctl(*args: str) -> None:
-    result = subprocess.run(["ovs-ofctl", "-O", "OpenFlow13", *args], capture_output=True, text=True)
-    if result.returncode != 0:
-        raise FaultError(f"ovs-ofctl {' '.join(args)}: {result.stderr.strip()}")
 
 
 def _nft(script: str, check: bool = True) -> None:

@@ -27,6 +27,8 @@ from topologies.dataplane.attach import DataPlane
 from topologies.dataplane.ports import PortSpec, switch_ports
 from topologies.model import LINK_MTU, Fabric
 
+FAIL_COOKIE = 0xDEAD  # marks the flow that makes a switch stop forwarding (`set_switch`)
+
 
 def _free_port() -> int:
     with socket.socket() as s:
@@ -271,12 +273,18 @@ class Emulation:
         with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
             sock.sendto(json.dumps(message).encode(), str(self.notify_path))
 
-    def pid(self, host: str) -> int:
-        return self._pids[host]
+    def pid(self, node: str) -> int:
+        """A process in the network namespace of `node`: a host's shell, or for a switch the
+        shell Mininet keeps in the namespace its ports live in."""
+        if node in self._pids:
+            return self._pids[node]
+        self.fabric.switch(node)  # FabricError naming the valid names
+        return self.net[node].pid  # type: ignore[index]
 
-    def popen(self, host: str, argv: Sequence[str], **kwargs: object) -> subprocess.Popen:
-        """Start a process inside `host`'s namespace; it is killed at teardown."""
-        proc = subprocess.Popen(netns.command(self.pid(host), argv),
+    def popen(self, node: str, argv: Sequence[str], **kwargs: object) -> subprocess.Popen:
+        """Start a process inside the namespace of `node` (a host, or a switch to reach its
+        ports); it is killed at teardown."""
+        proc = subprocess.Popen(netns.command(self.pid(node), argv),
                                 start_new_session=True, **kwargs)  # type: ignore[call-overload]
         self.procs.append(proc)
         return proc
@@ -299,6 +307,22 @@ class Emulation:
                     ipr.link("set", index=ipr.link_lookup(ifname=ifname)[0], state=state)
             stamp = stamp or time.monotonic()
         return stamp
+
+    def set_switch(self, name: str, forwarding: bool) -> float:
+        """Make switch `name` stop forwarding with its ports still up (a drop-everything flow
+        above all others, installed straight into OVS, not by the controller), the failure no
+        port event reveals; or forward again. Returns the monotonic time."""
+        switch = self.fabric.switch(name)
+        if forwarding:
+            args = ["del-flows", switch.name, f"table=0,cookie={FAIL_COOKIE:#x}/-1"]
+        else:
+            args = ["add-flow", switch.name,
+                    f"table=0,priority=65535,cookie={FAIL_COOKIE:#x},actions=drop"]
+        result = subprocess.run(["ovs-ofctl", "-O", "OpenFlow13", *args], capture_output=True,
+                                text=True)
+        if result.returncode != 0:
+            raise RuntimeError(f"ovs-ofctl {' '.join(args)}: {result.stderr.strip()}")
+        return time.monotonic()
 
     def wait_link_state(self, name: str, up: bool, timeout: float = 10.0) -> float:
         """Block until OVS itself reports the switch-side ends of link `name` up (or down):

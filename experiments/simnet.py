@@ -1,5 +1,6 @@
 """A deterministic discrete-event network for the sans-IO cores: the same objects the agents run,
-driven by simulated time instead of sockets.
+driven by simulated time instead of sockets. No root, no emulation: the unit tests and
+examples/simulated_transfer.py run the transport on it.
 
 A path is a list of links; a link has a rate (with a FIFO queue of bounded depth), a
 propagation delay, random loss, duplication, jitter (which reorders), and down intervals. Links

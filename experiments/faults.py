@@ -7,11 +7,13 @@
   that switch would tell it, and reacts after the same detection delay.
 * lossy link: random drop with probability p on both directions of a link, with an nftables
   netdev egress rule (`numgen random`), which works on kernels without netem.
+* flapping link: cut and restored on a period, in a background thread, until stopped.
 """
 
 from __future__ import annotations
 
 import subprocess
+import threading
 import time
 from dataclasses import dataclass, field
 
@@ -29,22 +31,72 @@ class FaultError(RuntimeError):
 @dataclass
 class FaultInjector:
     """Injects faults and keeps the timeline of what it did: {"t" (monotonic), "action",
-    "target", details}, in order."""
+    "target", details}, in order; `active()` says what is faulted now."""
     em: Emulation
     timeline: list[dict] = field(default_factory=list)
-    _lossy: set[str] = field(default_factory=set)
+    _lossy: dict[str, float] = field(default_factory=dict)  # link -> drop probability
+    _down: set[str] = field(default_factory=set)  # links cut (by hand or by a flapper, now)
+    _failed: set[str] = field(default_factory=set)  # switches not forwarding
+    _flappers: dict[str, _Flapper] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)  # flappers run in threads
 
     def _record(self, action: str, target: str, t: float | None = None, **extra: object) -> float:
         stamp = time.monotonic() if t is None else t
-        self.timeline.append({"t": stamp, "action": action, "target": target, **extra})
+        with self._lock:
+            self.timeline.append({"t": stamp, "action": action, "target": target, **extra})
         return stamp
+
+    def active(self) -> dict:
+        """What is faulted now: "down_links", "failed_switches" (sorted names), "lossy" (link ->
+        drop probability), "flapping" (link -> its down time, period and flaps so far)."""
+        with self._lock:
+            return {"down_links": sorted(self._down), "failed_switches": sorted(self._failed),
+                    "lossy": dict(self._lossy),
+                    "flapping": {n: {"down_s": f.down_s, "period_s": f.period_s, "flaps": f.flaps}
+                                 for n, f in self._flappers.items() if f.is_alive()}}
 
     # ----- links ----------------------------------------------------------------------------
     def cut_link(self, name: str) -> float:
-        return self._record("cut", name, self.em.set_link(name, up=False))
+        self._not_flapping(name)
+        return self._set_link(name, up=False)
 
     def restore_link(self, name: str) -> float:
-        return self._record("restore", name, self.em.set_link(name, up=True))
+        self._not_flapping(name)
+        return self._set_link(name, up=True)
+
+    def _set_link(self, name: str, up: bool) -> float:
+        stamp = self._record("restore" if up else "cut", name, self.em.set_link(name, up=up))
+        with self._lock:
+            (self._down.discard if up else self._down.add)(name)
+        return stamp
+
+    def _not_flapping(self, name: str) -> None:
+        flapper = self._flappers.get(name)
+        if flapper is not None and flapper.is_alive():
+            raise FaultError(f"{name} is flapping: stop that first")
+
+    def flap_link(self, name: str, down_s: float = 0.3, period_s: float = 1.0,
+                  count: int | None = None) -> None:
+        """Cut link `name` for `down_s` every `period_s`, `count` times (until `stop_flapping`
+        by default), in the background; every cut and restore goes into the timeline."""
+        link = self.em.fabric.link(name)  # FabricError naming the valid forms
+        if not 0 < down_s < period_s:
+            raise FabricError(f"a flap needs 0 < down time < period, got {down_s} s and {period_s} s")
+        if count is not None and count < 1:
+            raise FabricError(f"flap count must be 1 or more, got {count}")
+        self._not_flapping(link.name)
+        flapper = _Flapper(self, link.name, down_s, period_s, count)
+        self._flappers[link.name] = flapper
+        flapper.start()
+
+    def stop_flapping(self, name: str | None = None) -> None:
+        """Stop the flapping of link `name` (every link by default), leaving it up."""
+        names = list(self._flappers) if name is None else [name]
+        for n in names:
+            flapper = self._flappers.pop(n, None)
+            if flapper is not None:
+                flapper.halt.set()
+                flapper.join()
 
     # ----- switches -------------------------------------------------------------------------
     def fail_switch(self, name: str) -> float:
@@ -52,6 +104,8 @@ class FaultInjector:
             stamp = self._record("fail_switch", name, self.em.set_switch(name, forwarding=False))
         except RuntimeError as exc:
             raise FaultError(str(exc)) from None
+        with self._lock:
+            self._failed.add(name)
         self.em.notify_controller({"cmd": "switch_down", "switch": name})
         return stamp
 
@@ -60,6 +114,8 @@ class FaultInjector:
             stamp = self._record("restore_switch", name, self.em.set_switch(name, forwarding=True))
         except RuntimeError as exc:
             raise FaultError(str(exc)) from None
+        with self._lock:
+            self._failed.discard(name)
         self.em.notify_controller({"cmd": "switch_up", "switch": name})
         return stamp
 
@@ -82,20 +138,22 @@ class FaultInjector:
                 f"counter drop",
             ]
         _nft("\n".join(rules))
-        self._lossy.add(name)
+        with self._lock:
+            self._lossy[name] = probability
         return self._record("loss", name, probability=probability)
 
     def clear_loss(self, name: str | None = None) -> None:
         """Remove the loss rules of link `name` (all by default); the timeline records what
         each rule dropped."""
-        names = sorted(self._lossy) if name is None else [name]
+        names = sorted(self._lossy) if name is None else [self.em.fabric.link(name).name]
         counts = self.loss_counters() if names else {}
         for n in names:
             link = self.em.fabric.link(n)
             ifnames = [ifname.replace("-", "_") for ifname in (link.a_ifname, link.b_ifname)]
             for ifname in ifnames:
                 _nft(f"delete chain netdev {NFT_TABLE} loss_{ifname}", check=False)
-            self._lossy.discard(n)
+            with self._lock:
+                self._lossy.pop(n, None)
             self._record("loss_cleared", n, dropped={i: counts[i] for i in ifnames if i in counts})
         if not self._lossy:
             _nft(f"delete table netdev {NFT_TABLE}", check=False)
@@ -114,7 +172,34 @@ class FaultInjector:
         return counts
 
     def close(self) -> None:
+        """Stop every flapper and remove every loss rule (cuts and switch failures go with the
+        emulation)."""
+        self.stop_flapping()
         self.clear_loss()
+
+
+class _Flapper(threading.Thread):
+    """One link's flapping: cut, `down_s` later restore, every `period_s` from the first cut."""
+
+    def __init__(self, injector: FaultInjector, name: str, down_s: float, period_s: float,
+                 count: int | None) -> None:
+        super().__init__(name=f"flap-{name}", daemon=True)
+        self.injector, self.link, self.down_s, self.period_s = injector, name, down_s, period_s
+        self.count, self.flaps = count, 0
+        self.halt = threading.Event()
+        self.error: Exception | None = None
+
+    def run(self) -> None:
+        start = time.monotonic()
+        try:
+            while not self.halt.is_set() and (self.count is None or self.flaps < self.count):
+                self.injector._set_link(self.link, up=False)
+                self.halt.wait(self.down_s)
+                self.injector._set_link(self.link, up=True)
+                self.flaps += 1
+                self.halt.wait(max(start + self.flaps * self.period_s - time.monotonic(), 0.0))
+        except Exception as exc:  # noqa: BLE001 - the emulation went away under it: say so, end
+            self.error = exc
 
 
 def _nft(script: str, check: bool = True) -> None:

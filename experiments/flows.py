@@ -9,16 +9,20 @@
 
 Every flow reports delivered bytes in goodput bins on CLOCK_MONOTONIC and `data_ok`: the
 receiver's bytes match what the sender wrote (SHA-256 per message for the agents, a
-deterministic byte pattern for TCP/MPTCP).
+deterministic byte pattern for TCP/MPTCP). A flow runs for a time (`start(seconds)`) or carries
+a set number of bytes (`start(nbytes=...)`); `progress()` and `goodput()` read it live.
 """
 
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 from endpoints.host.control import AgentClient
 from topologies.emulation import Emulation
@@ -29,8 +33,42 @@ BASELINE_PLANE = 0
 REPO = Path(__file__).resolve().parent.parent
 
 
+SIZED_LIMIT_S = 24 * 3600.0  # a sized transfer's time limit: it ends when its bytes are through
+
+
 def planes_used(transport: str, planes: int) -> tuple[int, ...]:
     return tuple(range(planes)) if transport in MULTIPATH else (BASELINE_PLANE,)
+
+
+class Progress(NamedTuple):
+    """A flow as it is now."""
+    bytes_done: int  # acknowledged to the sender (agent flows) or received (TCP, MPTCP)
+    nbytes: int | None  # what a sized transfer carries in all; None for a timed flow
+    done: bool  # nothing left to send and everything sent is through
+
+
+def ev_timeline(trace: Path, qpn: int) -> list[list]:
+    """[t, ev, old, new] state changes of one QP from an agent trace."""
+    if not trace.exists():
+        return []
+    out = []
+    for line in trace.read_text().splitlines():
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue  # the last line may still be being written
+        if rec.get("qpn") == qpn and rec.get("event") == "ev_state":
+            out.append([rec["t"], rec["ev"], rec["old"], rec["new"]])
+    return out
+
+
+def _check_start(seconds: float | None, nbytes: int | None) -> None:
+    if (seconds is None) == (nbytes is None):
+        raise ValueError("start a flow with seconds or with nbytes, one of them")
+    if seconds is not None and not seconds > 0:
+        raise ValueError(f"seconds must be > 0, got {seconds!r}")
+    if nbytes is not None and (isinstance(nbytes, bool) or not isinstance(nbytes, int) or nbytes < 1):
+        raise ValueError(f"nbytes must be a whole number >= 1, got {nbytes!r}")
 
 
 @dataclass
@@ -45,19 +83,31 @@ class FlowResult:
 
 
 class AgentFlow:
-    """A QP pair in two agents, streaming `msg_bytes` messages until stopped."""
+    """A QP pair in two agents (QP number `qpn` on both), streaming `msg_bytes` messages.
+    `config`: this QP's transport parameters that differ from the agents' own; `trace`: the
+    sender's agent trace, where its EV state changes are read."""
 
     def __init__(self, agents: dict[str, AgentClient], transport: str, src: str, dst: str,
-                 qpn: int, msg_bytes: int = 256 * 1024) -> None:
+                 qpn: int, msg_bytes: int = 256 * 1024, config: dict | None = None,
+                 trace: Path | None = None) -> None:
         self.agents, self.transport, self.src, self.dst = agents, transport, src, dst
-        self.qpn, self.msg_bytes = qpn, msg_bytes
+        self.qpn, self.msg_bytes, self.trace = qpn, msg_bytes, trace
+        self.number = qpn
+        self.nbytes: int | None = None
+        self.closed = False
+        self.final: FlowResult | None = None  # kept by `result()`: read after `close()`
+        opts = {"config": config} if config else {}
         agents[dst].call("open", qpn=qpn, peer=src, peer_qpn=qpn, transport=transport, role="recv",
-                         plane=BASELINE_PLANE)
+                         plane=BASELINE_PLANE, **opts)
         agents[src].call("open", qpn=qpn, peer=dst, peer_qpn=qpn, transport=transport, role="send",
-                         plane=BASELINE_PLANE)
+                         plane=BASELINE_PLANE, **opts)
 
-    def start(self, seconds: float) -> None:
-        self.agents[self.src].call("stream", qpn=self.qpn, msg_bytes=self.msg_bytes, seconds=seconds)
+    def start(self, seconds: float | None = None, nbytes: int | None = None) -> None:
+        """Stream for `seconds`, or carry `nbytes` in all (messages of `msg_bytes`)."""
+        _check_start(seconds, nbytes)
+        self.nbytes = nbytes
+        self.agents[self.src].call("stream", qpn=self.qpn, msg_bytes=self.msg_bytes, seconds=seconds,
+                                   total_bytes=nbytes)
 
     def write(self, nbytes: int) -> int:
         return self.agents[self.src].call("write", qpn=self.qpn, bytes=nbytes)["msn"]
@@ -66,15 +116,52 @@ class AgentFlow:
         """Messages the receiver has completed (the runner polls this for collective steps)."""
         return self.agents[self.dst].call("progress", qpn=self.qpn)["messages"]
 
+    def progress(self) -> Progress:
+        if self.closed:
+            got = self.final.bytes_delivered if self.final else 0
+            return Progress(got, self.nbytes, True)
+        p = self.agents[self.src].call("progress", qpn=self.qpn)
+        return Progress(p["bytes"], self.nbytes, not p["streaming"] and p["messages"] == p["posted"])
+
+    def goodput(self) -> dict[int, int]:
+        """Bytes delivered so far per goodput bin (endpoints.host.goodput.bin_of)."""
+        if self.closed:
+            return dict(self.final.bins) if self.final else {}
+        got = self.agents[self.dst].call("stats", qpn=self.qpn)
+        return {int(k): v for k, v in got["bins"].items()}
+
+    def evs(self) -> dict:
+        """The sender's EV set now: "rows" (ev, plane, state, active, skips, benched, srtt_ms,
+        bytes_sent per EV), "bytes_acked", and "congestion" (cwnd, RTTs) where there is one."""
+        if self.closed:
+            raise ValueError(f"flow {self.number} is closed: its QPs are gone")
+        return self.agents[self.src].call("evs", qpn=self.qpn)
+
+    def ev_history(self) -> tuple[list[list], list[int]]:
+        """([t, ev, old, new] state changes so far, every EV of the set): from the sender's trace."""
+        changes = ev_timeline(self.trace, self.qpn) if self.trace is not None else []
+        evs = [row["ev"] for row in self.evs()["rows"]] if not self.closed else \
+            sorted({c[1] for c in changes})
+        return changes, evs
+
     def stop(self) -> None:
-        self.agents[self.src].call("stop_stream", qpn=self.qpn)
+        """Post no more messages; what is posted still completes."""
+        if not self.closed:
+            self.agents[self.src].call("stop_stream", qpn=self.qpn)
 
     def close(self) -> None:
         """Remove both QPs from their agents (after `result`): idle QPs still probe."""
+        if self.closed:
+            return
+        self.closed = True
         for host in (self.src, self.dst):
             self.agents[host].call("close", qpn=self.qpn)
 
     def result(self) -> FlowResult:
+        if self.closed:
+            if self.final is None:
+                raise ValueError(f"flow {self.number} was closed before its result was read")
+            return self.final
         sent = self.agents[self.src].call("stats", qpn=self.qpn)
         got = self.agents[self.dst].call("stats", qpn=self.qpn)
         digests = got["digests"]
@@ -90,24 +177,32 @@ class AgentFlow:
                                           for s in sorted(set(states.values()))}
         if "congestion" in sent:
             detail["congestion_at_end"] = sent["congestion"]
-        return FlowResult(self.transport, self.src, self.dst,
-                          {int(k): v for k, v in got["bins"].items()}, data_ok,
-                          got.get("bytes_delivered", 0), detail)
+        self.final = FlowResult(self.transport, self.src, self.dst,
+                                {int(k): v for k, v in got["bins"].items()}, data_ok,
+                                got.get("bytes_delivered", 0), detail)
+        return self.final
 
 
 class TcpFlow:
     """Linux TCP or MPTCP between two hosts' plane-0 baseline addresses (endpoints/host/tcpflow.py)."""
 
     def __init__(self, em: Emulation, workdir: Path, transport: str, src: str, dst: str,
-                 port: int) -> None:
+                 port: int, number: int = 0) -> None:
         self.em, self.transport, self.src, self.dst, self.port = em, transport, src, dst, port
+        self.number = number
+        self.nbytes: int | None = None
         self.mptcp = transport == "mptcp"
         self.server_out = workdir / f"{transport}-{port}-server.json"
         self.client_out = workdir / f"{transport}-{port}-client.json"
         self.workdir = workdir
-        self.procs: list = []
+        self.procs: list[subprocess.Popen] = []  # [server, client] once started
 
-    def start(self, seconds: float) -> None:
+    def start(self, seconds: float | None = None, nbytes: int | None = None) -> None:
+        """Send for `seconds`, or `nbytes` and then close."""
+        _check_start(seconds, nbytes)
+        self.nbytes = nbytes
+        limit = seconds if seconds is not None else SIZED_LIMIT_S
+        sized = ["--bytes", str(nbytes)] if nbytes is not None else []
         fabric = self.em.fabric
         dst_addr = str(fabric.host(self.dst).nics[BASELINE_PLANE].baseline_addr)
         flag = ["--mptcp"] if self.mptcp else []
@@ -116,29 +211,43 @@ class TcpFlow:
         # MPTCP: joins arrive at the server's other planes' addresses, so listen on all of them.
         bind = "::" if self.mptcp else dst_addr
         self.procs.append(self.em.popen(self.dst, [*base, "server", "--bind", bind, "--port",
-                                                   str(self.port), "--seconds", str(seconds + 3),
+                                                   str(self.port), "--seconds", str(limit + 3),
                                                    "--out", str(self.server_out), *flag],
                                         stdout=log, stderr=log, cwd=str(REPO)))
         self.procs.append(self.em.popen(self.src, [*base, "client", "--connect", dst_addr, "--port",
-                                                   str(self.port), "--seconds", str(seconds),
-                                                   "--out", str(self.client_out), *flag],
+                                                   str(self.port), "--seconds", str(limit),
+                                                   "--out", str(self.client_out), *sized, *flag],
                                         stdout=log, stderr=log, cwd=str(REPO)))
 
+    def _server_result(self) -> dict:
+        try:
+            return json.loads(self.server_out.read_text())
+        except (OSError, ValueError):
+            return {}
+
+    def progress(self) -> Progress:
+        data = self._server_result()
+        return Progress(int(data.get("bytes", 0)), self.nbytes, bool(data.get("done")))
+
+    def goodput(self) -> dict[int, int]:
+        return {int(k): v for k, v in self._server_result().get("bins", {}).items()}
+
     def stop(self) -> None:
+        """End the client now if it still runs (a sized transfer stopped early), then let the
+        server see the end of the stream and write its result."""
+        if len(self.procs) == 2 and self.procs[1].poll() is None:
+            self.procs[1].send_signal(signal.SIGTERM)
         for proc in self.procs:
             try:
                 proc.wait(timeout=10)
-            except Exception:  # noqa: BLE001 - a stuck peer is killed at teardown anyway
-                proc.terminate()
+            except subprocess.TimeoutExpired:
+                proc.terminate()  # a stuck peer; teardown kills it anyway
 
     def close(self) -> None:
         """The processes exit by themselves at the end of their run."""
 
     def result(self) -> FlowResult:
-        try:
-            data = json.loads(self.server_out.read_text())
-        except (OSError, ValueError):
-            data = {"error": "the server wrote no result"}
+        data = self._server_result() or {"error": "the server wrote no result"}
         bins = {int(k): v for k, v in data.get("bins", {}).items()}
         detail = {"error": data["error"]} if "error" in data else {}
         received = int(data.get("bytes", 0))

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import NamedTuple
 
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from experiments.metrics import smoothed  # noqa: E402
+from experiments.metrics import BIN_S, series, smoothed  # noqa: E402
 
 TRANSPORT_COLOURS = {"mrc": "#1f77b4", "roce": "#d62728", "spray": "#9467bd", "tcp": "#2ca02c",
                      "mptcp": "#ff7f0e"}
@@ -67,8 +68,6 @@ def plot_scenario(folder: Path, summary: dict, curves: dict[str, list[float]],
                   windows: dict[str, tuple[float, float]], timelines: dict[str, list[list]]) -> None:
     """goodput.png (one panel per transport, faults marked) and path_state.png (MRC's per-EV
     state over time); a scenario kind draws its own plots besides (`Kind.plot`)."""
-    from experiments.metrics import BIN_S
-
     names = list(curves)
     if names:
         fig, axes = plt.subplots(len(names), 1, figsize=(10, 1.9 * len(names) + 0.8), dpi=100,
@@ -105,27 +104,35 @@ def plot_scenario(folder: Path, summary: dict, curves: dict[str, list[float]],
         _plot_path_state(folder / "path_state.png", summary, timelines, windows)
 
 
+def _draw_ev_states(ax, changes: list[list], evs: list[tuple[int, str]], t0: float, t1: float) -> None:
+    """One row per EV (ev, its label), coloured by state from `t0` to `t1` (monotonic), from its
+    [t, ev, old, new] changes; an EV starts GOOD."""
+    row = {ev: i for i, (ev, _) in enumerate(evs)}
+    state = dict.fromkeys(row, "GOOD")
+    since = dict.fromkeys(row, t0)
+    for t, ev, _old, new in sorted(changes):
+        if ev in row:
+            ax.hlines(row[ev], since[ev] - t0, t - t0, color=STATE_COLOURS.get(state[ev], "grey"),
+                      linewidth=5)
+            state[ev], since[ev] = new, t
+    for ev in row:
+        ax.hlines(row[ev], since[ev] - t0, t1 - t0, color=STATE_COLOURS.get(state[ev], "grey"),
+                  linewidth=5)
+    ax.set_yticks(range(len(evs)), [label for _, label in evs], fontsize=6)
+    ax.set_ylim(-0.7, len(evs) - 0.3)
+
+
 def _plot_path_state(path: Path, summary: dict, timelines: dict[str, list[list]],
                      windows: dict[str, tuple[float, float]]) -> None:
     fig, axes = plt.subplots(len(timelines), 1, figsize=(10, 2.4 * len(timelines) + 0.6), dpi=100,
                              squeeze=False)
     for ax, (name, changes) in zip(axes[:, 0], timelines.items(), strict=True):
         t0, t1 = windows[name]
-        evs = sorted({c[1] for c in changes})
-        row = {ev: i for i, ev in enumerate(evs)}
-        state = dict.fromkeys(evs, "GOOD")
-        since = dict.fromkeys(evs, t0)
-        for t, ev, _old, new in sorted(changes):
-            ax.hlines(row[ev], since[ev] - t0, t - t0, color=STATE_COLOURS.get(state[ev], "grey"),
-                      linewidth=5)
-            state[ev], since[ev] = new, t
-        for ev in evs:
-            ax.hlines(row[ev], since[ev] - t0, t1 - t0, color=STATE_COLOURS.get(state[ev], "grey"),
-                      linewidth=5)
+        _draw_ev_states(ax, changes, [(ev, f"{ev:#x}") for ev in sorted({c[1] for c in changes})],
+                        t0, t1)
         for event in summary["faults"]:
             if event.get("transport") == name:
                 ax.axvline(event["t"], color="black", linestyle="--", linewidth=0.8)
-        ax.set_yticks(range(len(evs)), [f"{ev:#x}" for ev in evs], fontsize=6)
         ax.set_title(f"{name}: per-EV state of the first QP (only EVs that changed state; "
                      "green GOOD, amber SKIP, red ASSUMED_BAD)", fontsize=8, loc="left")
         ax.set_xlim(0, t1 - t0)
@@ -154,6 +161,65 @@ def plot_cdf(path: Path, summary: dict, xlabel: str, series_of: Callable[[dict],
     ax.legend(fontsize=7)
     _fidelity_stamp(ax, summary)
     ax.set_title(f"{summary['scenario']}: {summary['title']}", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+class FlowPanel(NamedTuple):
+    """What `plot_session` draws of one flow."""
+    label: str
+    transport: str
+    bins: dict[int, int]  # goodput bins so far (endpoints.host.goodput.bin_of -> bytes)
+    ev_changes: list[list]  # [t, ev, old, new] (agent flows)
+    evs: list[tuple[int, str]]  # (ev, label) of its EV set; empty for TCP / MPTCP
+
+
+MAX_EV_ROWS = 24  # a larger set shows only the EVs that changed state
+
+
+def plot_session(path: Path, flows: list[FlowPanel], t0: float, span_s: float, faults: list[dict],
+                 fabric: dict) -> None:
+    """A live session's picture (the CLI's `plot`, `Testbed.plot`): every flow's goodput over
+    the `span_s` seconds since `t0` (monotonic) with the faults as dashed lines (`faults`: times
+    relative to `t0`), then one EV-state panel per flow that has an EV set."""
+    with_evs = [f for f in flows if f.evs]
+    heights = [3.0] + [0.35 * min(len(f.evs), MAX_EV_ROWS) + 0.9 for f in with_evs]
+    fig, axes = plt.subplots(len(heights), 1, figsize=(10, sum(heights) + 0.6), dpi=100,
+                             sharex=True, squeeze=False, gridspec_kw={"height_ratios": heights})
+    n = max(1, round(span_s / BIN_S))
+    start_bin = int(t0 / BIN_S)
+    t = [i * BIN_S for i in range(n)]
+    ax = axes[0, 0]
+    for i, f in enumerate(flows):
+        colour = TRANSPORT_COLOURS.get(f.transport) if len(flows) <= 1 else f"C{i % 10}"
+        ax.plot(t, smoothed(series(f.bins, start_bin, n)), color=colour, linewidth=1.4, label=f.label)
+    top = max(ax.get_ylim()[1], 1.0)
+    for event in faults:
+        bad = event["action"] in ("cut", "fail_switch", "loss")
+        ax.axvline(event["t"], color="black" if bad else "green", linestyle="--", linewidth=0.7)
+    marked = [e for e in faults if e["action"] != "restore" or len(faults) < 12][:12]
+    for event in marked:
+        ax.text(event["t"], top * 0.98, f" {event['action']} {event['target']}", va="top",
+                fontsize=6, rotation=90)
+    ax.set_ylim(0, top)
+    ax.set_ylabel("goodput (Mbit/s)")
+    ax.grid(alpha=0.3)
+    ax.legend(loc="lower left", fontsize=7)
+    ax.set_title(f"{fabric['planes']} planes x {fabric['leaves']} leaves x {fabric['spines']} spines, "
+                 f"{fabric['link_mbps']:g} Mbit/s links; 50 ms average; dashed: faults (green: "
+                 f"repairs)", fontsize=8, loc="left")
+    for ax, f in zip(axes[1:, 0], with_evs, strict=True):
+        changed = {c[1] for c in f.ev_changes}
+        rows = f.evs if len(f.evs) <= MAX_EV_ROWS else [e for e in f.evs if e[0] in changed]
+        _draw_ev_states(ax, f.ev_changes, rows, t0, t0 + span_s)
+        for event in faults:
+            ax.axvline(event["t"], color="black", linestyle="--", linewidth=0.6)
+        shown = "" if len(rows) == len(f.evs) else f" ({len(rows)} of {len(f.evs)}: those that changed)"
+        ax.set_title(f"flow {f.label}: EV states{shown}; green GOOD, amber SKIP, red ASSUMED_BAD",
+                     fontsize=8, loc="left")
+    axes[-1, 0].set_xlim(0, span_s)
+    axes[-1, 0].set_xlabel("seconds since the fabric came up")
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from experiments import fidelity, metrics
+from experiments.flows import ev_timeline
 from experiments.scenarios.base import Options, Record
 from experiments.testbed import Testbed
 from topologies import files
@@ -62,21 +63,6 @@ def _brief(t: dict) -> str:
     keys = ("recovery_ms", "stall_ms", "goodput_fraction", "throughput_fraction",
             "victim_goodput_fraction", "step_time_p50_ms", "step_time_p99_ms", "data_ok")
     return ", ".join(f"{k}={t[k]}" for k in keys if k in t)
-
-
-def ev_timeline(trace: Path, qpn: int) -> list[list]:
-    """[t, ev, old, new] state changes of one QP from an agent trace."""
-    if not trace.exists():
-        return []
-    out = []
-    for line in trace.read_text().splitlines():
-        try:
-            rec = json.loads(line)
-        except ValueError:
-            continue
-        if rec.get("qpn") == qpn and rec.get("event") == "ev_state":
-            out.append([rec["t"], rec["ev"], rec["old"], rec["new"]])
-    return out
 
 
 def run_scenario(opts: Options, out: Path, progress: Progress = print,

@@ -1,45 +1,51 @@
-"""The session every experiment shares: a running emulation, the host agents, the fault
-injector, a CPU sampler and the run's transport parameters, handed down to both the agents and
-the switch data plane.
+"""The Python API: a running fabric with its host agents, faults to inject, flows to open, live
+statistics, captures and plots. The `mrclab` scenarios, the demo and the interactive CLI use
+exactly this; docs/api.md documents it.
 
-    with Testbed(fabric, workdir, seed=1) as bed:
-        flow = bed.flow("mrc", "h0", "h1")
-        flow.start(5.0)
+    from topologies.model import build
+    from experiments.testbed import Testbed
+
+    with Testbed(build(planes=4, leaves=2, spines=2), seed=1) as bed:
+        flow = bed.flow("mrc", "h0", "h2")
+        flow.start(nbytes=20 << 20)
         bed.faults.cut_link("p0l0-p0s0")
         ...
 
-Scenarios, the demo and the `mrclab` command use it; everything it starts is stopped when the
-block ends, however it ends.
+Everything it starts is stopped when the block ends, however it ends.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import shutil
 import sys
+import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import NamedTuple
 
 from endpoints.host.control import AgentClient
-from endpoints.protocol.config import TransportConfig
+from endpoints.protocol.config import TransportConfig, with_overrides
 from experiments import fidelity
+from experiments.capture import Capture
 from experiments.faults import FaultInjector
-from experiments.flows import AgentFlow, TcpFlow
-from topologies import hostnet
+from experiments.flows import TRANSPORTS, AgentFlow, Flow, TcpFlow
+from topologies import files, hostnet
 from topologies.emulation import Emulation
-from topologies.model import Fabric
+from topologies.model import Fabric, FabricError, Route
 
 REPO = Path(__file__).resolve().parent.parent
 AGENT_TRANSPORTS = frozenset({"mrc", "roce", "spray"})  # run by the host agents
-FIRST_TCP_PORT = 5201
+FIRST_TCP_PORT = 5200  # TCP/MPTCP flow N listens on FIRST_TCP_PORT + N
 
 
-def transport_overrides(config: TransportConfig) -> dict:
-    """The parameters of `config` that differ from the defaults: what the agents are told
-    (an agent derives what is left unset, such as the RTT target floor, from the fabric)."""
-    default = TransportConfig()
+def transport_overrides(config: TransportConfig, base: TransportConfig | None = None) -> dict:
+    """The parameters of `config` that differ from `base` (the defaults): what the agents are
+    told (an agent derives what is left unset, such as the RTT target floor, from the fabric)."""
+    base = base or TransportConfig()
     return {f.name: getattr(config, f.name) for f in dataclasses.fields(config)
-            if getattr(config, f.name) != getattr(default, f.name)}
+            if getattr(config, f.name) != getattr(base, f.name)}
 
 
 def start_agents(em: Emulation, hosts: Iterable[str], workdir: Path, seed: int,
@@ -73,14 +79,31 @@ def wait_for_agents(clients: dict[str, AgentClient], log_of: Callable[[str], Pat
             raise error(f"agent on {host} did not start: {log}") from exc
 
 
-class Testbed:
-    """An emulated fabric ready for traffic. Use as a context manager."""
+class PathState(NamedTuple):
+    """One source route between two hosts, and whether the faults injected so far leave it up."""
+    route: Route  # EV, plane, spine, uSID carrier address, links crossed
+    up: bool
+    why: str  # what is wrong with it ("" when up): a cut link, a failed switch, a lossy link
 
-    def __init__(self, fabric: Fabric, workdir: Path, seed: int = 1,
+
+class Testbed:
+    """An emulated fabric ready for traffic. Use as a context manager (or `start()` and
+    `close()`).
+
+    fabric: what to emulate (`topologies.model.build(...)`).
+    workdir: where agents keep their sockets, logs and traces; None: a private temporary
+        folder, removed at `close()`.
+    seed: every random choice of the agents derives from it.
+    transport: the run's transport parameters, for the agents and the switches' thresholds.
+    datapath, dataplane, detect_ms: as `mrclab run --datapath/--dataplane/--detect-ms`.
+    """
+
+    def __init__(self, fabric: Fabric, workdir: Path | str | None = None, seed: int = 1,
                  transport: TransportConfig | None = None, datapath: str = "auto",
                  detect_ms: float = 900.0, dataplane: str = "auto") -> None:
         self.fabric = fabric
-        self.workdir = Path(workdir)
+        self._own_workdir = workdir is None
+        self.workdir = files.private_dir("mrclab-testbed-") if workdir is None else Path(workdir)
         self.seed = seed
         self.transport = transport or TransportConfig()
         self.em = Emulation(fabric, self.workdir, datapath=datapath, detect_ms=detect_ms,
@@ -88,35 +111,65 @@ class Testbed:
         self.cpu = fidelity.CpuSampler()
         self.faults = FaultInjector(self.em)
         self.agents: dict[str, AgentClient] = {}
+        self.flows: list[Flow] = []  # every flow opened, in order; flow N is flows[N - 1]
+        self.captures: list[Capture] = []
+        self.t0 = 0.0  # CLOCK_MONOTONIC when the fabric was up: the origin of `plot`'s time axis
         self._mptcp = False
-        self._qpn = 0
-        self._port = FIRST_TCP_PORT - 1
+        self._sampling = False
 
     # ----- lifecycle ------------------------------------------------------------------------
     def __enter__(self) -> Testbed:
-        self.em.__enter__()
-        try:
-            self.cpu.__enter__()
-        except BaseException:
-            self.em.stop()
-            raise
+        self.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def close(self) -> None:
-        """Stop everything: faults cleared, agents' channels closed, sampler and emulation
-        stopped (which kills every process started in a host)."""
+    def start(self) -> None:
+        """Bring the fabric up: controller, switches, hosts, links, the switches' data plane.
+        A failure tears down whatever had started, then raises."""
         try:
+            self.em.start()
+            self.cpu.__enter__()
+            self._sampling = True
+        except BaseException:
+            self.close()
+            raise
+        self._show_baseline_addresses()
+        self.t0 = time.monotonic()
+
+    def close(self) -> None:
+        """Stop everything: captures, flapping and loss rules, the agents' channels, the
+        sampler and the emulation (which kills every process started in a host). Idempotent."""
+        try:
+            for capture in self.captures:
+                capture.stop()
             self.faults.close()
             for client in self.agents.values():
                 client.close()
         finally:
             try:
-                self.cpu.__exit__()
+                if self._sampling:
+                    self._sampling = False
+                    self.cpu.__exit__()
             finally:
                 self.em.stop()
+                if self._own_workdir:
+                    shutil.rmtree(self.workdir, ignore_errors=True)
+
+    @property
+    def net(self):  # -> mininet.net.Mininet
+        """The Mininet network: `bed.net["h0"].cmd("ip -6 addr")`, Mininet's own CLI."""
+        return self.em.net
+
+    def _show_baseline_addresses(self) -> None:
+        """Mininet's hosts report each NIC's baseline IPv6 address (they have no IPv4), so
+        Mininet's own `pingall`, `dump` and name substitution use the baseline routes."""
+        for host in self.fabric.hosts:
+            node = self.em.net[host.name]  # type: ignore[index]
+            for nic in host.nics:
+                intf = node.intf(nic.ifname)
+                intf.ip, intf.prefixLen = str(nic.baseline_addr), 64
 
     def prepare(self, transports: Iterable[str]) -> None:
         """Start what `transports` need before any of them is measured: the agents on every
@@ -131,14 +184,47 @@ class Testbed:
             self._mptcp = True
 
     # ----- traffic --------------------------------------------------------------------------
-    def flow(self, transport: str, src: str, dst: str) -> AgentFlow | TcpFlow:
-        """A long-lived flow of `transport` from host `src` to host `dst`, ready to start."""
+    def flow(self, transport: str, src: str, dst: str,
+             config: TransportConfig | None = None) -> Flow:
+        """A flow of `transport` (mrc, roce, spray, tcp, mptcp) from host `src` to host `dst`,
+        ready to `start`. `config`: this QP's own transport parameters (agent transports only;
+        the fabric-wide ones, such as mtu_payload, stay the testbed's)."""
+        if transport not in TRANSPORTS:
+            raise FabricError(f"unknown transport {transport!r}: use one of {', '.join(TRANSPORTS)}")
+        self.fabric.routes(src, dst)  # FabricError for an unknown host or src == dst
+        overrides = {}
+        if config is not None:
+            if transport not in AGENT_TRANSPORTS:
+                raise FabricError(f"{transport} is the kernel's: transport parameters apply to "
+                                  f"{', '.join(sorted(AGENT_TRANSPORTS))}")
+            overrides = transport_overrides(config, self.transport)
+            with_overrides(self.transport, overrides, per_qp=True)  # ValueError names the problem
         self.prepare([transport])
+        number = len(self.flows) + 1
+        flow: Flow
         if transport in ("tcp", "mptcp"):
-            self._port += 1
-            return TcpFlow(self.em, self.workdir, transport, src, dst, self._port)
-        self._qpn += 1
-        return AgentFlow(self.agents, transport, src, dst, self._qpn)
+            flow = TcpFlow(self.em, self.workdir, transport, src, dst, FIRST_TCP_PORT + number,
+                           number=number)
+        else:
+            flow = AgentFlow(self.agents, transport, src, dst, number, config=overrides,
+                             trace=self.workdir / f"{src}-trace.jsonl")
+        self.flows.append(flow)
+        return flow
+
+    def paths(self, src: str, dst: str) -> list[PathState]:
+        """Every source route from `src` to `dst` (the EVs an MRC QP sprays over), each with
+        whether the faults injected so far leave it up."""
+        faults = self.faults.active()
+        failed, down, lossy = set(faults["failed_switches"]), set(faults["down_links"]), faults["lossy"]
+        out = []
+        for route in self.fabric.routes(src, dst):
+            switches = {end for name in route.links
+                        for end in (self.fabric.link(name).a, self.fabric.link(name).b)}
+            why = [f"{n} cut" for n in route.links if n in down]
+            why += [f"{s} failed" for s in sorted(switches & failed)]
+            lossy_here = [f"{n} loses {lossy[n]:g}" for n in route.links if n in lossy]
+            out.append(PathState(route, not why, ", ".join(why + lossy_here)))
+        return out
 
     def agent_flow(self, transport: str, src: str, dst: str) -> AgentFlow:
         """A flow of one of the agents' transports (mrc, roce, spray)."""
@@ -155,3 +241,36 @@ class Testbed:
         stats = self.agents[host].call("agent_stats")
         return {k: stats[k] for k in ("counters", "raw_send_dropped", "send_errors", "backlog")
                 if k in stats}
+
+    # ----- observation ----------------------------------------------------------------------
+    def capture(self, target: str, path: Path | str, snaplen: int = 0) -> Capture:
+        """Start writing a pcap of `target`: a host (every NIC), a host NIC (h0-eth1) or a
+        switch port (p0l0-eth3). `capture.stop()` ends it (so does `close()`)."""
+        capture = Capture(self.em, target, Path(path), snaplen, self.workdir)
+        capture.start()
+        self.captures.append(capture)
+        return capture
+
+    def plot(self, path: Path | str, flows: Iterable[Flow] | None = None) -> Path:
+        """A PNG of the flows so far (every flow by default): goodput over time since the
+        fabric came up, the faults injected, and each MRC/spray QP's EV states."""
+        from experiments import plots  # matplotlib only when there is something to draw
+
+        chosen = list(self.flows if flows is None else flows)
+        if not chosen:
+            raise FabricError("no flow to plot yet: start one first")
+        now = time.monotonic()
+        panels = []
+        for flow in chosen:
+            changes: list[list] = []
+            evs: list[tuple[int, str]] = []
+            if isinstance(flow, AgentFlow) and flow.transport in ("mrc", "spray"):
+                changes, ev_list = flow.ev_history()
+                label = {r.ev: f"{r.ev:#x} {r.label}" for r in self.fabric.routes(flow.src, flow.dst)}
+                evs = [(ev, label.get(ev, f"{ev:#x}")) for ev in ev_list]
+            panels.append(plots.FlowPanel(f"{flow.number} {flow.transport} {flow.src}->{flow.dst}",
+                                          flow.transport, flow.goodput(), changes, evs))
+        faults = [{**e, "t": e["t"] - self.t0} for e in self.faults.timeline]
+        path = Path(path)
+        plots.plot_session(path, panels, self.t0, now - self.t0, faults, self.fabric.params.as_dict())
+        return path

@@ -3,7 +3,7 @@ PY := .venv/bin/python
 MRCLAB := $(PY) -m experiments.cli
 SCENARIOS := link-failure switch-failure link-flap lossy-link permutation incast collective
 
-.PHONY: setup demo test unit integration lint experiment check-fabric bench report validate docs clean \
+.PHONY: setup demo cli test unit integration lint experiment check-fabric bench report validate docs clean \
 	$(addprefix experiment-,$(SCENARIOS))
 
 setup:
@@ -11,6 +11,10 @@ setup:
 
 demo: setup
 	$(MRCLAB) demo
+
+# Explore a running fabric like `mn`: `make cli ARGS="--planes 2 --spines 3"`.
+cli: setup
+	$(MRCLAB) cli $(ARGS)
 
 test: setup
 	$(PY) -m pytest -q tests

@@ -1,4 +1,4 @@
-"""The `mrclab` command: demo, check-fabric, run, report, validate, docs, bench, clean.
+"""The `mrclab` command: demo, cli, check-fabric, run, report, validate, docs, bench, clean.
 
 Every expected failure (bad parameters, no root, no OVS or Mininet) ends with one line naming the
 problem and the fix, exit status 2, and nothing left behind.
@@ -68,6 +68,19 @@ def make_parser() -> argparse.ArgumentParser:
     check.add_argument("--sample-pairs", type=int, default=None, help="probe K random host pairs")
     check.add_argument("--cut", default=None, help="T0-T1 link to cut, like p0l0-p0s1")
     check.add_argument("--seed", type=int, default=1)
+
+    shell = sub.add_parser("cli", help="bring the fabric up and explore it interactively (like mn)")
+    _fabric_args(shell, FabricParams())
+    shell.add_argument("--dataplane", choices=("auto", "ebpf", "droptail"), default="auto",
+                       help="switch egress: ECN marking and trimming in eBPF (auto: where it loads)")
+    shell.add_argument("--detect-ms", type=float, default=900.0, help="baseline routing detection delay")
+    shell.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
+                       help="a transport parameter for the session, e.g. ev_set_size=16 (repeatable)")
+    shell.add_argument("--seed", type=int, default=1)
+    shell.add_argument("--workdir", type=Path, default=None,
+                       help="keep the agents' logs and traces here (default: a temporary folder)")
+    shell.add_argument("--script", type=Path, default=None,
+                       help="run the commands in FILE instead of reading them, then tear down")
 
     from experiments.scenarios import SCENARIOS
     run = sub.add_parser("run", help="run one experiment scenario (see `mrclab run --help`)")
@@ -197,6 +210,22 @@ def _dispatch(args: argparse.Namespace) -> int:
         return bench.main([])
 
     fabric = build(_params(args))
+    if args.command == "cli":
+        from endpoints.protocol.config import TransportConfig, parse_overrides, with_overrides
+
+        try:
+            transport = with_overrides(TransportConfig(), parse_overrides(args.param))
+        except ValueError as exc:
+            raise CliError(f"--param {exc}") from None
+        if not 0 < args.detect_ms <= 60_000:
+            raise CliError(f"--detect-ms must be in (0, 60000], got {args.detect_ms}")
+        if args.script is not None and not args.script.is_file():
+            raise CliError(f"--script {args.script}: no such file")
+        preflight.check_all()
+        from experiments.shell import run_cli
+
+        return run_cli(fabric, transport, args.seed, args.datapath, args.dataplane, args.detect_ms,
+                       args.workdir, args.script)
     preflight.check_all()
     if args.command == "check-fabric":
         from experiments.tools.check_fabric import check_fabric

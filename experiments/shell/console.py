@@ -1,0 +1,565 @@
+"""`mrclab cli`: Mininet's own CLI (a subclass of `mininet.cli.CLI`) over a running Testbed, with
+MRC commands. Every MRC command goes through the Python API (experiments/testbed.py), nothing
+else: what the CLI can do, a script can do.
+
+Mininet's commands keep working on this fabric: `nodes`, `net`, `dump`, `links`, `intfs`,
+`ports`, `sh`, `py` (with `bed`, the Testbed, in scope), `source`, `time`, `dpctl`, `xterm`
+where a display exists, and `h0 ping6 h2` (a host name after the command becomes its plane-0
+baseline IPv6 address: the hosts have no IPv4). `pingall` and `pingpair` ping those baseline
+addresses. `link a b up|down` becomes `restore`/`cut`, so the fault is recorded like any other;
+`iperf` (IPv4 only) and `switch` (it would delete the bridge) point to what to use instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import shutil
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from mininet.cli import CLI
+
+from experiments.flows import TRANSPORTS, AgentFlow, Flow
+from experiments.shell.text import (
+    Usage,
+    fmt_bytes,
+    fmt_mbps,
+    parse_positive,
+    parse_probability,
+    parse_size,
+    table,
+)
+from experiments.testbed import Testbed
+
+PROGRESS_EVERY_S = 0.25  # the foreground `send` line
+RATE_WINDOW_S = 1.0  # "rate now": bytes delivered over this last stretch
+DEFAULT_PLOT = "mrclab-session.png"
+MRC_COMMANDS = ("paths", "send", "flows", "stop", "evs", "cut", "restore", "fail", "recover", "loss",
+                "flap", "faults", "capture", "plot")
+
+
+class _ArgParser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one line, and the session goes on
+        raise Usage(f"{message} (see `help {self.prog}`)")
+
+
+def _send_parser() -> argparse.ArgumentParser:
+    p = _ArgParser(prog="send", add_help=False)
+    p.add_argument("src")
+    p.add_argument("dst")
+    p.add_argument("size")
+    p.add_argument("--transport", "-t", default="mrc", choices=TRANSPORTS)
+    p.add_argument("--background", "-b", action="store_true")
+    p.add_argument("--param", "-p", action="append", default=[])
+    return p
+
+
+class MrcCli(CLI):
+    """The session's console; constructing it runs it until `exit` (Mininet's way)."""
+
+    prompt = "mrclab> "
+
+    def __init__(self, bed: Testbed, stdin=sys.stdin, script: str | None = None) -> None:
+        self.bed = bed
+        self.fabric = bed.fabric
+        self.hosts = [h.name for h in self.fabric.hosts]
+        self.switches = [s.name for s in self.fabric.switches]
+        self.links = [link.name for link in self.fabric.links]
+        self.background: set[int] = set()  # flow numbers running on their own
+        self.ended: dict[int, str] = {}  # flow number -> how it ended (its result read, closed)
+        super().__init__(bed.net, stdin=stdin, script=script)
+
+    # ----- the loop -------------------------------------------------------------------------
+    def getLocals(self) -> dict:  # noqa: N802 - Mininet's name
+        return {**super().getLocals(), "bed": self.bed}
+
+    def preloop(self) -> None:
+        try:
+            import readline
+        except ImportError:
+            return
+        readline.set_completer_delims(" \t\n")  # names contain '-': complete them whole
+
+    def onecmd(self, line: str) -> bool:
+        """Run one command; bad input prints one line and the session goes on."""
+        try:
+            return bool(super().onecmd(line))
+        except KeyError as exc:  # its message is the repr of the key
+            self._error(str(exc).strip("'\"") or "KeyError")
+        except (ValueError, RuntimeError, OSError, ConnectionError) as exc:
+            self._error(str(exc) or type(exc).__name__)
+        return False
+
+    def postcmd(self, stop: bool, line: str) -> bool:
+        self._reap_background()
+        return stop
+
+    def _error(self, message: str) -> None:
+        sys.stderr.write(f"*** {message}\n")
+        sys.stderr.flush()
+
+    def _say(self, text: str) -> None:
+        self.stdout.write(text + "\n")
+        self.stdout.flush()
+
+    def do_help(self, line: str) -> None:
+        """Describe the commands: `help` lists them, `help COMMAND` explains one."""
+        if line.strip():
+            return super().do_help(line)
+        self._say("MRC commands (help COMMAND for each):")
+        for name in MRC_COMMANDS:
+            doc = (getattr(self, f"do_{name}").__doc__ or "").strip().splitlines()
+            self._say(f"  {doc[0] if doc else name}")
+        self._say("\nMininet's commands work as in `mn` (hosts have IPv6 baseline addresses only):")
+        names = sorted(n[3:] for n in self.get_names()
+                       if n.startswith("do_") and n[3:] not in MRC_COMMANDS and n != "do_EOF")
+        self.columnize(names, 80)
+        self._say(self.helpStr.rstrip())
+
+    # ----- looking -------------------------------------------------------------------------
+    def do_paths(self, line: str) -> None:
+        """paths SRC DST: every path from SRC to DST: EV, plane, spine, uSID address, up or down.
+
+        Each path is a static source route: its uSIDs (one per switch, then the destination's)
+        ride in the IPv6 destination address after the locator block fcbb:bb00::/32. `up` means
+        no fault injected so far (cut link, failed switch) lies on it; a lossy link is named."""
+        src, dst = self._args(line, 2, "paths SRC DST")
+        rows: list[tuple] = [("EV", "plane", "spine", "uSID address", "state", "links")]
+        for p in self.bed.paths(src, dst):
+            r = p.route
+            state = "up" if p.up else "DOWN"
+            rows.append((f"{r.ev:#x}", r.plane, "-" if r.spine is None else f"s{r.spine}",
+                         r.address, state + (f" ({p.why})" if p.why else ""), " ".join(r.links)))
+        self._say(table(rows))
+
+    def do_evs(self, line: str) -> None:
+        """evs HOST [QP]: the EV set of HOST's sending QPs (or of QP): state, skips, RTT, bytes.
+
+        Per EV: its path (plane, spine), state (GOOD, SKIP, ASSUMED_BAD, DENIED), whether it is in
+        the active set or a backup, how often it was skipped (ECN, trimming) and benched (a real
+        loss), its own smoothed RTT and the payload bytes sent on it. QP is the flow number
+        `flows` shows."""
+        args = self._args(line, (1, 2), "evs HOST [QP]")
+        host = args[0]
+        self.fabric.host(host)
+        flows = [f for f in self._open_agent_flows() if f.src == host]
+        if len(args) == 2:
+            flow = self._flow(args[1])
+            if not isinstance(flow, AgentFlow) or flow.src != host or flow.closed:
+                raise Usage(f"QP {args[1]} is not an open sending QP of {host} (see `flows`)")
+            flows = [flow]
+        if not flows:
+            raise Usage(f"{host} sends on no open QP now: `send {host} ...` first (`flows` lists them)")
+        for flow in flows:
+            self._print_evs(flow)
+
+    def _print_evs(self, flow: AgentFlow) -> None:
+        report = flow.evs()
+        cc = report.get("congestion")
+        window = (f"cwnd {cc['cwnd_pkts']} pkts, srtt {cc['srtt_ms']} ms, target {cc['target_ms']} ms, "
+                  if cc else "")
+        self._say(f"QP {flow.number} {flow.transport} {flow.src}->{flow.dst}: {window}"
+                  f"{fmt_bytes(report['bytes_acked'])} acknowledged")
+        routes = {r.ev: r for r in self.fabric.routes(flow.src, flow.dst)}
+        rows: list[tuple] = [("EV", "plane", "spine", "state", "set", "skips", "benched", "rtt ms", "sent")]
+        for row in report["rows"]:
+            route = routes.get(row["ev"])
+            spine = "-" if route is None or route.spine is None else f"s{route.spine}"
+            in_set = "active" if row["active"] else ("-" if row["state"] != "GOOD" else "backup")
+            rows.append((f"{row['ev']:#x}", row["plane"], spine, row["state"], in_set, row["skips"],
+                         row["benched"], row["srtt_ms"], fmt_bytes(row["bytes_sent"])))
+        self._say(table(rows))
+
+    def do_flows(self, line: str) -> None:
+        """flows: every flow of the session: transport, hosts, size, progress, rate now, state."""
+        self._args(line, 0, "flows")
+        if not self.bed.flows:
+            self._say("no flows yet: `send h0 h2 20M` starts one")
+            return
+        rows: list[tuple] = [("flow", "transport", "src->dst", "size", "done", "rate now", "state")]
+        for flow in self.bed.flows:
+            prog = flow.progress()
+            size = fmt_bytes(prog.nbytes) if prog.nbytes else "-"
+            if flow.number in self.ended:
+                state, rate = self.ended[flow.number], "-"
+            else:
+                state = "running" + (" (background)" if flow.number in self.background else "")
+                rate = fmt_mbps(self._rate_now(flow))
+            rows.append((flow.number, flow.transport, f"{flow.src}->{flow.dst}", size,
+                         fmt_bytes(prog.bytes_done), rate, state))
+        self._say(table(rows))
+
+    # ----- traffic -------------------------------------------------------------------------
+    def do_send(self, line: str) -> None:
+        """send SRC DST SIZE [--transport mrc|roce|spray|tcp|mptcp] [--background] [--param N=V]
+
+        Transfer SIZE bytes (K, M, G suffixes: binary, 200M = 200 MiB) from SRC to DST with the
+        transport (mrc by default). In the foreground a progress line shows the bytes
+        acknowledged, the rate and the EV states; Ctrl-C stops the transfer and the session goes
+        on. --background (-b) returns at once (`flows`, `stop N`). --param NAME=VALUE (repeatable)
+        sets a transport parameter for this QP only, e.g. --param ev_set_size=4."""
+        try:
+            words = shlex.split(line)
+        except ValueError as exc:
+            raise Usage(f"{exc} (see `help send`)") from None
+        args = _send_parser().parse_args(words)
+        from endpoints.protocol.config import parse_overrides, with_overrides
+
+        nbytes = parse_size(args.size)
+        config = None
+        if args.param:
+            overrides = parse_overrides(args.param)
+            config = with_overrides(self.bed.transport, overrides, per_qp=True)
+        flow = self.bed.flow(args.transport, args.src, args.dst, config=config)
+        flow.start(nbytes=nbytes)
+        if args.background:
+            self.background.add(flow.number)
+            self._say(f"flow {flow.number}: {args.transport} {args.src}->{args.dst}, {fmt_bytes(nbytes)}, "
+                      f"in the background (`flows`, `stop {flow.number}`)")
+            return
+        self._foreground(flow)
+
+    def _foreground(self, flow: Flow) -> None:
+        t0 = time.monotonic()
+        history: list[tuple[float, int]] = [(t0, 0)]
+        tty = self.stdout.isatty() if hasattr(self.stdout, "isatty") else False
+        last_print = 0.0
+        try:
+            while True:
+                prog = flow.progress()
+                now = time.monotonic()
+                history.append((now, prog.bytes_done))
+                while len(history) > 2 and history[1][0] < now - RATE_WINDOW_S:
+                    history.pop(0)
+                if prog.done:
+                    break
+                if tty or now - last_print >= 2.0:
+                    text = self._progress_line(flow, prog.bytes_done, prog.nbytes, history)
+                    self.stdout.write(("\r\x1b[K" + text) if tty else text + "\n")
+                    self.stdout.flush()
+                    last_print = now
+                time.sleep(PROGRESS_EVERY_S)
+        except KeyboardInterrupt:
+            self.stdout.write("\n" if tty else "")
+            self._stop(flow, "interrupted: ")
+            return
+        if tty:
+            self.stdout.write("\r\x1b[K")
+        self._finish(flow, time.monotonic() - t0)
+
+    def _progress_line(self, flow: Flow, done: int, total: int | None,
+                       history: list[tuple[float, int]]) -> str:
+        (t_a, b_a), (t_b, b_b) = history[0], history[-1]
+        rate = (b_b - b_a) / (t_b - t_a) if t_b > t_a else 0.0
+        pct = f" ({100 * done / total:.0f}%)" if total else ""
+        text = (f"flow {flow.number} {flow.transport} {flow.src}->{flow.dst}: {fmt_bytes(done)} of "
+                f"{fmt_bytes(total or 0)}{pct}, {fmt_mbps(rate)}")
+        if isinstance(flow, AgentFlow) and flow.transport != "roce":
+            counts: dict[str, int] = {}
+            for row in flow.evs()["rows"]:
+                counts[row["state"]] = counts.get(row["state"], 0) + 1
+            text += ", EVs " + " ".join(f"{n} {s}" for s, n in sorted(counts.items()))
+        return text + "  (Ctrl-C stops it)"
+
+    def _finish(self, flow: Flow, seconds: float | None = None) -> None:
+        """Read a finished flow's result, close it, say so."""
+        res = flow.result()
+        flow.close()
+        self.background.discard(flow.number)
+        self.ended[flow.number] = "done, " + ("data ok" if res.data_ok else "DATA WRONG")
+        took = f" in {seconds:.1f} s ({fmt_mbps(res.bytes_delivered / seconds)})" if seconds else ""
+        self._say(f"flow {flow.number} done: {fmt_bytes(res.bytes_delivered)}{took}, "
+                  + ("data ok" if res.data_ok else "DATA WRONG: the receiver's bytes differ"))
+
+    def _stop(self, flow: Flow, why: str = "") -> None:
+        flow.stop()
+        deadline = time.monotonic() + 2.0  # what was already posted completes
+        while not flow.progress().done and time.monotonic() < deadline:
+            time.sleep(0.05)
+        res = flow.result()
+        flow.close()
+        self.background.discard(flow.number)
+        self.ended[flow.number] = "stopped, " + ("data ok" if res.data_ok else "DATA WRONG")
+        self._say(f"{why}flow {flow.number} stopped after {fmt_bytes(res.bytes_delivered)}, "
+                  + ("data ok" if res.data_ok else "DATA WRONG"))
+
+    def do_stop(self, line: str) -> None:
+        """stop N|all: stop flow N (or every running flow); what it delivered is checked."""
+        (which,) = self._args(line, 1, "stop N|all")
+        if which == "all":
+            flows = [f for f in self.bed.flows if f.number not in self.ended]
+        else:
+            flows = [self._flow(which)]
+            if flows[0].number in self.ended:
+                raise Usage(f"flow {which} has already ended (see `flows`)")
+        for flow in flows:
+            self._stop(flow)
+
+    def _reap_background(self) -> None:
+        """Say when a background flow has finished (checked after every command)."""
+        for number in sorted(self.background):
+            flow = self.bed.flows[number - 1]
+            try:
+                done = flow.progress().done
+            except (ValueError, RuntimeError, OSError, ConnectionError) as exc:
+                self._error(f"flow {number}: {exc}")
+                self.background.discard(number)
+                continue
+            if done:
+                self._finish(flow)
+
+    # ----- faults --------------------------------------------------------------------------
+    def do_cut(self, line: str) -> None:
+        """cut LINK: take LINK down at both ends, like a pulled cable (p0l0-p0s1, h0-p0l0)."""
+        (name,) = self._args(line, 1, "cut LINK")
+        self.bed.faults.cut_link(self.fabric.link(name).name)
+        self._say(f"{name} cut")
+
+    def do_restore(self, line: str) -> None:
+        """restore LINK: bring a cut LINK back up."""
+        (name,) = self._args(line, 1, "restore LINK")
+        self.bed.faults.restore_link(self.fabric.link(name).name)
+        self._say(f"{name} restored")
+
+    def do_fail(self, line: str) -> None:
+        """fail SWITCH: SWITCH stops forwarding while its ports stay up (no port event shows it)."""
+        (name,) = self._args(line, 1, "fail SWITCH")
+        self.bed.faults.fail_switch(self.fabric.switch(name).name)
+        self._say(f"{name} no longer forwards (its ports stay up)")
+
+    def do_recover(self, line: str) -> None:
+        """recover SWITCH: a failed SWITCH forwards again."""
+        (name,) = self._args(line, 1, "recover SWITCH")
+        self.bed.faults.restore_switch(self.fabric.switch(name).name)
+        self._say(f"{name} forwards again")
+
+    def do_loss(self, line: str) -> None:
+        """loss LINK P: drop packets at random with probability P (0.2 or 20%) both ways on a
+        T0-T1 LINK; P 0 removes the loss."""
+        name, text = self._args(line, 2, "loss LINK P")
+        link = self.fabric.link(name)
+        p = parse_probability(text)
+        if p == 0:
+            self.bed.faults.clear_loss(link.name)
+            self._say(f"{name}: no more random loss")
+        else:
+            self.bed.faults.set_loss(link.name, p)
+            self._say(f"{name} drops {p:.1%} of packets each way")
+
+    def do_flap(self, line: str) -> None:
+        """flap LINK [DOWN_MS [PERIOD_MS [COUNT]]] | flap LINK stop | flap stop
+
+        Cut LINK for DOWN_MS (300) every PERIOD_MS (1000), COUNT times (until stopped by
+        default), in the background; `flap LINK stop` (or `flap stop` for all) ends it, link up."""
+        args = self._args(line, (1, 2, 3, 4), "flap LINK [DOWN_MS [PERIOD_MS [COUNT]]] | flap [LINK] stop")
+        if args == ["stop"]:
+            self.bed.faults.stop_flapping()
+            self._say("no link flaps now")
+            return
+        name = self.fabric.link(args[0]).name
+        if args[1:] == ["stop"]:
+            self.bed.faults.stop_flapping(name)
+            self._say(f"{name} no longer flaps (up)")
+            return
+        down = parse_positive(args[1], "down time (ms)") if len(args) > 1 else 300.0
+        period = parse_positive(args[2], "period (ms)") if len(args) > 2 else 1000.0
+        count = None
+        if len(args) > 3:
+            if not args[3].isdigit() or int(args[3]) < 1:
+                raise Usage(f"bad count {args[3]!r}: a whole number of flaps, 1 or more")
+            count = int(args[3])
+        self.bed.faults.flap_link(name, down / 1000, period / 1000, count)
+        self._say(f"{name} flaps: down {down:g} ms every {period:g} ms"
+                  + (f", {count} times" if count else f" until `flap {name} stop`"))
+
+    def do_faults(self, line: str) -> None:
+        """faults: what is faulted now (cut links, failed switches, lossy and flapping links)."""
+        self._args(line, 0, "faults")
+        now = self.bed.faults.active()
+        lines = [f"cut: {' '.join(now['down_links'])}" if now["down_links"] else "",
+                 f"failed: {' '.join(now['failed_switches'])}" if now["failed_switches"] else "",
+                 "lossy: " + " ".join(f"{n} ({p:g})" for n, p in now["lossy"].items())
+                 if now["lossy"] else "",
+                 "flapping: " + " ".join(f"{n} ({f['down_s'] * 1e3:g}/{f['period_s'] * 1e3:g} ms, "
+                                         f"{f['flaps']} so far)" for n, f in now["flapping"].items())
+                 if now["flapping"] else ""]
+        self._say("\n".join(x for x in lines if x) or "no faults: every link and switch works")
+
+    def do_link(self, line: str) -> None:
+        """link NODE1 NODE2 up|down: Mininet's command, as `restore` / `cut` of that link."""
+        args = self._args(line, 3, "link NODE1 NODE2 up|down")
+        if args[2] not in ("up", "down"):
+            raise Usage("link NODE1 NODE2 up|down")
+        name = self._link_between(args[0], args[1])
+        (self.do_restore if args[2] == "up" else self.do_cut)(name)
+
+    def _link_between(self, a: str, b: str) -> str:
+        for link in self.fabric.links:
+            if {link.a, link.b} == {a, b}:
+                return link.name
+        raise Usage(f"no link between {a} and {b} (links are like p0l0-p0s1, h0-p0l0)")
+
+    # ----- observation ---------------------------------------------------------------------
+    def do_capture(self, line: str) -> None:
+        """capture TARGET [FILE] | capture stop [TARGET] | capture
+
+        Write a pcap of TARGET: a host (h1: every NIC), a host NIC (h1-eth0) or a switch port
+        (p0l0-eth3), to FILE (TARGET.pcap here by default), for Wireshark. `capture stop` ends
+        every capture (or TARGET's); `capture` alone lists them."""
+        args = self._args(line, (0, 1, 2), "capture TARGET [FILE] | capture stop [TARGET]")
+        running = [c for c in self.bed.captures if c.running]
+        if not args:
+            self._say("\n".join(f"{c.target} -> {c.path}" for c in running) or "no capture running")
+            return
+        if args[0] == "stop":
+            chosen = [c for c in running if len(args) == 1 or c.target == args[1]]
+            if not chosen:
+                raise Usage("no such capture running (`capture` lists them)")
+            for c in chosen:
+                packets = c.stop()
+                self._say(f"{c.target}: {'?' if packets is None else packets} packets in {c.path}")
+            return
+        if any(c.target == args[0] for c in running):
+            raise Usage(f"{args[0]} is already being captured (`capture stop {args[0]}` first)")
+        path = Path(args[1] if len(args) > 1 else f"{args[0]}.pcap")
+        capture = self.bed.capture(args[0], path)
+        self._say(f"capturing {args[0]} to {capture.path} (`capture stop` ends it)")
+
+    def do_plot(self, line: str) -> None:
+        """plot [FILE]: the flows' goodput and EV states so far, with the faults, as a PNG
+        (mrclab-session.png here by default)."""
+        args = self._args(line, (0, 1), "plot [FILE]")
+        path = Path(args[0] if args else DEFAULT_PLOT)
+        if not path.parent.is_dir():
+            raise Usage(f"cannot write {path}: {path.parent} is not a folder")
+        self._say(f"plotted {len(self.bed.flows)} flow(s) to {self.bed.plot(path).resolve()}")
+
+    # ----- Mininet's commands on this fabric ------------------------------------------------
+    def default(self, line: str) -> None:
+        """`h0 CMD ...`: a later host name becomes its plane-0 baseline address (IPv6: the
+        hosts have no IPv4, which Mininet would look for)."""
+        first, args, _ = self.parseline(line)
+        if first not in self.mn:
+            raise Usage(f"Unknown command: {line.strip()} (`help` lists the commands)")
+        if args:
+            words = [str(self.fabric.host(w).nics[0].baseline_addr) if w in self.hosts else w
+                     for w in args.split(" ")]
+            line = f"{first} {' '.join(words)}"
+        super().default(line)
+
+    def do_iperf(self, line: str) -> None:
+        """iperf: Mininet's iperf is IPv4-only; use `send SRC DST SIZE --transport tcp`."""
+        raise Usage("Mininet's iperf needs IPv4, which these hosts do not have: use "
+                    "`send h0 h2 10M --transport tcp` (or `h0 iperf -V -c h2` with a server)")
+
+    def do_iperfudp(self, line: str) -> None:
+        """iperfudp: IPv4-only in Mininet; use `send` (mrc, roce and spray run over UDP)."""
+        self.do_iperf(line)
+
+    def do_switch(self, line: str) -> None:
+        """switch: Mininet's start/stop would delete the bridge; use `fail` / `recover`."""
+        raise Usage("Mininet's `switch NAME stop` would delete the switch: use `fail NAME` / "
+                    "`recover NAME` (stops forwarding with ports up)")
+
+    def do_xterm(self, line: str, term: str = "xterm") -> None:
+        """xterm NODE...: an xterm in each node's namespace (needs an X display)."""
+        if not os.environ.get("DISPLAY"):
+            raise Usage(f"{term} needs an X display: DISPLAY is not set (ssh -X, or a desktop)")
+        if shutil.which("xterm" if term == "xterm" else "gnome-terminal") is None:
+            raise Usage(f"{term} is not installed here")
+        super().do_xterm(line, term)
+
+    def do_exit(self, line: str) -> str:
+        """exit: tear everything down (flows, faults, captures, the fabric) and leave."""
+        return super().do_exit(line)
+
+    # ----- completion ----------------------------------------------------------------------
+    def completenames(self, text: str, *ignored: object) -> list[str]:
+        return super().completenames(text, *ignored) + [n for n in self.mn if n.startswith(text)]
+
+    def completedefault(self, text: str, line: str, begidx: int, endidx: int) -> list[str]:
+        return [n for n in self.mn if n.startswith(text)]  # `h0 ping h<TAB>`
+
+    def _complete(self, line: str, begidx: int, text: str, *positions: Callable[[], list[str]],
+                  extra: Callable[[], list[str]] | None = None) -> list[str]:
+        index = len(line[:begidx].split()) - 1  # which argument is being typed
+        choices = positions[index]() if index < len(positions) else (extra() if extra else [])
+        return [c for c in choices if c.startswith(text)]
+
+    def complete_paths(self, text: str, line: str, begidx: int, endidx: int) -> list[str]:
+        return self._complete(line, begidx, text, lambda: self.hosts, lambda: self.hosts)
+
+    def complete_send(self, text: str, line: str, begidx: int, endidx: int) -> list[str]:
+        words = line[:begidx].split()
+        if words and words[-1] in ("--transport", "-t"):
+            return [t for t in TRANSPORTS if t.startswith(text)]
+        return self._complete(line, begidx, text, lambda: self.hosts, lambda: self.hosts,
+                              lambda: ["1M", "20M", "200M"],
+                              extra=lambda: ["--transport", "--background", "--param"])
+
+    def complete_evs(self, text: str, line: str, begidx: int, endidx: int) -> list[str]:
+        return self._complete(line, begidx, text, lambda: self.hosts,
+                              lambda: [str(f.number) for f in self._open_agent_flows()])
+
+    def complete_stop(self, text: str, line: str, begidx: int, endidx: int) -> list[str]:
+        return self._complete(line, begidx, text, lambda: ["all"] + [
+            str(f.number) for f in self.bed.flows if f.number not in self.ended])
+
+    def complete_cut(self, text: str, line: str, begidx: int, endidx: int) -> list[str]:
+        return self._complete(line, begidx, text, lambda: self.links)
+
+    complete_restore = complete_loss = complete_cut
+
+    def complete_flap(self, text: str, line: str, begidx: int, endidx: int) -> list[str]:
+        return self._complete(line, begidx, text, lambda: ["stop"] + self.links, lambda: ["stop"])
+
+    def complete_fail(self, text: str, line: str, begidx: int, endidx: int) -> list[str]:
+        return self._complete(line, begidx, text, lambda: self.switches)
+
+    complete_recover = complete_fail
+
+    def complete_capture(self, text: str, line: str, begidx: int, endidx: int) -> list[str]:
+        def targets() -> list[str]:
+            nics = [n.ifname for h in self.fabric.hosts for n in h.nics]
+            ports = sorted({link.b_ifname for link in self.fabric.links} |
+                           {link.a_ifname for link in self.fabric.links if link.kind == "fabric"})
+            return ["stop"] + self.hosts + nics + ports
+        return self._complete(line, begidx, text, targets)
+
+    def complete_link(self, text: str, line: str, begidx: int, endidx: int) -> list[str]:
+        nodes = lambda: self.hosts + self.switches  # noqa: E731
+        return self._complete(line, begidx, text, nodes, nodes, lambda: ["up", "down"])
+
+    # ----- helpers -------------------------------------------------------------------------
+    def _args(self, line: str, count: int | tuple[int, ...], usage: str) -> list[str]:
+        try:
+            args = shlex.split(line)
+        except ValueError as exc:
+            raise Usage(f"{exc}: {usage}") from None
+        allowed = (count,) if isinstance(count, int) else count
+        if len(args) not in allowed:
+            raise Usage(f"usage: {usage}")
+        return args
+
+    def _flow(self, text: str) -> Flow:
+        if not self.bed.flows:
+            raise Usage(f"no flow {text!r}: no flows yet (`send` starts one)")
+        if not text.isdigit() or not 1 <= int(text) <= len(self.bed.flows):
+            raise Usage(f"no flow {text!r}: flows are numbered 1..{len(self.bed.flows)} (`flows`)")
+        return self.bed.flows[int(text) - 1]
+
+    def _open_agent_flows(self) -> list[AgentFlow]:
+        return [f for f in self.bed.flows if isinstance(f, AgentFlow) and not f.closed]
+
+    def _rate_now(self, flow: Flow) -> float:
+        """Bytes per second delivered over the last RATE_WINDOW_S (from its goodput bins)."""
+        from endpoints.host.goodput import BIN_S
+
+        bins = flow.goodput()
+        last = int(time.monotonic() / BIN_S)
+        span = round(RATE_WINDOW_S / BIN_S)
+        return sum(bins.get(b, 0) for b in range(last - span, last)) / RATE_WINDOW_S

@@ -12,6 +12,7 @@ setup(
         "pyroute2>=0.9",
         "matplotlib>=3.7",
     ],
-    extras_require={"test": ["pytest>=7", "hypothesis>=6", "ruff>=0.5", "mypy>=1.10"]},
+    # pexpect: the CLI's test drives it through a pseudo-terminal, as Mininet's own tests do
+    extras_require={"test": ["pytest>=7", "hypothesis>=6", "ruff>=0.5", "mypy>=1.10", "pexpect>=4.8"]},
     entry_points={"console_scripts": ["mrclab=experiments.cli:main"]},
 )

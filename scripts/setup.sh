@@ -8,7 +8,9 @@ if [ "$(id -u)" -ne 0 ]; then
   exit 2
 fi
 
-APT_PACKAGES="mininet openvswitch-switch iproute2 ethtool nftables python3-venv python3-pip procps"
+# tcpdump: captures (`capture` in the CLI); iputils-ping: Mininet's pingall (not a dependency of
+# Debian's mininet package).
+APT_PACKAGES="mininet openvswitch-switch iproute2 ethtool nftables python3-venv python3-pip procps tcpdump iputils-ping"
 missing=""
 for pkg in $APT_PACKAGES; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing="$missing $pkg"

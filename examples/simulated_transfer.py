@@ -39,4 +39,5 @@ for e in result.sender_events:
         print(f"  {e.t:.3f} s  EV {e.ev:#x}: {e.old} -> {e.new}")
 print("EV        state  benched  rtt ms  MiB sent")
 for row in sender.ev_report():
-    print(f"{row.ev:#x}  {row.state:5}  {row.benched:7}  {row.srtt * 1e3:6.2f}  {row.bytes_sent / 2**20:8.2f}")
+    mib = row.bytes_sent / 2**20
+    print(f"{row.ev:#x}  {row.state:5}  {row.benched:7}  {row.srtt * 1e3:6.2f}  {mib:8.2f}")

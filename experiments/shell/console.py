@@ -42,6 +42,40 @@ MRC_COMMANDS = ("paths", "send", "flows", "stop", "evs", "cut", "restore", "fail
                 "flap", "faults", "capture", "plot")
 
 
+class _Nodes:
+    """The network as Mininet's CLI sees it (`net`, `dump`, `nodes`, `py`): its hosts and
+    switches. The controller is a process of its own (os-ken) that Mininet only holds a
+    reference to, not a node those commands could show. Everything else is the Mininet object."""
+
+    def __init__(self, net: object) -> None:
+        self._net = net
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._net, name)
+
+    def __iter__(self):  # noqa: ANN204 - an iterator of node names
+        for node in (*self._net.hosts, *self._net.switches):  # type: ignore[attr-defined]
+            yield node.name
+
+    def __len__(self) -> int:
+        return len(list(iter(self)))
+
+    def __contains__(self, name: object) -> bool:
+        return name in set(self)
+
+    def __getitem__(self, name: str) -> object:
+        return self._net.nameToNode[name]  # type: ignore[attr-defined]
+
+    def keys(self) -> list[str]:
+        return list(self)
+
+    def values(self) -> list[object]:
+        return [self[name] for name in self]
+
+    def items(self) -> list[tuple[str, object]]:
+        return [(name, self[name]) for name in self]
+
+
 class _ArgParser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # one line, and the session goes on
         raise Usage(f"{message} (see `help {self.prog}`)")
@@ -71,11 +105,11 @@ class MrcCli(CLI):
         self.links = [link.name for link in self.fabric.links]
         self.background: set[int] = set()  # flow numbers running on their own
         self.ended: dict[int, str] = {}  # flow number -> how it ended (its result read, closed)
-        super().__init__(bed.net, stdin=stdin, script=script)
+        super().__init__(_Nodes(bed.net), stdin=stdin, script=script)
 
     # ----- the loop -------------------------------------------------------------------------
     def getLocals(self) -> dict:  # noqa: N802 - Mininet's name
-        return {**super().getLocals(), "bed": self.bed}
+        return {**super().getLocals(), "net": self.bed.net, "bed": self.bed}
 
     def preloop(self) -> None:
         try:

@@ -11,13 +11,24 @@ from topologies.model import build
 FABRIC = build(planes=2, leaves=2, spines=2, hosts_per_leaf=1)
 
 
-class _Net(dict):
-    """What Mininet's CLI reads of a network when it runs a script: its nodes by name."""
+class _Node:
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+
+class _Net:
+    """What the CLI reads of a Mininet network when it runs a script: its nodes by name."""
+
+    def __init__(self) -> None:
+        self.hosts = [_Node(h.name) for h in FABRIC.hosts]
+        self.switches = [_Node(s.name) for s in FABRIC.switches]
+        self.controllers = [_Node("c0")]  # a reference only: the CLI must not list it
+        self.nameToNode = {n.name: n for n in self.hosts + self.switches}
 
 
 def _run(tmp_path, capsys, *lines):
     bed = testbed.Testbed(FABRIC, tmp_path)
-    bed.em.net = _Net({n: None for n in ["h0", "h1"] + [s.name for s in FABRIC.switches]})
+    bed.em.net = _Net()
     script = tmp_path / "script"
     script.write_text("\n".join(lines) + "\n")
     with open(os.devnull) as stdin:
@@ -103,3 +114,4 @@ def test_the_py_command_sees_the_testbed(tmp_path, capsys):
     cli, _, _ = _run(tmp_path, capsys)
     scope = cli.getLocals()
     assert scope["bed"] is cli.bed and scope["net"] is cli.bed.net and "h0" in scope
+    assert "c0" not in scope and list(cli.mn) == ["h0", "h1"] + [s.name for s in FABRIC.switches]

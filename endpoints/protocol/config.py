@@ -152,6 +152,7 @@ def parse_overrides(items: Iterable[str]) -> dict[str, bool | int | float]:
             else:
                 out[name] = float(text)
         except ValueError:
-            raise ValueError(f"{item!r}: {name} takes a {kind if isinstance(kind, str) else kind.__name__}"
-                             ) from None
+            kind_name = kind if isinstance(kind, str) else kind.__name__
+            wants = {"bool": "true or false", "int": "a whole number"}.get(kind_name, "a number")
+            raise ValueError(f"{item!r}: {name} takes {wants}") from None
     return out

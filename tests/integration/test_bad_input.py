@@ -35,6 +35,11 @@ def _mrclab(*args, env=None, user=None):
     (["run", "link-failure", "--fault-at", "5", "--fault-end", "4"], "--fault-at < --fault-end"),
     (["run", "link-failure", "--transports", "mrc,quic"], "unknown transport"),
     (["run", "collective", "--transports", "tcp"], "agents' transports only"),
+    (["cli", "--planes", "0"], "planes must be"),
+    (["cli", "--param", "warp=9"], "expected NAME=VALUE"),
+    (["cli", "--param", "mtu_payload=99999"], "would not fit a jumbo frame"),
+    (["cli", "--param", "ev_set_size=many"], "ev_set_size takes a whole number"),
+    (["cli", "--script", "/no/such/file"], "no such file"),
 ])
 def test_bad_parameters_get_one_line_and_exit_2(args, words, emulation_ready):
     proc = _mrclab(*args)

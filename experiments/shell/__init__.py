@@ -39,6 +39,7 @@ def run_cli(fabric: Fabric, transport: TransportConfig, seed: int = 1, datapath:
     print(f"*** starting {p.planes} planes x {p.leaves} leaves x {p.spines} spines, "
           f"{p.hosts_per_leaf} hosts per leaf, {p.link_mbps:g} Mbit/s links", flush=True)
     t0 = time.monotonic()
+    ended: SessionEnd | None = None
     try:
         with Testbed(fabric, workdir, seed=seed, transport=transport, datapath=datapath,
                      detect_ms=detect_ms, dataplane=dataplane) as bed:
@@ -51,11 +52,18 @@ def run_cli(fabric: Fabric, transport: TransportConfig, seed: int = 1, datapath:
             print("*** `help` lists the commands, `exit` tears everything down", flush=True)
             try:
                 MrcCli(bed, script=str(script) if script else None)
+            except SessionEnd as why:
+                ended = why
             finally:
+                # Nothing may interrupt the teardown: a second signal would leave half of it.
+                for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+                    signal.signal(sig, signal.SIG_IGN)
                 print("*** tearing down: flows, faults, captures, agents, switches, hosts", flush=True)
                 t1 = time.monotonic()
         print(f"*** done in {time.monotonic() - t1:.1f} s", flush=True)
-    except SessionEnd as why:
-        print(f"*** {why}: torn down", file=sys.stderr)
+    except SessionEnd as why:  # during start-up: the Testbed tore down what had started
+        ended = why
+    if ended is not None:
+        print(f"*** {ended}: the session ended and was torn down", file=sys.stderr)
         return 130
     return 0

@@ -222,7 +222,7 @@ def _dispatch(args: argparse.Namespace) -> int:
         if args.script is not None and not args.script.is_file():
             raise CliError(f"--script {args.script}: no such file")
         preflight.check_all()
-        from experiments.shell import run_cli
+        from experiments.shell.session import run_cli
 
         return run_cli(fabric, transport, args.seed, args.datapath, args.dataplane, args.detect_ms,
                        args.workdir, args.script)

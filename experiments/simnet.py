@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 from endpoints.host.goodput import bin_of
 from endpoints.protocol import wire
+from endpoints.protocol.core import Core, ReceiverCore, SenderCore
 from endpoints.protocol.events import Event
 from endpoints.protocol.evset import EvInfo
 from topologies.model import ev_value
@@ -50,7 +51,7 @@ class Simulation:
         self.now = 0.0
         self._heap: list[tuple[float, int, Callable[[], None]]] = []
         self._n = 0
-        self.endpoints: list[tuple[object, Callable[[int, bytes], None]]] = []
+        self.endpoints: list[tuple[Core, Callable[[int, bytes], None]]] = []
 
     def schedule(self, t: float, fn: Callable[[], None]) -> None:
         self._n += 1
@@ -74,18 +75,21 @@ class Simulation:
             link.carried += 1
         copies = 2 if any(lk.dup and self.rng.random() < lk.dup for lk in path.links) else 1
         for i in range(copies):
-            self.schedule(t + i * 1e-6, lambda p=packet: deliver(p))
+            self.schedule(t + i * 1e-6, lambda: deliver(packet))
 
-    def add_endpoint(self, core: object, routes: Mapping[int, SimPath],
-                     peer: Callable[[], object]) -> None:
+    def add_endpoint(self, core: Core, routes: Mapping[int, SimPath],
+                     peer: Callable[[], Core]) -> None:
         """Register a core whose poll() output (ev, payload) goes over routes[ev] to peer()."""
         def send(ev: int, payload: bytes) -> None:
             target = peer()
-            self.transmit(routes[ev], payload,
-                          lambda p, ev=ev: target.on_datagram(p, ev, self.now))  # type: ignore[attr-defined]
+
+            def arrive(p: bytes) -> None:
+                target.on_datagram(p, ev, self.now)
+
+            self.transmit(routes[ev], payload, arrive)
         self.endpoints.append((core, send))
 
-    def add_pair(self, sender: object, receiver: object, fwd: Mapping[int, SimPath],
+    def add_pair(self, sender: Core, receiver: Core, fwd: Mapping[int, SimPath],
                  rev: Mapping[int, SimPath]) -> None:
         self.add_endpoint(sender, fwd, lambda: receiver)
         self.add_endpoint(receiver, rev, lambda: sender)
@@ -95,14 +99,14 @@ class Simulation:
         """Advance until `until` or until `stop()` holds; returns the simulated time reached."""
         while self.now <= until:
             for core, send in self.endpoints:
-                for ev, payload in core.poll(self.now):  # type: ignore[attr-defined]
+                for ev, payload in core.poll(self.now):
                     send(ev, payload)
             if on_tick is not None:
                 on_tick(self.now)
             if stop is not None and stop():
                 return self.now
             deadlines = [d for core, _ in self.endpoints
-                         if (d := core.next_deadline()) is not None]  # type: ignore[attr-defined]
+                         if (d := core.next_deadline()) is not None]
             nxt = min(deadlines, default=until + 1)
             if self._heap:
                 nxt = min(nxt, self._heap[0][0])
@@ -122,22 +126,28 @@ class Simulation:
 class SimFabric:
     """Paths between two hosts shaped like the emulated Clos: per plane a NIC link at each end,
     per (plane, spine) an uplink and a downlink, each direction separate."""
-    evs: list  # EvInfo for the forward paths
+    evs: list[EvInfo]  # the forward paths
     fwd: dict[int, SimPath]
     rev: dict[int, SimPath]
-    links: dict[tuple, SimLink]  # ("up"|"down"|"rup"|"rdown", plane, spine), ("nic_s"|..., plane)
+    links: dict[tuple[object, ...], SimLink]  # ("up"|"down"|"rup"|"rdown", plane, spine),
+    # ("nic_s"|"nic_d"|"rnic_s"|"rnic_d", plane)
 
 
 def sim_fabric(planes: int, spines: int, rate_bps: float | None = 10e6, delay: float = 0.0003,
-               queue_bytes: int = 55_000, **link_kw: float) -> SimFabric:
-    links: dict[tuple, SimLink] = {}
+               queue_bytes: int = 55_000, loss: float = 0.0, dup: float = 0.0,
+               jitter: float = 0.0) -> SimFabric:
+    """Every link alike: `rate_bps` (None: infinitely fast), `delay`, a FIFO of `queue_bytes`,
+    random `loss` and duplication `dup` probabilities, up to `jitter` s of extra delay."""
+    links: dict[tuple[object, ...], SimLink] = {}
 
     def link(*key: object) -> SimLink:
         if key not in links:
-            links[key] = SimLink(rate_bps, delay, queue_bytes=queue_bytes, **link_kw)
+            links[key] = SimLink(rate_bps, delay, loss, dup, jitter, queue_bytes=queue_bytes)
         return links[key]
 
-    evs, fwd, rev = [], {}, {}
+    evs: list[EvInfo] = []
+    fwd: dict[int, SimPath] = {}
+    rev: dict[int, SimPath] = {}
     for p in range(planes):
         for s in range(spines):
             ev = ev_value(p, p * spines + s)  # as the model numbers a cross-leaf pair's routes
@@ -157,12 +167,12 @@ class TransferResult:
     bins: dict[int, int]  # goodput bin (endpoints.host.goodput) -> bytes delivered
 
 
-def run_transfer(sim: Simulation, sender: object, receiver: object, fwd: Mapping[int, SimPath],
+def run_transfer(sim: Simulation, sender: SenderCore, receiver: ReceiverCore, fwd: Mapping[int, SimPath],
                  rev: Mapping[int, SimPath], messages: Sequence[bytes], until: float) -> TransferResult:
     """Post `messages` at t=0 and run until all complete at the receiver or `until`."""
     sim.add_pair(sender, receiver, fwd, rev)
     for m in messages:
-        sender.send_message(m, sim.now)  # type: ignore[attr-defined]
+        sender.send_message(m, sim.now)
     completed: list[tuple[int, bytes]] = []
     s_events: list[Event] = []
     r_events: list[Event] = []
@@ -170,10 +180,10 @@ def run_transfer(sim: Simulation, sender: object, receiver: object, fwd: Mapping
     last = [0]
 
     def tick(now: float) -> None:
-        completed.extend(receiver.take_completed())  # type: ignore[attr-defined]
-        s_events.extend(sender.take_events())  # type: ignore[attr-defined]
-        r_events.extend(receiver.take_events())  # type: ignore[attr-defined]
-        delivered = receiver.bytes_delivered  # type: ignore[attr-defined]
+        completed.extend(receiver.take_completed())
+        s_events.extend(sender.take_events())
+        r_events.extend(receiver.take_events())
+        delivered = receiver.bytes_delivered
         if delivered != last[0]:
             key = bin_of(now)
             bins[key] = bins.get(key, 0) + delivered - last[0]

@@ -226,11 +226,12 @@ class Testbed:
             out.append(PathState(route, not why, ", ".join(why + lossy_here)))
         return out
 
-    def agent_flow(self, transport: str, src: str, dst: str) -> AgentFlow:
+    def agent_flow(self, transport: str, src: str, dst: str,
+                   config: TransportConfig | None = None) -> AgentFlow:
         """A flow of one of the agents' transports (mrc, roce, spray)."""
         if transport not in AGENT_TRANSPORTS:
             raise ValueError(f"{transport} is not run by the agents: use one of {sorted(AGENT_TRANSPORTS)}")
-        flow = self.flow(transport, src, dst)
+        flow = self.flow(transport, src, dst, config)
         assert isinstance(flow, AgentFlow)
         return flow
 

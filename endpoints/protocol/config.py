@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, fields, replace
+from typing import Any
 
 from endpoints.protocol import wire
 
@@ -103,7 +104,7 @@ class TransportConfig:
         return asdict(self)
 
 
-def with_overrides(base: TransportConfig, overrides: Mapping[str, object],
+def with_overrides(base: TransportConfig, overrides: Mapping[str, Any],
                    per_qp: bool = False) -> TransportConfig:
     """`base` with some parameters changed, each name checked (`per_qp`: for one QP of a
     running fabric, which cannot change what the switches were set up with).

@@ -20,6 +20,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import NoReturn
 
 from mininet.cli import CLI
 
@@ -77,7 +78,7 @@ class _Nodes:
 
 
 class _ArgParser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # one line, and the session goes on
+    def error(self, message: str) -> NoReturn:  # one line, and the session goes on
         raise Usage(f"{message} (see `help {self.prog}`)")
 
 

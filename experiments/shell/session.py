@@ -1,0 +1,69 @@
+"""`mrclab cli`: bring a fabric up and explore it interactively, like Mininet's `mn`.
+
+`run_cli` starts a Testbed (controller, switches, hosts, the switches' data plane), drops into
+the console (experiments/shell/console.py: Mininet's CLI plus MRC commands) and tears it all
+down when the console ends: `exit`, Ctrl-D, end of a --script, SIGTERM or a hang-up.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+import time
+from pathlib import Path
+
+from endpoints.protocol.config import TransportConfig
+from experiments.testbed import Testbed
+from topologies.model import Fabric
+
+
+class SessionEnd(BaseException):
+    """SIGTERM or SIGHUP: leave the console (which catches Ctrl-C's KeyboardInterrupt) so the
+    teardown runs."""
+
+
+def _end(signum: int, frame: object) -> None:
+    raise SessionEnd(signal.Signals(signum).name)
+
+
+def run_cli(fabric: Fabric, transport: TransportConfig, seed: int = 1, datapath: str = "auto",
+            dataplane: str = "auto", detect_ms: float = 900.0, workdir: Path | None = None,
+            script: Path | None = None) -> int:
+    from mininet.log import setLogLevel
+
+    from experiments.shell.console import MrcCli
+
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _end)
+    p = fabric.params
+    print(f"*** starting {p.planes} planes x {p.leaves} leaves x {p.spines} spines, "
+          f"{p.hosts_per_leaf} hosts per leaf, {p.link_mbps:g} Mbit/s links", flush=True)
+    t0 = time.monotonic()
+    ended: SessionEnd | None = None
+    try:
+        with Testbed(fabric, workdir, seed=seed, transport=transport, datapath=datapath,
+                     detect_ms=detect_ms, dataplane=dataplane) as bed:
+            em = bed.em
+            setLogLevel("output")  # Mininet's own commands print at this level
+            print(f"*** up in {time.monotonic() - t0:.1f} s: {len(fabric.hosts)} hosts "
+                  f"h0..h{len(fabric.hosts) - 1}, {len(fabric.switches)} switches, "
+                  f"{len(fabric.links)} links ({em.datapath} datapath, "
+                  f"{em.dataplane_info['mode']} switch egress)")
+            print("*** `help` lists the commands, `exit` tears everything down", flush=True)
+            try:
+                MrcCli(bed, script=str(script) if script else None)
+            except SessionEnd as why:
+                ended = why
+            finally:
+                # Nothing may interrupt the teardown: a second signal would leave half of it.
+                for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+                    signal.signal(sig, signal.SIG_IGN)
+                print("*** tearing down: flows, faults, captures, agents, switches, hosts", flush=True)
+                t1 = time.monotonic()
+        print(f"*** done in {time.monotonic() - t1:.1f} s", flush=True)
+    except SessionEnd as why:  # during start-up: the Testbed tore down what had started
+        ended = why
+    if ended is not None:
+        print(f"*** {ended}: the session ended and was torn down", file=sys.stderr)
+        return 130
+    return 0

@@ -41,6 +41,13 @@ class Session:
         out = self.child.before.replace("\r\n", "\n")
         return out.split("\n", 1)[1] if "\n" in out else ""  # drop the echoed command
 
+    def sync(self) -> None:
+        """Read past every prompt printed so far (readline redraws it after listing
+        completions): what the command prints, not its echo, says where we are."""
+        self.child.sendline("py 'in' + 'sync'")
+        self.child.expect("insync")
+        self.child.expect(PROMPT)
+
     def rows(self, command: str) -> dict[str, list[str]]:
         """A table's rows by their first cell."""
         return {cells[0]: cells for line in self.run(command).splitlines() if (cells := line.split())}
@@ -160,6 +167,10 @@ def test_tab_completion_names_links_and_hosts(cli):
     cli.child.send("evs h\t\t")
     cli.child.expect("h0 +h1 +h2 +h3")
     cli.child.send("\x15")
+    cli.child.send("fail p3s\t\t")
+    cli.child.expect("p3s0 +p3s1")
+    cli.child.send("\x15")
+    cli.sync()
     assert cli.rows("paths h0 h1")
 
 

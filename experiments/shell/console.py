@@ -373,8 +373,9 @@ class MrcCli(CLI):
         self._say(f"{name} forwards again")
 
     def do_loss(self, line: str) -> None:
-        """loss LINK P: drop packets at random with probability P (0.2 or 20%) both ways on a
-        T0-T1 LINK; P 0 removes the loss."""
+        """loss LINK P: random drop with probability P (0.2 or 20%) both ways; P 0 removes it.
+
+        LINK is a T0-T1 link (p0l0-p0s1); the drop is an nftables rule on both of its ends."""
         name, text = self._args(line, 2, "loss LINK P")
         link = self.fabric.link(name)
         p = parse_probability(text)

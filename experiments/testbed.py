@@ -133,7 +133,9 @@ class Testbed:
             self.cpu.__enter__()
             self._sampling = True
         except BaseException:
-            self.close()
+            self.em.stop()  # what had started (nothing else had yet)
+            if self._own_workdir:
+                shutil.rmtree(self.workdir, ignore_errors=True)
             raise
         self._show_baseline_addresses()
         self.t0 = time.monotonic()

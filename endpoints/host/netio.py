@@ -51,6 +51,7 @@ ECN_CE = 0b11
 _IP6 = struct.Struct("!IHBB16s16s")
 _UDP = struct.Struct("!HHHH")
 _NEXT_UDP = 17
+_NEXT_IPV6 = 41
 HOP_LIMIT = 64
 
 
@@ -63,6 +64,14 @@ def build_packet(src: bytes, dst: bytes, ev: int, payload: bytes, tclass: int = 
     first = (6 << 28) | ((tclass & 0xFF) << 20) | label
     return _IP6.pack(first, length, _NEXT_UDP, HOP_LIMIT, src, dst) + \
         _UDP.pack(sport, dport, length, csum) + payload
+
+
+def encapsulate(outer_src: bytes, outer_dst: bytes, packet: bytes) -> bytes:
+    """`packet` (IPv6) inside an outer IPv6 header, as the kernel's `encap seg6 mode encap.red`
+    with one segment builds it: no routing header; traffic class, flow label (with
+    net.ipv6.seg6_flowlabel = 0, the default) and hop limit copied from the inner header."""
+    first, = struct.unpack_from("!I", packet)
+    return _IP6.pack(first, len(packet), _NEXT_IPV6, packet[7], outer_src, outer_dst) + packet
 
 
 def open_path_socket(src: bytes, dst: bytes, ev: int, tclass: int = ECN_ECT0,

@@ -26,6 +26,10 @@ from topologies.dataplane import attach, bpf, ports
 from topologies.dataplane import reference as ref
 
 SRC, DST = netio.packed("fd00:99::1"), netio.packed("fd00:99::2")
+# IPv6-in-IPv6 (the MRC paper's layout): the outer header goes to a uSID carrier that ns B
+# decapsulates (End.DT6), the inner one to ns B's own address.
+CARRIER_TEXT = "fcbb:bb00:1c01::"
+OUTER_SRC, CARRIER = netio.packed("fcbb:bb00:1c00::"), netio.packed(CARRIER_TEXT)
 MAC_A, MAC_B = "02:6d:72:63:00:01", "02:6d:72:63:00:02"
 ETH = bytes.fromhex(MAC_B.replace(":", "")) + bytes.fromhex(MAC_A.replace(":", "")) + b"\x86\xdd"
 MTU = 1024  # the tests' data packets carry 1 KB payloads: thresholds in those frames
@@ -45,8 +49,10 @@ def bpf_ready() -> None:
     pytest.skip(reason)
 
 
-def frame(payload: bytes, tclass: int = wire.DATA_TCLASS, dport: int = wire.MRC_PORT) -> bytes:
-    return ETH + netio.build_packet(SRC, DST, 0x2C000, payload, tclass=tclass, dport=dport)
+def frame(payload: bytes, tclass: int = wire.DATA_TCLASS, dport: int = wire.MRC_PORT,
+          encap: bool = False) -> bytes:
+    packet = netio.build_packet(SRC, DST, 0x2C000, payload, tclass=tclass, dport=dport)
+    return ETH + (netio.encapsulate(OUTER_SRC, CARRIER, packet) if encap else packet)
 
 
 def data(n: int = 1024, flags: int = 0, psn: int = 9) -> bytes:
@@ -54,8 +60,11 @@ def data(n: int = 1024, flags: int = 0, psn: int = 9) -> bytes:
 
 
 def udp_ok(f: bytes) -> bool:
-    udp = f[ref._L4:]
-    return wire.udp6_checksum(f[22:38], f[38:54], udp[:6] + b"\0\0" + udp[8:]) == \
+    """The UDP checksum over the pseudo-header of the IPv6 header before UDP (the inner one of
+    an encapsulated frame), computed here, not by the model."""
+    ip = 14 + 40 * (f[20] == 41)
+    udp = f[ip + 40:]
+    return wire.udp6_checksum(f[ip + 8:ip + 24], f[ip + 24:ip + 40], udp[:6] + b"\0\0" + udp[8:]) == \
         int.from_bytes(udp[6:8], "big")
 
 
@@ -68,23 +77,26 @@ def prog(bpf_ready):
     p.close()
 
 
-def run_at(prog: bpf.Program, f: bytes, vq: int, spec: ports.PortSpec = SPEC) -> ref.RunResult:
+def run_at(prog: bpf.Program, f: bytes, vq: int, spec: ports.PortSpec = SPEC,
+           mark: int = 0) -> ref.RunResult:
     prog.configure(1, spec)
     prog.set_queue(1, vq, frozen=True)
-    return prog.run(f)
+    return prog.run(f, mark=mark)
 
 
 def test_below_between_above_thresholds(prog):
     th = ports.default_thresholds(50, CFG)
     f = frame(data())
     below = run_at(prog, f, 0)
-    assert below == (ref.TC_ACT_OK, f, shaping.CLASS_DATA)
+    assert below == (ref.TC_ACT_OK, f, shaping.CLASS_DATA, 0)
     marked = run_at(prog, f, th.mark_bytes)  # q = mark + this frame > mark
     assert marked.frame[15] & 0x30 == 0x30 and marked.frame[16:] == f[16:]
     assert marked.priority == shaping.CLASS_DATA and udp_ok(marked.frame)  # ECN is outside the sum
     assert prog.counters(1)["marked"] == 1
     trimmed = run_at(prog, f, th.trim_bytes)
-    assert trimmed.verdict == ref.TC_ACT_OK and trimmed.priority == shaping.CLASS_CONTROL
+    # Sent through the port again, marked so that the second pass neither counts nor cuts it.
+    assert (trimmed.verdict, trimmed.mark) == (ref.TC_ACT_REDIRECT, ports.REINJECT_MARK)
+    assert trimmed.priority == shaping.CLASS_CONTROL
     assert len(trimmed.frame) == 14 + 40 + 8 + wire.DATA_HDR
     assert struct.unpack_from("!H", trimmed.frame, 18)[0] == 8 + wire.DATA_HDR  # IPv6 length
     assert struct.unpack_from("!H", trimmed.frame, 58)[0] == 8 + wire.DATA_HDR  # UDP length
@@ -94,8 +106,30 @@ def test_below_between_above_thresholds(prog):
     c = prog.counters(1)
     assert (c["trimmed"], c["dropped"], c["packets"]) == (1, 0, 1)
     assert c["vq_bytes"] == th.trim_bytes + ref.TRIM_LEN == c["vq_max"]
+    second = prog.run(trimmed.frame, mark=trimmed.mark)
+    assert second == (ref.TC_ACT_OK, trimmed.frame, shaping.CLASS_CONTROL, 0)
+    assert prog.counters(1) == c  # counted once, admitted to the vq once
     above_drop = run_at(prog, f, th.drop_bytes)  # trimming beats dropping
     assert len(above_drop.frame) == ref.TRIM_LEN
+
+
+def test_encapsulated_marks_both_headers_and_trims_with_inner_checksum(prog):
+    th = ports.default_thresholds(50, CFG)
+    f = frame(data(), encap=True)
+    assert run_at(prog, f, 0) == (ref.TC_ACT_OK, f, shaping.CLASS_DATA, 0)
+    marked = run_at(prog, f, th.mark_bytes)
+    assert marked.frame[15] & 0x30 == 0x30 and marked.frame[55] & 0x30 == 0x30  # outer, inner
+    assert marked.frame == ref.mark_ce(f) and udp_ok(marked.frame)
+    trimmed = run_at(prog, f, th.trim_bytes)
+    assert (trimmed.verdict, trimmed.mark) == (ref.TC_ACT_REDIRECT, ports.REINJECT_MARK)
+    assert len(trimmed.frame) == ref.ENCAP.trim_len == ref.TRIM_LEN + 40
+    l4len = 8 + wire.DATA_HDR
+    assert struct.unpack_from("!H", trimmed.frame, 18)[0] == 40 + l4len  # outer payload length
+    assert struct.unpack_from("!H", trimmed.frame, 58)[0] == l4len  # inner payload length
+    assert struct.unpack_from("!H", trimmed.frame, 98)[0] == l4len  # UDP length
+    assert udp_ok(trimmed.frame) and trimmed.frame == ref.trim_frame(f)
+    c = prog.counters(1)
+    assert (c["trimmed"], c["packets"], c["vq_bytes"]) == (1, 1, th.trim_bytes + ref.ENCAP.trim_len)
 
 
 def test_ecn_capability_and_last_hop(prog):
@@ -129,7 +163,7 @@ def test_control_always_high_priority_never_dropped(prog):
     for payload in controls:
         f = frame(payload)
         for vq in (0, SPEC.trim_bytes, 10 * SPEC.drop_bytes):
-            assert run_at(prog, f, vq) == (ref.TC_ACT_OK, f, shaping.CLASS_CONTROL)
+            assert run_at(prog, f, vq) == (ref.TC_ACT_OK, f, shaping.CLASS_CONTROL, 0)
             c = prog.counters(1)
             assert (c["control"], c["dropped"], c["marked"]) == (1, 0, 0)
 
@@ -152,7 +186,7 @@ def test_unparsed_frames_pass_untouched_and_uncounted(prog):
     cases.append(bytes(magic))
     for case in cases:
         res = run_at(prog, case, SPEC.drop_bytes + 1)  # would be trimmed or dropped if MRC
-        assert res == (ref.TC_ACT_OK, case, 0), case[:64].hex()
+        assert res == (ref.TC_ACT_OK, case, 0, 0), case[:64].hex()
         c = prog.counters(1)
         assert c["packets"] == 0 and c["other_packets"] == 1
 
@@ -160,7 +194,7 @@ def test_unparsed_frames_pass_untouched_and_uncounted(prog):
 def test_unconfigured_port_is_plain_forwarding(prog):
     prog.unconfigure(1)
     f = frame(data())
-    assert prog.run(f) == (ref.TC_ACT_OK, f, 0)
+    assert prog.run(f) == (ref.TC_ACT_OK, f, 0, 0)
 
 
 def test_virtual_queue_drains_at_the_port_rate(prog):
@@ -183,20 +217,25 @@ FRAMES = st.one_of(
 )
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(payload=FRAMES, tclass=st.integers(0, 255), vq=st.integers(0, 70000),
        last_hop=st.booleans(), trim=st.booleans(), cut=st.integers(0, 1500),
-       flip=st.one_of(st.none(), st.integers(0, 110)), dport=st.sampled_from([4791, 4791, 4790]))
-def test_kernel_matches_reference(prog, payload, tclass, vq, last_hop, trim, cut, flip, dport):
-    f = bytearray(frame(payload, tclass=tclass, dport=dport))
+       flip=st.one_of(st.none(), st.integers(0, 150)), dport=st.sampled_from([4791, 4791, 4790]),
+       encap=st.booleans(), inner_tclass=st.one_of(st.none(), st.integers(0, 255)),
+       mark=st.sampled_from([0, 0, 0, ports.REINJECT_MARK, 7]))
+def test_kernel_matches_reference(prog, payload, tclass, vq, last_hop, trim, cut, flip, dport,
+                                  encap, inner_tclass, mark):
+    f = bytearray(frame(payload, tclass=tclass, dport=dport, encap=encap))
+    if encap and inner_tclass is not None:  # the inner class need not be the outer one
+        f[54:56] = bytes([0x60 | inner_tclass >> 4, (inner_tclass & 0x0F) << 4 | f[55] & 0x0F])
     if flip is not None and flip < len(f):
         f[flip] ^= 0x5A  # corrupt any header byte: whatever it becomes, C and Python agree
     f = bytes(f[:max(54, len(f) - cut)] if cut < 200 else f)  # 54: test runs need the L3 header
     spec = replace(SPEC, last_hop=last_hop, trim=trim)
-    got = run_at(prog, f, vq, spec)
-    want, vq_after = ref.reference(f, vq, spec)
+    got = run_at(prog, f, vq, spec, mark=mark)
+    want, vq_after = ref.reference(f, vq, spec, mark=mark)
     assert got.verdict == want.verdict
-    if want.verdict == ref.TC_ACT_OK:
+    if want.verdict != ref.TC_ACT_SHOT:
         assert got == want
     assert prog.counters(1)["vq_bytes"] == vq_after
 
@@ -233,6 +272,9 @@ def veth(bpf_ready):
             subprocess.run(["ip", "netns", "exec", ns, "ethtool", "-K", ifname, "tx", "off"],
                            check=True, capture_output=True)
             sleepers.append(subprocess.Popen(["ip", "netns", "exec", ns, "sleep", "3600"]))
+        # B decapsulates IPv6-in-IPv6 sent to CARRIER in its kernel, as a receiving host does.
+        _ip("-n", NS_B, "-6", "route", "replace", "local", f"{CARRIER_TEXT}/128",
+            "encap", "seg6local", "action", "End.DT6", "table", "local", "dev", "lo")
         subprocess.run(["ip", "netns", "exec", NS_A, "tc", "-batch", "-"], check=True, text=True,
                        capture_output=True,
                        input=shaping.switch_htb_batch([IF_A], LINK_MBPS, QUEUE, 2 * 1514, MTU))
@@ -293,11 +335,29 @@ def _attach(pid: int, **kw: object) -> attach.DataPlane:
     return attach.attach_ports([replace(spec, **kw)])
 
 
-def _class_packets(classid: str) -> int:
+def _class_sent(classid: str) -> tuple[int, int]:
+    """(bytes, packets) HTB sent in a class of IF_A: what it charged, not what the wire saw.
+    (`tc -j` prints nothing for HTB classes with this iproute2: the text form is read.)"""
     out = subprocess.run(["ip", "netns", "exec", NS_A, "tc", "-s", "class", "show", "dev", IF_A],
                          capture_output=True, text=True, check=True).stdout
-    block = out.split(f"class htb {classid} ", 1)[1]
-    return int(block.split("Sent ", 1)[1].split()[2])
+    words = out.split(f"class htb {classid} ", 1)[1].split("Sent ", 1)[1].split()
+    return int(words[0]), int(words[2])
+
+
+def _class_packets(classid: str) -> int:
+    return _class_sent(classid)[1]
+
+
+def _send_frames(pid: int, frames: list[bytes]) -> None:
+    """Ethernet frames out of IF_A through its qdisc (AF_PACKET), as a switch port sends them."""
+    with netns.inside(pid):
+        sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW)
+    try:
+        sock.bind((IF_A, 0))
+        for f in frames:
+            sock.send(f)
+    finally:
+        sock.close()
 
 
 def test_burst_marks_then_trims_and_headers_overtake(veth):
@@ -331,6 +391,38 @@ def test_burst_marks_then_trims_and_headers_overtake(veth):
     assert first_trim < last_full, order
     # Past the trim threshold only headers join the backlog.
     assert c["vq_max"] <= ports.default_thresholds(QUEUE, CFG).trim_bytes + c["trimmed"] * ref.TRIM_LEN
+
+
+@pytest.mark.parametrize("encap", [False, True], ids=["plain", "ipv6-in-ipv6"])
+def test_trimmed_header_is_charged_its_own_length(veth, encap):
+    """HTB sizes a packet before the clsact egress program runs; a trimmed header is sent
+    through the port once more so that HTB charges what it now weighs, not the full frame (the
+    program before this fix: n x the full frame). Counted once; every header arrives with a
+    valid checksum (decapsulated by End.DT6 in B when encapsulated)."""
+    pid_a, pid_b = veth
+    n = 40  # a burst the 1:2 FIFO holds even when charged full frames: no drop either way
+    frames = [frame(data(psn=i), encap=encap) for i in range(n)]
+    trim_len = ref.layout(frames[0]).trim_len
+    rx = Receiver(pid_b)
+    errors_before = _csum_errors(NS_B)
+    sent_before = _class_sent("1:2")
+    try:
+        with _attach(pid_a) as plane:
+            prog, ifindex = plane.program(IF_A)
+            prog.set_queue(ifindex, ports.default_thresholds(QUEUE, CFG).trim_bytes, frozen=True)
+            _send_frames(pid_a, frames)
+            got = rx.drain()
+            c = plane.counters()[IF_A]
+    finally:
+        rx.close()
+    sent = tuple(a - b for a, b in zip(_class_sent("1:2"), sent_before, strict=True))
+    print(f"{n} trimmed headers of {trim_len} B (frames of {len(frames[0])} B): HTB 1:2 charged {sent}")
+    assert (c["packets"], c["trimmed"], c["control"], c["dropped"]) == (n, n, 0, 0)
+    assert sent == (n * trim_len, n)
+    pkts = [wire.decode(buf) for buf, _ in got]
+    assert sorted(p.psn for p in pkts) == list(range(n))
+    assert all(p.flags & wire.F_TRIMMED and p.payload == b"" for p in pkts)
+    assert _csum_errors(NS_B) == errors_before
 
 
 def test_burst_without_trimming_drops_at_capacity(veth):
@@ -435,7 +527,7 @@ def test_baseline_class_is_dropped_not_trimmed(prog):
     dropped, as RoCE without PFC sees it, while the MRC class is trimmed at the same backlog."""
     th = ports.default_thresholds(QUEUE, CFG)
     for tclass, verdict, trimmed in ((netio.ECN_ECT0, ref.TC_ACT_SHOT, False),
-                                     (wire.DATA_TCLASS, ref.TC_ACT_OK, True)):
+                                     (wire.DATA_TCLASS, ref.TC_ACT_REDIRECT, True)):
         res = run_at(prog, frame(data(), tclass=tclass), th.drop_bytes)
         assert res.verdict == verdict
         if trimmed:

@@ -120,7 +120,7 @@ COUNTER_NAMES = ("packets", "bytes", "marked", "trimmed", "dropped", "control", 
                  "other_packets", "other_bytes")
 COUNTERS_FMT = "=" + "Q" * len(COUNTER_NAMES)
 FROZEN = (1 << 64) - 1  # last_ns in the future: the vq stops draining (deterministic tests)
-_SKB_CTX = 192  # sizeof(struct __sk_buff); priority at 32, ifindex at 40
+_SKB_CTX = 192  # sizeof(struct __sk_buff); mark at 8, priority at 32, ifindex at 40
 
 
 def _ensure_bpffs() -> None:
@@ -186,12 +186,14 @@ class Program:
     def reset_counters(self, ifindex: int) -> None:
         self.ctr.update(ifindex, *([0] * len(COUNTER_NAMES)))
 
-    def run(self, frame: bytes, ifindex: int = 1) -> RunResult:
+    def run(self, frame: bytes, ifindex: int = 1, mark: int = 0) -> RunResult:
         """Run one frame through the program in the kernel (BPF_PROG_TEST_RUN) as if sent on
-        `ifindex` of this namespace (1, loopback, needs no device)."""
+        `ifindex` of this namespace (1, loopback, needs no device) with skb->mark `mark`. A
+        redirect is only reported (TC_ACT_REDIRECT), not carried out."""
         data_in = ctypes.create_string_buffer(bytes(frame), len(frame))
         data_out = ctypes.create_string_buffer(len(frame) + 256)
         ctx = bytearray(_SKB_CTX)
+        struct.pack_into("=I", ctx, 8, mark)
         struct.pack_into("=I", ctx, 40, ifindex)
         ctx_in = ctypes.create_string_buffer(bytes(ctx), _SKB_CTX)
         ctx_out = ctypes.create_string_buffer(_SKB_CTX)
@@ -200,8 +202,9 @@ class Program:
                             data_out=_addr(data_out), repeat=1, ctx_size_in=_SKB_CTX,
                             ctx_size_out=_SKB_CTX, ctx_in=_addr(ctx_in), ctx_out=_addr(ctx_out))
         _bpf(BPF_PROG_TEST_RUN, attr)
-        priority = struct.unpack_from("=I", ctx_out.raw, 32)[0]
-        return RunResult(attr.retval, data_out.raw[:attr.data_size_out], priority)
+        mark_out, = struct.unpack_from("=I", ctx_out.raw, 8)
+        priority, = struct.unpack_from("=I", ctx_out.raw, 32)
+        return RunResult(attr.retval, data_out.raw[:attr.data_size_out], priority, mark_out)
 
     def close(self) -> None:
         """Unpin and close: the kernel frees the program once no tc filter holds it."""

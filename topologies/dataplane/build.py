@@ -12,7 +12,7 @@ import sysconfig
 from pathlib import Path
 
 from endpoints.protocol import wire
-from topologies.dataplane.ports import FLAG_LAST_HOP, FLAG_TRIM, RATE_SHIFT
+from topologies.dataplane.ports import FLAG_LAST_HOP, FLAG_TRIM, RATE_SHIFT, REINJECT_MARK
 from topologies.shaping import CLASS_CONTROL, CLASS_DATA
 
 REPO = Path(__file__).resolve().parents[2]
@@ -49,6 +49,7 @@ def cflags() -> list[str]:
         "RATE_SHIFT": RATE_SHIFT,
         "FLAG_LAST_HOP": FLAG_LAST_HOP,
         "FLAG_TRIM": FLAG_TRIM,
+        "REINJECT_MARK": REINJECT_MARK,
     }
     return [f"-D{name}={value}" for name, value in values.items()]
 

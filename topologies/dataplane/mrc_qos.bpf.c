@@ -11,6 +11,17 @@
  * Control (opcode above the data range, or an already trimmed header) always takes the control
  * class. Anything this program cannot parse passes untouched: only its bytes enter the vq.
  *
+ * A trimmed header is sent through the port's egress once more (bpf_redirect to its own
+ * ifindex): the qdisc took the packet's length before this program ran (qdisc_pkt_len_init runs
+ * before the clsact egress hook), so without it HTB would charge the header as the full frame.
+ * REINJECT_MARK in skb->mark tells the second pass to let it through in the control class
+ * without counting it again (the first pass admitted TRIM_LEN to the vq already).
+ *
+ * Two layouts are parsed: plain IPv6/UDP/MRC, and the MRC paper's IPv6-in-IPv6 (outer
+ * destination = the uSID carrier, inner destination = the receiving NIC). Encapsulated, CE is
+ * set on both headers (the receiver's End.DT6 decapsulation does not copy it inward), and a trim
+ * fixes both payload lengths and UDP's and sums the checksum over the inner pseudo-header.
+ *
  * Every MRC constant comes from endpoints/protocol/wire.py at build time (-D flags written by
  * `python -m topologies.dataplane build`), so the two can never disagree.
  */
@@ -29,7 +40,7 @@
 	!defined(MRC_F_TRIMMED) || !defined(MRC_F_TRIMMED_LASTHOP) || !defined(MRC_TRIM_DSCP) || \
 	!defined(MRC_DATA_OPCODE_MAX) || !defined(CLASS_CONTROL) || \
 	!defined(CLASS_DATA) || !defined(RATE_SHIFT) || !defined(FLAG_LAST_HOP) || \
-	!defined(FLAG_TRIM)
+	!defined(FLAG_TRIM) || !defined(REINJECT_MARK)
 #error "build with `python -m topologies.dataplane build`: constants come from endpoints/protocol/wire.py"
 #endif
 
@@ -37,9 +48,14 @@ _Static_assert(MRC_DATA_HDR % 4 == 0, "bpf_csum_diff sums whole 32-bit words");
 _Static_assert(MRC_COMMON_LEN <= MRC_DATA_HDR, "the common header is a prefix of DATA_HDR");
 
 #define L3_OFF ETH_HLEN
-#define L4_OFF (L3_OFF + 40)               /* fixed IPv6 header; extension headers: not parsed */
-#define PAYLOAD_OFF (L4_OFF + 8)        /* the MRC header */
-#define TRIM_LEN (PAYLOAD_OFF + MRC_DATA_HDR)  /* what a trimmed frame keeps */
+/* encap = 0: Ethernet | IPv6 | UDP | MRC;  encap = 1: Ethernet | IPv6 | IPv6 | UDP | MRC.
+ * Extension headers are not parsed. Every function taking `encap` is always_inline and called
+ * with a constant, so the verifier sees constant offsets. */
+#define IP_OFF(encap) (L3_OFF + 40 * (encap))     /* the header holding the UDP addresses */
+#define L4_OFF(encap) (L3_OFF + 40 + 40 * (encap))
+#define PAYLOAD_OFF(encap) (L4_OFF(encap) + 8)   /* the MRC header */
+#define TRIM_LEN(encap) (PAYLOAD_OFF(encap) + MRC_DATA_HDR)  /* what a trimmed frame keeps */
+#define IPPROTO_IPV6_ENCAP 41
 #define VQ_CAP_BYTES (1ULL << 30)          /* keeps vq << RATE_SHIFT far from u64 overflow */
 #define ECN_MASK 0x30                      /* ECN = low 2 bits of traffic class = byte 1 bits 5:4 */
 #define ECN_CE 0x30
@@ -106,13 +122,14 @@ static __always_inline __u16 csum_fold(__u64 sum)
 }
 
 /* What the packet is. Reads only what is linear after a bounded pull; anything inconsistent is
- * OTHER. Sets *trimmable (data with payload to cut) and *ect (ECT(0) or ECT(1), not CE). */
-static __always_inline enum kind classify(struct __sk_buff *skb, int *trimmable, int *ect)
+ * OTHER. Sets *trimmable (data with payload to cut) and *ect (ECT(0) or ECT(1), not CE).
+ * `encap`: the layout to parse (see IP_OFF); the outer header's consistency is checked too. */
+static __always_inline enum kind classify(struct __sk_buff *skb, int encap, int *trimmable, int *ect)
 {
 	__u32 len = skb->len;
-	if (len < PAYLOAD_OFF + MRC_COMMON_LEN || skb->gso_segs > 1)
+	if (len < PAYLOAD_OFF(encap) + MRC_COMMON_LEN || skb->gso_segs > 1)
 		return OTHER;  /* a GSO super-packet is not one MRC datagram: never cut it */
-	__u32 want = len < TRIM_LEN ? len : TRIM_LEN;
+	__u32 want = len < TRIM_LEN(encap) ? len : TRIM_LEN(encap);
 	void *data = (void *)(long)skb->data;
 	void *end = (void *)(long)skb->data_end;
 	if (data + want > end) {  /* headers in paged data (e.g. large frames from AF_PACKET) */
@@ -121,28 +138,37 @@ static __always_inline enum kind classify(struct __sk_buff *skb, int *trimmable,
 		data = (void *)(long)skb->data;
 		end = (void *)(long)skb->data_end;
 	}
-	if (data + PAYLOAD_OFF + MRC_COMMON_LEN > end)
+	if (data + PAYLOAD_OFF(encap) + MRC_COMMON_LEN > end)
 		return OTHER;
 	struct ethhdr *eth = data;
-	__u8 *ip6 = data + L3_OFF;
-	struct udphdr *udp = data + L4_OFF;
-	__u8 *mrc = data + PAYLOAD_OFF;
+	__u8 *outer = data + L3_OFF;
+	__u8 *ip6 = data + IP_OFF(encap);
+	struct udphdr *udp = data + L4_OFF(encap);
+	__u8 *mrc = data + PAYLOAD_OFF(encap);
 	if (eth->h_proto != bpf_htons(ETH_P_IPV6) || (ip6[0] >> 4) != 6 || ip6[6] != IPPROTO_UDP)
 		return OTHER;
+	if (encap) {
+		__u16 outer_plen = ((__u16)outer[4] << 8) | outer[5];
+		if ((outer[0] >> 4) != 6 || outer[6] != IPPROTO_IPV6_ENCAP || L3_OFF + 40 + outer_plen != len)
+			return OTHER;
+	}
 	if (udp->dest != bpf_htons(MRC_PORT) || mrc[MRC_MAGIC_OFF] != MRC_MAGIC ||
 	    mrc[MRC_VERSION_OFF] != MRC_VERSION)
 		return OTHER;
 	__u16 udp_len = bpf_ntohs(udp->len);
 	__u16 ip_plen = ((__u16)ip6[4] << 8) | ip6[5];
-	if (udp_len != ip_plen || udp_len < 8 + MRC_COMMON_LEN || L4_OFF + udp_len > len)
+	if (udp_len != ip_plen || udp_len < 8 + MRC_COMMON_LEN || L4_OFF(encap) + udp_len > len)
 		return OTHER;
-	__u8 ecn = ip6[1] & ECN_MASK;
+	/* ECN and the class: the outer header's (the one switches queue by); an encapsulating
+	 * sender copies the inner traffic class outward. */
+	__u8 ecn = outer[1] & ECN_MASK;
 	*ect = ecn != 0 && ecn != ECN_CE;
 	if (mrc[MRC_OPCODE_OFF] > MRC_DATA_OPCODE_MAX || (mrc[MRC_FLAGS_OFF] & MRC_F_TRIMMED))
 		return CONTROL;
 	/* Trimming is a per-class switch feature: only the MRC data class (its DSCP) is cut; the
 	 * RoCE baseline's class sees plain drop-tail, as RoCE without PFC would. */
-	*trimmable = udp_len > 8 + MRC_DATA_HDR && (((ip6[0] & 0x0f) << 2) | (ip6[1] >> 6)) == MRC_TRIM_DSCP;
+	*trimmable = udp_len > 8 + MRC_DATA_HDR &&
+		(((outer[0] & 0x0f) << 2) | (outer[1] >> 6)) == MRC_TRIM_DSCP;
 	return DATA;
 }
 
@@ -162,29 +188,33 @@ static __always_inline void drain(struct port_state *st, const struct port_cfg *
 		st->vq_fp -= elapsed * cfg->rate_fp;
 }
 
-/* Cut a data packet to TRIM_LEN, flag it TRIMMED, fix both lengths and recompute the UDP
- * checksum over what is left (the receiving kernel verifies it; OVS userspace does not fix it).
- * Senders here write full checksums (raw sockets), so the field is never a CHECKSUM_PARTIAL
- * seed. */
-static __always_inline int trim(struct __sk_buff *skb, int last_hop)
+/* Cut a data packet to TRIM_LEN, flag it TRIMMED, fix the lengths (both IPv6 payload lengths
+ * when encapsulated, and UDP's) and recompute the UDP checksum over what is left, with the
+ * pseudo-header of the IPv6 header that carries the UDP datagram (the inner one when
+ * encapsulated). The receiving kernel verifies it; OVS userspace does not fix it. Senders
+ * here write full checksums, so the field is never a CHECKSUM_PARTIAL seed. */
+static __always_inline int trim(struct __sk_buff *skb, int encap, int last_hop)
 {
-	if (bpf_skb_change_tail(skb, TRIM_LEN, 0))
+	if (bpf_skb_change_tail(skb, TRIM_LEN(encap), 0))
 		return -1;
 	void *data = (void *)(long)skb->data;
 	void *end = (void *)(long)skb->data_end;
-	if (data + TRIM_LEN > end) {
-		if (bpf_skb_pull_data(skb, TRIM_LEN))
+	if (data + TRIM_LEN(encap) > end) {
+		if (bpf_skb_pull_data(skb, TRIM_LEN(encap)))
 			return -1;
 		data = (void *)(long)skb->data;
 		end = (void *)(long)skb->data_end;
-		if (data + TRIM_LEN > end)
+		if (data + TRIM_LEN(encap) > end)
 			return -1;
 	}
-	struct ipv6hdr *ip6 = data + L3_OFF;
-	struct udphdr *udp = data + L4_OFF;
-	__u8 *mrc = data + PAYLOAD_OFF;
+	struct ipv6hdr *outer = data + L3_OFF;
+	struct ipv6hdr *ip6 = data + IP_OFF(encap);
+	struct udphdr *udp = data + L4_OFF(encap);
+	__u8 *mrc = data + PAYLOAD_OFF(encap);
 	const __u16 l4len = 8 + MRC_DATA_HDR;
 	ip6->payload_len = bpf_htons(l4len);
+	if (encap)
+		outer->payload_len = bpf_htons(40 + l4len);
 	udp->len = bpf_htons(l4len);
 	udp->check = 0;
 	/* A trim on the port facing the receiver is the receiver's own incast, not the path's
@@ -206,8 +236,23 @@ static __always_inline int trim(struct __sk_buff *skb, int last_hop)
 	return 0;
 }
 
-SEC("tc")
-int mrc_egress(struct __sk_buff *skb)
+/* CE on the outer header and, when encapsulated, on the inner one too. IPv6 has no header
+ * checksum and UDP's does not cover the traffic class. */
+static __always_inline int mark_ce(struct __sk_buff *skb, int encap)
+{
+	void *data = (void *)(long)skb->data;
+	void *end = (void *)(long)skb->data_end;
+	__u8 *tc = data + L3_OFF + 1;
+	__u8 *inner_tc = data + IP_OFF(encap) + 1;
+	if ((void *)(inner_tc + 1) > end || (void *)(tc + 1) > end)
+		return 0;
+	*tc |= ECN_CE;
+	if (encap && (*inner_tc & ECN_MASK))  /* only an ECN-capable inner packet may carry CE */
+		*inner_tc |= ECN_CE;
+	return 1;
+}
+
+static __always_inline int egress(struct __sk_buff *skb, int encap)
 {
 	__u32 ifindex = skb->ifindex;
 	struct port_cfg *cfg = bpf_map_lookup_elem(&mrc_cfg, &ifindex);
@@ -220,7 +265,7 @@ int mrc_egress(struct __sk_buff *skb)
 
 	int trimmable = 0, ect = 0;
 	__u32 len = skb->len;
-	enum kind kind = classify(skb, &trimmable, &ect);
+	enum kind kind = classify(skb, encap, &trimmable, &ect);
 	__u64 mark_fp = (__u64)cfg->mark_bytes << RATE_SHIFT;
 	__u64 trim_fp = (__u64)cfg->trim_bytes << RATE_SHIFT;
 	__u64 drop_fp = (__u64)cfg->drop_bytes << RATE_SHIFT;
@@ -238,7 +283,7 @@ int mrc_egress(struct __sk_buff *skb)
 	} else if (kind == DATA) {
 		if (q > trim_fp && (flags & FLAG_TRIM) && trimmable) {
 			action = TRIM;
-			admitted = TRIM_LEN;
+			admitted = TRIM_LEN(encap);
 		} else if (q > drop_fp) {
 			action = DROP;
 			admitted = 0;
@@ -271,26 +316,45 @@ int mrc_egress(struct __sk_buff *skb)
 		return TC_ACT_SHOT;
 	}
 	if (action == TRIM) {
-		if (trim(skb, flags & FLAG_LAST_HOP)) {  /* cannot be trimmed after all: this is the only other drop */
+		if (trim(skb, encap, flags & FLAG_LAST_HOP)) {  /* cannot be trimmed after all: this is the only other drop */
 			__sync_fetch_and_add(&ctr->dropped, 1);
 			return TC_ACT_SHOT;
 		}
 		__sync_fetch_and_add(&ctr->trimmed, 1);
 		skb->priority = CLASS_CONTROL;
-		return TC_ACT_OK;
+		/* The qdisc sized this packet before we cut it and would charge the header as the
+		 * full frame: enqueue it on this port again, sized, shaped and counted as what it is. */
+		skb->mark = REINJECT_MARK;
+		return bpf_redirect(ifindex, 0);
 	}
-	if (action == MARK) {
-		/* bpf_skb_pull_data in classify() made these bytes linear; the bound is re-proved. */
-		void *data = (void *)(long)skb->data;
-		void *end = (void *)(long)skb->data_end;
-		__u8 *tc = data + L3_OFF + 1;
-		if ((void *)(tc + 1) <= end) {
-			*tc |= ECN_CE;  /* IPv6 has no header checksum; UDP's does not cover it */
-			__sync_fetch_and_add(&ctr->marked, 1);
-		}
-	}
+	if (action == MARK && mark_ce(skb, encap))  /* classify() made these bytes linear */
+		__sync_fetch_and_add(&ctr->marked, 1);
 	skb->priority = CLASS_DATA;
 	return TC_ACT_OK;
+}
+
+SEC("tc")
+int mrc_egress(struct __sk_buff *skb)
+{
+	if (skb->mark == REINJECT_MARK) {  /* our trimmed header on its second pass: counted once */
+		skb->mark = 0;
+		skb->priority = CLASS_CONTROL;
+		return TC_ACT_OK;
+	}
+	/* Outer next header: IPv6-in-IPv6 or not. Frames from AF_PACKET (OVS userspace) may have
+	 * only the Ethernet header linear: pull the IPv6 header's first bytes first. */
+	void *data = (void *)(long)skb->data;
+	void *end = (void *)(long)skb->data_end;
+	if (data + L3_OFF + 7 > end) {
+		if (skb->len < L3_OFF + 7 || bpf_skb_pull_data(skb, L3_OFF + 7))
+			return egress(skb, 0);
+		data = (void *)(long)skb->data;
+		end = (void *)(long)skb->data_end;
+	}
+	__u8 *nh = data + L3_OFF + 6;
+	if ((void *)(nh + 1) <= end && *nh == IPPROTO_IPV6_ENCAP)
+		return egress(skb, 1);
+	return egress(skb, 0);
 }
 
 char _license[] SEC("license") = "GPL";

@@ -21,6 +21,10 @@ TRIM_PACKETS = 15  # well past NSCC's target: cut payloads before the FIFO gets 
 
 FLAG_LAST_HOP = 1  # port faces a host: no ECN marks (the MRC paper marks everywhere else)
 FLAG_TRIM = 2
+# skb->mark of a trimmed header the program sends through its port once more (so that HTB sizes
+# it again): the second pass lets it through uncounted. Any value nothing else on a switch port
+# uses; "MRCT" in ASCII.
+REINJECT_MARK = 0x4D524354
 RATE_SHIFT = 32  # fixed point for bytes/ns and the vq: exact to 0.01% even at 0.01 Mbit/s
 VQ_CAP_BYTES = 1 << 30  # as in the C program; thresholds must stay below it
 

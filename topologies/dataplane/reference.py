@@ -1,6 +1,11 @@
 """The pure Python model of the eBPF program (mrc_qos.bpf.c): how it classifies a frame, how it
 trims one, and what it does on a port with a given backlog. No kernel needed: the unit tests
-run it, and the integration tests hold the kernel program to it frame by frame."""
+run it, and the integration tests hold the kernel program to it frame by frame.
+
+Two layouts: plain (Ethernet | IPv6 | UDP | MRC) and the MRC paper's IPv6-in-IPv6 (Ethernet |
+outer IPv6 | inner IPv6 | UDP | MRC), told apart by the outer next header. The class (DSCP) and
+ECN are read from the outer header, the one switches queue by; UDP's addresses are the inner
+header's."""
 
 from __future__ import annotations
 
@@ -8,35 +13,61 @@ import struct
 from typing import NamedTuple
 
 from endpoints.protocol import wire
-from topologies.dataplane.ports import VQ_CAP_BYTES, PortSpec
+from topologies.dataplane.ports import REINJECT_MARK, VQ_CAP_BYTES, PortSpec
 from topologies.shaping import CLASS_CONTROL, CLASS_DATA
 
-TC_ACT_OK, TC_ACT_SHOT = 0, 2
-# Offsets in an Ethernet frame: IPv6 header, UDP header, MRC header.
+TC_ACT_OK, TC_ACT_SHOT, TC_ACT_REDIRECT = 0, 2, 7
+IPPROTO_IPV6 = 41  # the next header of IPv6-in-IPv6
+_NEXT_UDP = 17
+_ECN_BITS = 0x30  # ECN in the second byte of an IPv6 header (CE: both bits set)
+# Offsets in a plain Ethernet frame: IPv6 header, UDP header, MRC header. Encapsulated frames
+# have one more IPv6 header before UDP (`Layout`).
 _L3 = wire.ETH_HDR
 _L4 = _L3 + wire.IPV6_HDR
 _MRC = _L4 + wire.UDP_HDR
-TRIM_LEN = _MRC + wire.DATA_HDR  # what a trimmed frame keeps: every header, no payload
+TRIM_LEN = _MRC + wire.DATA_HDR  # what a trimmed plain frame keeps: every header, no payload
+
+
+class Layout(NamedTuple):
+    ip: int  # the IPv6 header that carries the UDP datagram (the inner one when encapsulated)
+    l4: int
+    mrc: int
+    trim_len: int  # what a trimmed frame keeps
+
+
+PLAIN = Layout(_L3, _L4, _MRC, TRIM_LEN)
+ENCAP = Layout(_L3 + wire.IPV6_HDR, _L4 + wire.IPV6_HDR, _MRC + wire.IPV6_HDR,
+               TRIM_LEN + wire.IPV6_HDR)
 
 
 class RunResult(NamedTuple):
-    verdict: int  # TC_ACT_OK or TC_ACT_SHOT
+    verdict: int  # TC_ACT_OK, TC_ACT_SHOT or TC_ACT_REDIRECT (a trimmed header, sent again)
     frame: bytes  # the frame as the program left it
     priority: int  # skb->priority afterwards
+    mark: int = 0  # skb->mark afterwards
+
+
+def layout(frame: bytes) -> Layout:
+    """The layout the program parses `frame` with: its outer next header decides."""
+    return ENCAP if len(frame) > _L3 + 6 and frame[_L3 + 6] == IPPROTO_IPV6 else PLAIN
 
 
 def classify(frame: bytes) -> tuple[str, bool, bool]:
     """(kind, trimmable, ect) as the C program sees an Ethernet frame: kind is "data",
     "control" or "other" (anything it does not parse, which it never changes)."""
-    n = len(frame)
-    if n < _MRC + wire.COMMON.size or frame[12:14] != b"\x86\xdd" or frame[_L3] >> 4 != 6 \
-            or frame[_L3 + 6] != 17:
+    n, lay = len(frame), layout(frame)
+    if n < lay.mrc + wire.COMMON.size or frame[12:14] != b"\x86\xdd" or frame[lay.ip] >> 4 != 6 \
+            or frame[lay.ip + 6] != _NEXT_UDP:
         return "other", False, False
-    mrc = frame[_MRC:_MRC + wire.COMMON.size]
-    dport, udp_len = struct.unpack_from("!H H", frame, _L4 + 2)
-    ip_plen = struct.unpack_from("!H", frame, _L3 + 4)[0]
+    if lay is ENCAP:
+        outer_plen = struct.unpack_from("!H", frame, _L3 + 4)[0]
+        if frame[_L3] >> 4 != 6 or _L3 + wire.IPV6_HDR + outer_plen != n:
+            return "other", False, False
+    mrc = frame[lay.mrc:lay.mrc + wire.COMMON.size]
+    dport, udp_len = struct.unpack_from("!H H", frame, lay.l4 + 2)
+    ip_plen = struct.unpack_from("!H", frame, lay.ip + 4)[0]
     if dport != wire.MRC_PORT or mrc[2] != wire.MAGIC or mrc[3] != wire.VERSION \
-            or udp_len != ip_plen or udp_len < 8 + wire.COMMON.size or _L4 + udp_len > n:
+            or udp_len != ip_plen or udp_len < 8 + wire.COMMON.size or lay.l4 + udp_len > n:
         return "other", False, False
     ecn = (frame[_L3 + 1] >> 4) & 3
     ect = ecn in (1, 2)
@@ -47,37 +78,63 @@ def classify(frame: bytes) -> tuple[str, bool, bool]:
 
 
 def trim_frame(frame: bytes, last_hop: bool = False) -> bytes:
-    """A data frame cut as the program cuts it: lengths fixed, TRIMMED (and on a port facing
-    a host TRIMMED_LASTHOP) set, checksum valid."""
-    out = bytearray(frame[:TRIM_LEN])
+    """A data frame cut as the program cuts it: lengths fixed (both IPv6 payload lengths when
+    encapsulated), TRIMMED (and on a port facing a host TRIMMED_LASTHOP) set, UDP checksum
+    valid over the inner pseudo-header."""
+    lay = layout(frame)
+    out = bytearray(frame[:lay.trim_len])
     l4len = 8 + wire.DATA_HDR
-    struct.pack_into("!H", out, _L3 + 4, l4len)
-    struct.pack_into("!HH", out, _L4 + 4, l4len, 0)
-    out[_MRC + 1] |= wire.F_TRIMMED | (wire.F_TRIMMED_LASTHOP if last_hop else 0)
-    check = wire.udp6_checksum(bytes(out[_L3 + 8:_L3 + 24]), bytes(out[_L3 + 24:_L3 + 40]),
-                               bytes(out[_L4:]))
-    struct.pack_into("!H", out, _L4 + 6, check)
+    if lay is ENCAP:
+        struct.pack_into("!H", out, _L3 + 4, wire.IPV6_HDR + l4len)
+    struct.pack_into("!H", out, lay.ip + 4, l4len)
+    struct.pack_into("!HH", out, lay.l4 + 4, l4len, 0)
+    out[lay.mrc + 1] |= wire.F_TRIMMED | (wire.F_TRIMMED_LASTHOP if last_hop else 0)
+    check = wire.udp6_checksum(bytes(out[lay.ip + 8:lay.ip + 24]), bytes(out[lay.ip + 24:lay.ip + 40]),
+                               bytes(out[lay.l4:]))
+    struct.pack_into("!H", out, lay.l4 + 6, check)
     return bytes(out)
 
 
-def reference(frame: bytes, vq_bytes: int, spec: PortSpec, priority: int = 0) -> tuple[RunResult, int]:
-    """What the program does to `frame` on a port with backlog `vq_bytes` and no draining:
-    (result, backlog afterwards). The integration tests hold the kernel to this model."""
+def mark_ce(frame: bytes) -> bytes:
+    """CE on the outer header and, when encapsulated and the inner packet is ECN-capable, on the
+    inner one (decapsulation does not copy it inward)."""
+    out = bytearray(frame)
+    out[_L3 + 1] |= _ECN_BITS
+    lay = layout(frame)
+    if lay is ENCAP and out[lay.ip + 1] & _ECN_BITS:
+        out[lay.ip + 1] |= _ECN_BITS
+    return bytes(out)
+
+
+def reference(frame: bytes, vq_bytes: int, spec: PortSpec, priority: int = 0,
+              mark: int = 0) -> tuple[RunResult, int]:
+    """What the program does to `frame` (arriving with skb->priority and skb->mark) on a port
+    with backlog `vq_bytes` and no draining: (result, backlog afterwards). The integration tests
+    hold the kernel to this model. A trimmed header is redirected to the same port with
+    REINJECT_MARK and passes the second time untouched and uncounted."""
+    if mark == REINJECT_MARK:
+        return RunResult(TC_ACT_OK, frame, CLASS_CONTROL, 0), vq_bytes
     kind, trimmable, ect = classify(frame)
     q = vq_bytes + len(frame)
-    admitted, verdict, out, prio = len(frame), TC_ACT_OK, frame, priority
+    admitted, out, prio = len(frame), frame, priority
     if kind == "other":
         admitted = 0 if q > spec.drop_bytes else admitted
     elif kind == "control":
         prio = CLASS_CONTROL
     elif q > spec.trim_bytes and spec.trim and trimmable:
-        admitted, out, prio = TRIM_LEN, trim_frame(frame, spec.last_hop), CLASS_CONTROL
+        out = trim_frame(frame, spec.last_hop)
+        return RunResult(TC_ACT_REDIRECT, out, CLASS_CONTROL, REINJECT_MARK), \
+            min(vq_bytes + len(out), VQ_CAP_BYTES)
     elif q > spec.drop_bytes:
-        admitted, verdict = 0, TC_ACT_SHOT
+        return RunResult(TC_ACT_SHOT, frame, priority, mark), min(vq_bytes, VQ_CAP_BYTES)
     else:
         prio = CLASS_DATA
         if q > spec.mark_bytes and ect and not spec.last_hop:
-            out = frame[:_L3 + 1] + bytes([frame[_L3 + 1] | 0x30]) + frame[_L3 + 2:]
-    return RunResult(verdict, out, prio), min(vq_bytes + admitted, VQ_CAP_BYTES)
+            out = mark_ce(frame)
+    return RunResult(TC_ACT_OK, out, prio, mark), min(vq_bytes + admitted, VQ_CAP_BYTES)
 
 
+def charged_bytes(result: RunResult) -> int:
+    """What the port's shaper (HTB) charges for a frame the program returned: its length as it
+    leaves (a trimmed header is sized again on its second pass), nothing for a drop."""
+    return 0 if result.verdict == TC_ACT_SHOT else len(result.frame)

@@ -17,6 +17,7 @@ from topologies.model import FabricError, FabricParams, build
 from topologies.preflight import PreflightError
 
 RESULTS = Path(__file__).resolve().parent.parent / "results"
+SWITCH_CHOICES = ("auto", "ovs", "linux")  # topologies.switches.CHOICES (not imported: fast --help)
 
 
 class CliError(Exception):
@@ -29,6 +30,13 @@ def _fabric_args(parser: argparse.ArgumentParser, defaults: FabricParams) -> Non
     parser.add_argument("--spines", type=int, default=defaults.spines, help="T1 switches per plane")
     parser.add_argument("--hosts-per-leaf", type=int, default=defaults.hosts_per_leaf)
     parser.add_argument("--link-mbps", type=float, default=defaults.link_mbps)
+    _switch_args(parser)
+
+
+def _switch_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--switch", choices=SWITCH_CHOICES, default="auto",
+                        help="switch backend: ovs (Open vSwitch + os-ken), linux (kernel SRv6 "
+                             "routers), auto (the fastest this machine runs)")
     parser.add_argument("--datapath", choices=("auto", "kernel", "user"), default="auto",
                         help="OVS datapath (auto: kernel where the module exists)")
 
@@ -89,7 +97,7 @@ def make_parser() -> argparse.ArgumentParser:
     for name in ("planes", "leaves", "spines", "hosts-per-leaf"):
         run.add_argument(f"--{name}", type=int, default=None)
     run.add_argument("--link-mbps", type=float, default=None)
-    run.add_argument("--datapath", choices=("auto", "kernel", "user"), default="auto")
+    _switch_args(run)
     run.add_argument("--dataplane", choices=("auto", "ebpf", "droptail"), default="auto",
                      help="switch egress: ECN marking and trimming in eBPF (auto: where it loads)")
     run.add_argument("--transports", default=None,
@@ -100,7 +108,7 @@ def make_parser() -> argparse.ArgumentParser:
     run.add_argument("--detect-ms", type=float, default=900.0, help="baseline routing detection delay")
     run.add_argument("--routing", choices=("bfd", "bgp"), default=None, help="bfd = 900 ms, bgp = 9000 ms")
     run.add_argument("--link", default=None, help="fault target link (default: the one the flow uses)")
-    run.add_argument("--switch", default=None, help="switch-failure: spine to fail")
+    run.add_argument("--fail-switch", default=None, help="switch-failure: spine to fail")
     run.add_argument("--loss", type=float, default=0.2, help="lossy-link: drop probability")
     run.add_argument("--flaps-per-min", type=float, default=60.0)
     run.add_argument("--down-ms", type=float, default=300.0, help="link-flap: each flap's down time")
@@ -144,10 +152,10 @@ def run_options(args: argparse.Namespace):  # -> experiments.scenarios.Options
                    sc.duration if args.duration is None else args.duration,
                    sc.fault_at if args.fault_at is None else args.fault_at,
                    sc.fault_end if args.fault_end is None else args.fault_end,
-                   detect_ms=detect_ms, seed=args.seed, link=args.link, switch=args.switch,
+                   detect_ms=detect_ms, seed=args.seed, link=args.link, fail_switch=args.fail_switch,
                    loss=args.loss, flaps_per_min=args.flaps_per_min, down_ms=args.down_ms,
                    steps=args.steps, step_kb=args.step_kb, datapath=args.datapath,
-                   dataplane=args.dataplane)
+                   dataplane=args.dataplane, switch_backend=args.switch)
     if args.senders is not None:
         opts = replace(opts, senders=args.senders)
     elif sc.kind.name == "incast":
@@ -177,7 +185,6 @@ def _dispatch(args: argparse.Namespace) -> int:
 
     if args.command == "clean":
         preflight.require_root()
-        preflight.require_ovs()
         from topologies.cleanup import cleanup_leftovers
         print(json.dumps(cleanup_leftovers(kill_shells=True)))
         return 0
@@ -186,9 +193,11 @@ def _dispatch(args: argparse.Namespace) -> int:
         from experiments.report import write_report
         print(write_report(args.results))
         return 0
+    from topologies import switches
+
     if args.command == "run":
         opts = run_options(args)
-        preflight.check_all()
+        switches.check(opts.switch_backend)
         from experiments.runner import run_scenario
         out = args.out or RESULTS / args.scenario
         summary = run_scenario(opts, out, progress=lambda m: print(f"[{args.scenario}] {m}", flush=True))
@@ -201,7 +210,7 @@ def _dispatch(args: argparse.Namespace) -> int:
             print(f"rewrote {path}")
         return 0
     if args.command == "validate":
-        preflight.check_all()
+        switches.check()
         from experiments.validate import validate_all
         return 0 if validate_all(args.out, args.write_reference) else 1
     if args.command == "bench":
@@ -221,16 +230,16 @@ def _dispatch(args: argparse.Namespace) -> int:
             raise CliError(f"--detect-ms must be in (0, 60000], got {args.detect_ms}")
         if args.script is not None and not args.script.is_file():
             raise CliError(f"--script {args.script}: no such file")
-        preflight.check_all()
+        switches.check(args.switch)
         from experiments.shell.session import run_cli
 
         return run_cli(fabric, transport, args.seed, args.datapath, args.dataplane, args.detect_ms,
-                       args.workdir, args.script)
-    preflight.check_all()
+                       args.workdir, args.script, switch=args.switch)
+    switches.check(args.switch)
     if args.command == "check-fabric":
         from experiments.tools.check_fabric import check_fabric
         result = check_fabric(fabric, Path("/tmp/mrclab/check-fabric"), args.sample_pairs,
-                              args.seed, args.cut, args.datapath)
+                              args.seed, args.cut, args.datapath, switch=args.switch)
         print(json.dumps(result))
         return 0 if result["ok"] else 1
     if args.command == "demo":
@@ -240,7 +249,7 @@ def _dispatch(args: argparse.Namespace) -> int:
             raise CliError("need 0 < --cut-at < --restore-at < --duration")
         summary = run_demo(fabric, args.out, duration=args.duration, cut_at=args.cut_at,
                            restore_at=args.restore_at, detect_ms=detect_ms, seed=args.seed,
-                           datapath=args.datapath, dataplane=args.dataplane)
+                           datapath=args.datapath, dataplane=args.dataplane, switch=args.switch)
         return 0 if summary["ok"] else 1
     raise CliError(f"unknown command {args.command}")
 

@@ -11,16 +11,17 @@ from __future__ import annotations
 import json
 import os
 import platform
-import re
 import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from importlib import metadata
 from pathlib import Path
 
 from experiments import metrics
 from topologies import netns
+from topologies.emulation import Emulation
 
 CPU_IDLE_FLOOR_PCT = 10.0
 LINK_RATE_FLOOR = 0.85  # achieved / configured on a link that should be saturated
@@ -37,14 +38,9 @@ def _cpu_times() -> tuple[int, int]:
 # socket: with the 208 KB default, frames queued in the ports' qdiscs fill its send buffer and
 # OVS drops what it cannot send without counting it (40-80 silent losses per incast run).
 OVS_SEND_BUFFER = 16 << 20
-OVS_BUSY_CEILING_PCT = 95.0  # ovs-vswitchd's share of one core past which it is saturated
-
-
-def _ovs_pid() -> int | None:
-    try:
-        return int(Path("/var/run/openvswitch/ovs-vswitchd.pid").read_text().strip())
-    except (OSError, ValueError):
-        return None
+# A forwarding process's (ovs-vswitchd's) share of one core past which it is saturated: its
+# main loop is one thread. With one instance per plane, the busiest instance counts.
+OVS_BUSY_CEILING_PCT = 95.0
 
 
 def _proc_cpu_ticks(pid: int) -> int | None:
@@ -56,12 +52,16 @@ def _proc_cpu_ticks(pid: int) -> int | None:
 
 
 class CpuSampler:
-    """Background sampler of whole-machine CPU idle %, and of ovs-vswitchd's share of one core:
-    the userspace datapath forwards in one thread, so it can be the bottleneck while the other
-    core still idles."""
+    """Background sampler of whole-machine CPU idle %, and of the busiest forwarding process's
+    share of one core (`forwarding_pids()`, asked when sampling starts: the switch backend's
+    ovs-vswitchd instances): the userspace datapath forwards in one thread, so it can be the
+    bottleneck while the other core still idles. A backend that forwards in the kernel has no
+    such process and no such samples."""
 
-    def __init__(self, interval: float = 0.25) -> None:
+    def __init__(self, interval: float = 0.25,
+                 forwarding_pids: Callable[[], list[int]] = lambda: []) -> None:
         self.interval = interval
+        self.forwarding_pids = forwarding_pids
         self.samples: list[tuple[float, float]] = []  # (monotonic time, idle %)
         self.ovs_samples: list[tuple[float, float]] = []  # (monotonic time, % of one core)
         self._stop = threading.Event()
@@ -77,22 +77,24 @@ class CpuSampler:
 
     def _run(self) -> None:
         idle0, total0 = _cpu_times()
-        ovs = _ovs_pid()
+        pids = self.forwarding_pids()
         hz = os.sysconf("SC_CLK_TCK")
-        ticks0, t0 = (_proc_cpu_ticks(ovs) if ovs else None), time.monotonic()
+        ticks0, t0 = {p: _proc_cpu_ticks(p) for p in pids}, time.monotonic()
         while not self._stop.wait(self.interval):
             idle1, total1 = _cpu_times()
             now = time.monotonic()
             if total1 > total0:
                 self.samples.append((now, 100.0 * (idle1 - idle0) / (total1 - total0)))
             idle0, total0 = idle1, total1
-            ticks1 = _proc_cpu_ticks(ovs) if ovs else None
-            if ticks0 is not None and ticks1 is not None and now > t0:
-                self.ovs_samples.append((now, 100.0 * (ticks1 - ticks0) / hz / (now - t0)))
+            ticks1 = {p: _proc_cpu_ticks(p) for p in pids}
+            busy = [(t1 - t) for p, t1 in ticks1.items()
+                    if t1 is not None and (t := ticks0.get(p)) is not None]
+            if busy and now > t0:
+                self.ovs_samples.append((now, 100.0 * max(busy) / hz / (now - t0)))
             ticks0, t0 = ticks1, now
 
     def ovs_busy(self, start: float = 0.0, end: float = float("inf"), q: float = 90) -> float | None:
-        """The q-th percentile of ovs-vswitchd's CPU (% of one core)."""
+        """The q-th percentile of the busiest forwarding process's CPU (% of one core)."""
         values = sorted(v for t, v in self.ovs_samples if start <= t <= end)
         return round(metrics.percentile(values, q), 1) if values else None
 
@@ -109,20 +111,6 @@ class CpuSampler:
     def mean_idle(self, start: float = 0.0, end: float = float("inf")) -> float | None:
         values = [v for t, v in self.samples if start <= t <= end]
         return round(sum(values) / len(values), 1) if values else None
-
-
-_PORT_RE = re.compile(r"port\s+(\d+):\s*rx pkts=(\d+), bytes=(\d+).*?tx pkts=(\d+), bytes=(\d+)", re.S)
-
-
-def port_counters(bridge: str) -> dict[int, dict[str, int]]:
-    """Per-port packet and byte counters of an OVS bridge (ovs-ofctl dump-ports)."""
-    out = subprocess.run(["ovs-ofctl", "-O", "OpenFlow13", "dump-ports", bridge],
-                         capture_output=True, text=True).stdout
-    counters = {}
-    for m in _PORT_RE.finditer(out):
-        port, rxp, rxb, txp, txb = (int(x) for x in m.groups())
-        counters[port] = {"rx_pkts": rxp, "rx_bytes": rxb, "tx_pkts": txp, "tx_bytes": txb}
-    return counters
 
 
 def software_versions() -> dict[str, str]:
@@ -148,15 +136,15 @@ def software_versions() -> dict[str, str]:
             "mininet": mn, "ovs": cmd(["ovs-vswitchd", "--version"])}
 
 
-def dataplane_totals(em: object) -> dict[str, int]:
+def dataplane_totals(em: Emulation) -> dict[str, int]:
     """Marked / trimmed / dropped packets summed over every switch port (eBPF data plane), and
     `fifo_drops`: what the ports' real queues (HTB leaves) dropped, whichever data plane ran."""
     totals: dict[str, int] = {}
-    for counters in em.dataplane_counters().values():  # type: ignore[attr-defined]
+    for counters in em.dataplane_counters().values():
         for key in ("packets", "marked", "trimmed", "dropped", "control"):
             totals[key] = totals.get(key, 0) + counters.get(key, 0)
     totals["fifo_drops"] = qdisc_drops(em)
-    totals["ovs_port_drops"] = ovs_port_drops(em)
+    totals["switch_port_drops"] = switch_port_drops(em)
     totals["host_fifo_drops"] = host_qdisc_drops(em)
     return totals
 
@@ -174,35 +162,34 @@ def _fifo_drops(prefix: list[str], devs: set[str] | None = None) -> int:
                if q.get("kind") == "pfifo" and (devs is None or q.get("dev") in devs))
 
 
-def host_qdisc_drops(em: object) -> int:
+def host_qdisc_drops(em: Emulation) -> int:
     """Packets dropped by the hosts' NIC queues (a sender outrunning its own NIC)."""
     total = 0
-    for host in em.fabric.hosts:  # type: ignore[attr-defined]
-        drops = _fifo_drops(netns.command(em.pid(host.name), []))  # type: ignore[attr-defined]
+    for host in em.fabric.hosts:
+        drops = _fifo_drops(netns.command(em.pid(host.name), []))
         if drops < 0:
             return -1
         total += drops
     return total
 
 
-def qdisc_drops(em: object) -> int:
-    """Packets dropped by the leaf FIFOs of every switch egress port (`tc -s qdisc`)."""
-    fabric = em.fabric  # type: ignore[attr-defined]
+def qdisc_drops(em: Emulation) -> int:
+    """Packets dropped by the leaf FIFOs of every switch egress port (`tc -s qdisc`, in each
+    namespace that holds switch ports)."""
+    fabric = em.fabric
     ports = {link.b_ifname for link in fabric.links} | \
         {link.a_ifname for link in fabric.links if link.kind == "fabric"}
-    return _fifo_drops([], ports)
-
-
-_DROP_RE = re.compile(r"port\s+\d+:\s*rx pkts=\d+, bytes=\d+, drop=(\d+).*?"
-                      r"tx pkts=\d+, bytes=\d+, drop=(\d+)", re.S)
-
-
-def ovs_port_drops(em: object) -> int:
-    """Packets OVS itself dropped on the switches' ports (receive or send), e.g. a veth whose
-    socket buffer overflowed in the userspace datapath: losses no queue counter shows."""
     total = 0
-    for sw in em.fabric.switches:  # type: ignore[attr-defined]
-        out = subprocess.run(["ovs-ofctl", "-O", "OpenFlow13", "dump-ports", sw.name],
-                             capture_output=True, text=True).stdout
-        total += sum(int(rx) + int(tx) for rx, tx in _DROP_RE.findall(out))
+    for pid in {em.port_namespace(name) for name in ports}:
+        drops = _fifo_drops(netns.command(pid, []) if pid is not None else [], ports)
+        if drops < 0:
+            return -1
+        total += drops
     return total
+
+
+def switch_port_drops(em: Emulation) -> int:
+    """Packets the switches themselves dropped on their ports (receive or send), e.g. a veth
+    whose socket buffer overflowed in OVS's userspace datapath: losses no queue counter shows."""
+    return sum(c["rx_drop"] + c["tx_drop"] for sw in em.fabric.switches
+               for c in em.port_counters(sw.name).values())

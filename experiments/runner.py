@@ -19,7 +19,7 @@ from pathlib import Path
 from experiments import fidelity, metrics
 from experiments.flows import ev_timeline
 from experiments.scenarios.base import Options, Record
-from experiments.testbed import Testbed
+from experiments.testbed import Testbed, describe_switches
 from topologies import files
 from topologies.model import Fabric
 
@@ -39,10 +39,10 @@ def execute(opts: Options, workdir: Path, say: Progress) -> tuple[Record, dict]:
     kind, record = opts.scenario.kind, Record()
     fabric = Fabric(opts.fabric)
     with Testbed(fabric, workdir, seed=opts.seed, datapath=opts.datapath, detect_ms=opts.detect_ms,
-                 dataplane=opts.dataplane) as bed:
+                 dataplane=opts.dataplane, switch=opts.switch_backend) as bed:
         em = bed.em
         say(f"fabric up in {em.setup_seconds:.1f} s ({len(fabric.switches)} switches, "
-            f"{em.datapath} datapath)")
+            f"{describe_switches(em)})")
         bed.prepare(opts.transports)
         for transport, trim in kind.variants(opts, bed):
             label = transport if trim is None else f"{transport}{'' if trim else '-droptail'}"
@@ -52,6 +52,7 @@ def execute(opts: Options, workdir: Path, say: Progress) -> tuple[Record, dict]:
             kind.run(bed, opts, transport, label, record)
             say(f"{label}: {_brief(record.transports[label])}")
         info = {"setup_seconds": round(em.setup_seconds, 2), "datapath": em.datapath,
+                "switches": em.backend.info(),
                 "dataplane": {**em.dataplane_info, "totals": fidelity.dataplane_totals(em)},
                 "controller_events": [json.loads(line)
                                       for line in em.events_path.read_text().splitlines()]}
@@ -99,11 +100,11 @@ def _fidelity(opts: Options, record: Record, cpu: fidelity.CpuSampler, datapath:
         rate = record.link_rates.get(transport)
         ovs = cpu.ovs_busy(t0, t1)
         entry = {"cpu_idle_min_pct": cpu.min_idle(t0, t1), "cpu_idle_p10_pct": idle,
-                 "cpu_idle_mean_pct": cpu.mean_idle(t0, t1), "ovs_cpu_p90_pct": ovs}
+                 "cpu_idle_mean_pct": cpu.mean_idle(t0, t1), "switch_cpu_p90_pct": ovs}
         if ovs is not None and ovs > fidelity.OVS_BUSY_CEILING_PCT:
-            warnings.append(f"{transport}: ovs-vswitchd used {ovs}% of a core for 10% of the run "
-                            f"(> {fidelity.OVS_BUSY_CEILING_PCT}%): the switches, not the links, "
-                            f"may set the pace")
+            warnings.append(f"{transport}: a forwarding process (ovs-vswitchd) used {ovs}% of a "
+                            f"core for 10% of the run (> {fidelity.OVS_BUSY_CEILING_PCT}%): the "
+                            f"switches, not the links, may set the pace")
         if rate is not None:
             entry["link_mbps_achieved"] = rate
         per_transport[transport] = entry
@@ -130,6 +131,8 @@ def _summarise(run: Run, info: dict) -> dict:
         "fabric": opts.fabric.as_dict(),
         "config": {**opts.as_dict(), "setup_seconds": info["setup_seconds"],
                    "datapath": info["datapath"]},
+        "switch_backend": info["switches"]["switch_backend"],
+        "switches": info["switches"],
         "seed": opts.seed,
         "software": fidelity.software_versions(),
         "dataplane": info["dataplane"],

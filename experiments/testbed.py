@@ -79,6 +79,11 @@ def wait_for_agents(clients: dict[str, AgentClient], log_of: Callable[[str], Pat
             raise error(f"agent on {host} did not start: {log}") from exc
 
 
+def describe_switches(em: Emulation) -> str:
+    """The switch backend in a few words, for progress lines."""
+    return f"{em.switch_backend} switches" + (f", {em.datapath} datapath" if em.datapath else "")
+
+
 class PathState(NamedTuple):
     """One source route between two hosts, and whether the faults injected so far leave it up."""
     route: Route  # EV, plane, spine, uSID carrier address, links crossed
@@ -95,20 +100,21 @@ class Testbed:
         folder, removed at `close()`.
     seed: every random choice of the agents derives from it.
     transport: the run's transport parameters, for the agents and the switches' thresholds.
+    switch: the switch backend, auto (the fastest this machine runs), ovs or linux.
     datapath, dataplane, detect_ms: as `mrclab run --datapath/--dataplane/--detect-ms`.
     """
 
     def __init__(self, fabric: Fabric, workdir: Path | str | None = None, seed: int = 1,
                  transport: TransportConfig | None = None, datapath: str = "auto",
-                 detect_ms: float = 900.0, dataplane: str = "auto") -> None:
+                 detect_ms: float = 900.0, dataplane: str = "auto", switch: str = "auto") -> None:
         self.fabric = fabric
         self._own_workdir = workdir is None
         self.workdir = files.private_dir("mrclab-testbed-") if workdir is None else Path(workdir)
         self.seed = seed
         self.transport = transport or TransportConfig()
         self.em = Emulation(fabric, self.workdir, datapath=datapath, detect_ms=detect_ms,
-                            dataplane_mode=dataplane, transport=self.transport)
-        self.cpu = fidelity.CpuSampler()
+                            dataplane_mode=dataplane, transport=self.transport, switch=switch)
+        self.cpu = fidelity.CpuSampler(forwarding_pids=self.em.forwarding_pids)
         self.faults = FaultInjector(self.em)
         self.agents: dict[str, AgentClient] = {}
         self.flows: list[Flow] = []  # every flow opened, in order; flow N is flows[N - 1]

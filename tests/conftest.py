@@ -1,5 +1,7 @@
-"""Shared test settings: integration tests need root and Open vSwitch. They skip on a laptop
-without them, but never in CI (CI=true), where a missing prerequisite is a failure."""
+"""Shared test settings: integration tests need root, Mininet and a switch backend (Open vSwitch
+for the first-class one). They skip on a laptop without them, but never in CI (CI=true), where a
+missing prerequisite is a failure. Tests that build a fabric take `switch_backend` and run once
+per backend (ovs, linux)."""
 
 from __future__ import annotations
 
@@ -15,11 +17,14 @@ sys.path.insert(0, str(ROOT))
 IN_CI = os.environ.get("CI") == "true"
 
 
-def _emulation_unavailable() -> str | None:
-    from topologies import preflight
+SWITCH_BACKENDS = ("ovs", "linux")
+
+
+def _emulation_unavailable(backend: str = "ovs") -> str | None:
+    from topologies import preflight, switches
 
     try:
-        preflight.check_all()
+        switches.check(backend)
     except preflight.PreflightError as exc:
         return str(exc)
     return None
@@ -46,3 +51,15 @@ def emulation_ready() -> None:
     except preflight.PreflightError as exc:
         require_or_skip(str(exc))
     cleanup.cleanup_leftovers(kill_shells=True)
+
+
+@pytest.fixture(params=SWITCH_BACKENDS)
+def switch_backend(request: pytest.FixtureRequest, emulation_ready: None) -> str:
+    """The switch backend a fabric-building test runs on (the test runs once per backend)."""
+    from topologies.switches import linux
+
+    reason = _emulation_unavailable(request.param)
+    if reason == linux.NOT_YET:  # a backend still being built is no missing prerequisite
+        pytest.skip(reason)
+    require_or_skip(reason)
+    return request.param

@@ -1,5 +1,6 @@
 """What a killed run can leave behind, and the run lock: the one place that knows every kind
-of leftover (OVS bridges, switch-side veths, Mininet host shells, pinned BPF objects).
+of leftover (each switch backend's own, such as OVS bridges; switch-side veths, Mininet host
+shells, pinned BPF objects).
 
 Only one emulation runs at a time: its process id is in `LOCK_PATH` while it runs. A run
 killed before its teardown is cleaned by the next start (bridges, veths, pins) and by
@@ -15,12 +16,9 @@ import signal
 import subprocess
 from pathlib import Path
 
-from topologies.model import Fabric
 from topologies.preflight import PreflightError
 
 LOCK_PATH = Path("/run/mrclab.lock")
-BRIDGE_TAG = "mrclab"  # external_ids key marking our bridges for `mrclab clean`
-BRIDGE_NAME = re.compile(r"p\d+[ls]\d+")  # the model's switch names (topologies/model.py)
 VETH_NAME = re.compile(r"^(p\d+[ls]\d+|h\d+)-eth\d+$")  # the model's interface names
 
 
@@ -51,26 +49,6 @@ def release_lock() -> None:
 
 
 # ----- leftovers --------------------------------------------------------------------------------
-def tag_bridges(names: list[str]) -> None:
-    """Mark bridges as ours (one ovsdb transaction), so `our_bridges` finds exactly them."""
-    args = ["ovs-vsctl"]
-    for name in names:
-        args += ["--", "set", "bridge", name, f"external_ids:{BRIDGE_TAG}=1"]
-    subprocess.run(args, check=True, capture_output=True)
-
-
-def our_bridges() -> list[str]:
-    """Bridges tagged as ours, plus untagged ones with our switch names: a run killed between
-    Mininet creating the bridges and the tagging transaction leaves those."""
-    tagged = subprocess.run(
-        ["ovs-vsctl", "--timeout=10", "--columns=name", "--format=csv", "--no-headings",
-         "find", "bridge", f"external_ids:{BRIDGE_TAG}=1"], capture_output=True, text=True)
-    names = {line.strip().strip('"') for line in tagged.stdout.splitlines() if line.strip()}
-    listed = subprocess.run(["ovs-vsctl", "--timeout=10", "list-br"], capture_output=True, text=True)
-    names |= {b for b in listed.stdout.split() if BRIDGE_NAME.fullmatch(b)}
-    return sorted(names)
-
-
 def bpf_pins() -> int:
     """Remove pins left by processes that died without detaching their data plane; their tc
     filters went with the interfaces. Returns how many pin directories were removed."""
@@ -87,16 +65,35 @@ def bpf_pins() -> int:
     return removed
 
 
-def cleanup_leftovers(fabric: Fabric | None = None, kill_shells: bool = False) -> dict[str, int]:
-    """Delete mrclab bridges, stray veths and (`kill_shells`) Mininet host shells of a killed run."""
-    bridges = set(our_bridges())
-    if fabric is not None:
-        bridges |= {s.name for s in fabric.switches}
-    if bridges:
-        args = ["ovs-vsctl", "--timeout=60"]
-        for name in sorted(bridges):
-            args += ["--", "--if-exists", "del-br", name]
-        subprocess.run(args, capture_output=True)
+def _host_shells() -> list[int]:
+    """Mininet host shells: bash started by mnexec with "mininet:hN" in argv."""
+    found = subprocess.run(["pgrep", "-f", r"^bash .*mininet:h[0-9]+$"], capture_output=True,
+                           text=True)
+    return [int(pid) for pid in found.stdout.split()]
+
+
+def _our_veths() -> list[str]:
+    """Interfaces in this namespace named like the model's (switch-side ends survive their
+    switches; host ends die with their namespaces)."""
+    links = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True).stdout
+    return [m.split("@")[0] for m in re.findall(r"^\d+: (\S+):", links, re.M)
+            if VETH_NAME.match(m.split("@")[0])]
+
+
+def leftovers() -> dict[str, list]:
+    """What is left on the machine right now, by kind (every list empty: nothing): what a run
+    must not leave behind, and what `cleanup_leftovers` removes."""
+    from topologies import switches
+
+    return {**switches.leftovers(), "veths": _our_veths(), "host_shells": _host_shells()}
+
+
+def cleanup_leftovers(kill_shells: bool = False) -> dict[str, int]:
+    """Delete what a killed run left: every switch backend's own leftovers (OVS bridges, ...),
+    stray veths and (`kill_shells`) Mininet host shells."""
+    from topologies import switches
+
+    out = switches.cleanup_leftovers()
     # Root-side ends of our veths (switch ports) survive the bridges; host ends die with
     # their namespaces.
     from pyroute2 import IPRoute
@@ -112,13 +109,11 @@ def cleanup_leftovers(fabric: Fabric | None = None, kill_shells: bool = False) -
                 except Exception:  # noqa: BLE001 - its peer's deletion may have taken it already
                     pass
     shells = 0
-    if kill_shells:  # Mininet host shells: bash started by mnexec with "mininet:hN" in argv
-        found = subprocess.run(["pgrep", "-f", r"^bash .*mininet:h[0-9]+$"], capture_output=True,
-                               text=True)
-        for pid in found.stdout.split():
+    if kill_shells:
+        for pid in _host_shells():
             try:
-                os.kill(int(pid), signal.SIGKILL)
+                os.kill(pid, signal.SIGKILL)
                 shells += 1
-            except (ProcessLookupError, ValueError):
+            except ProcessLookupError:
                 pass
-    return {"bridges": len(bridges), "veths": removed, "shells": shells, "bpf_pins": bpf_pins()}
+    return {**out, "veths": removed, "shells": shells, "bpf_pins": bpf_pins()}

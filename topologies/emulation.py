@@ -1,11 +1,12 @@
-"""Bring a fabric model to life: controller process, Mininet hosts and OVS switches, host
-networking, link shaping, and a teardown that leaves nothing behind.
+"""Bring a fabric model to life: control-plane process, Mininet hosts, the switches of the
+run's backend (topologies/switches/: OVS + os-ken, or Linux kernel routers), host networking,
+link shaping, and a teardown that leaves nothing behind.
 
-Start-up follows what measured fast on a 2-core VM: Mininet's batch OVS start (one ovsdb
-transaction for every bridge and port), tc applied with one `tc -batch` per namespace instead
-of Mininet's TCLink (several subprocesses per interface), host addresses with pyroute2 from
-this process (setns, no process per host). Teardown deletes every bridge in one ovs-vsctl
-transaction and drops the namespaces, rather than Mininet's interface-by-interface stop.
+Start-up follows what measured fast on a 2-core VM: tc applied with one `tc -batch` per
+namespace instead of Mininet's TCLink (several subprocesses per interface), host addresses with
+pyroute2 from this process (setns, no process per host), and whatever is fastest for the
+switches themselves (their backend's business). Everything switch-specific goes through the
+backend; this module knows only where each switch's ports live (`port_namespace`).
 """
 
 from __future__ import annotations
@@ -15,37 +16,42 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import time
-from collections.abc import Sequence
-from functools import partial
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager, nullcontext
+from dataclasses import replace
 from pathlib import Path
 
 from endpoints.protocol.config import TransportConfig
-from topologies import cleanup, files, hostnet, netns, preflight, shaping
+from topologies import cleanup, files, hostnet, netns, preflight, shaping, switches
 from topologies.dataplane.attach import DataPlane
 from topologies.dataplane.ports import PortSpec, switch_ports
 from topologies.model import LINK_MTU, Fabric
-
-FAIL_COOKIE = 0xDEAD  # marks the flow that makes a switch stop forwarding (`set_switch`)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from topologies.switches import SwitchBackend
 
 
 class Emulation:
-    """A running fabric. Use as a context manager; `stop()` is idempotent."""
+    """A running fabric. Use as a context manager; `stop()` is idempotent.
+
+    switch: the switch backend, `auto` (the fastest this machine runs), `ovs` or `linux`;
+    datapath: OVS's datapath (auto, kernel, user), for the ovs backend."""
 
     def __init__(self, fabric: Fabric, workdir: Path, datapath: str = "auto",
                  detect_ms: float = 900.0, shape_links: bool = True,
-                 dataplane_mode: str = "auto", transport: TransportConfig | None = None) -> None:
+                 dataplane_mode: str = "auto", transport: TransportConfig | None = None,
+                 switch: str = "auto") -> None:
         if dataplane_mode not in ("auto", "ebpf", "droptail"):
             raise preflight.PreflightError(
                 f"unknown data plane {dataplane_mode!r}: use auto, ebpf or droptail")
+        if switch not in switches.CHOICES:
+            raise preflight.PreflightError(f"unknown switch backend {switch!r}: use one of "
+                                           f"{', '.join(switches.CHOICES)}")
         self.fabric = fabric
+        self.switch_requested = switch
+        # Switch-side interface -> the switch it belongs to (where its namespace is asked).
+        self._port_owner = {link.b_ifname: link.b for link in fabric.links}
+        self._port_owner.update({link.a_ifname: link.a for link in fabric.links if link.kind == "fabric"})
+        self.switches: SwitchBackend | None = None  # the run's backend, once started
         # The run's transport parameters: the switch thresholds count frames of its payload size.
         self.transport = transport or TransportConfig()
         self.dataplane_mode = dataplane_mode
@@ -77,14 +83,28 @@ class Emulation:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
+    @property
+    def switch_backend(self) -> str:
+        """The backend's name ("ovs", "linux"), once started."""
+        return self.switches.name if self.switches is not None else ""
+
+    @property
+    def backend(self) -> SwitchBackend:
+        if self.switches is None:
+            raise RuntimeError("the emulation has not started")
+        return self.switches
+
     def start(self) -> None:
-        preflight.check_all()
-        self.datapath = preflight.choose_datapath(self.datapath_requested)
+        name = switches.check(self.switch_requested)
         cleanup.take_lock()
         cleanup.cleanup_leftovers()
         t0 = time.monotonic()
         self.workdir.mkdir(parents=True, exist_ok=True)
         _raise_socket_buffer_limits()
+        options = {"datapath": self.datapath_requested} if name == "ovs" else {}
+        self.switches = switches.make(name, self.fabric, self.workdir, **options)
+        self.switches.start_instances()
+        self.datapath = getattr(self.switches, "datapath", "")
         self._start_controller()
         self.timings["controller"] = time.monotonic() - t0
         self._build_mininet()
@@ -96,48 +116,37 @@ class Emulation:
         self.timings["flows"] = self.setup_seconds
 
     def _start_controller(self) -> None:
-        port = _free_port()
-        self.controller_port = port
         self.status_path = self.workdir / "controller-status.json"
         self.events_path = self.workdir / "controller-events.jsonl"
         self.notify_path = self.workdir / "controller.sock"
         config = {"fabric": self.fabric.params.as_dict(), "status": str(self.status_path),
-                  "events": str(self.events_path), "detect_ms": self.detect_ms, "port": port,
-                  "notify": str(self.notify_path)}
+                  "events": str(self.events_path), "detect_ms": self.detect_ms,
+                  "notify": str(self.notify_path), **self.backend.controller_config()}
         config_path = self.workdir / "controller.json"
         files.write_json(config_path, config, indent=None)
         log = open(self.workdir / "controller.log", "w")
         self.controller = subprocess.Popen(
-            [sys.executable, "-m", "controller.run", "--config", str(config_path)],
+            self.backend.controller_command(config_path),
             stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
             cwd=str(Path(__file__).resolve().parent.parent))
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             if self.controller.poll() is not None:
                 raise RuntimeError(f"controller exited at start: see {self.workdir / 'controller.log'}")
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            if self.backend.controller_listening():
                 return
-            except OSError:
-                time.sleep(0.05)
+            time.sleep(0.05)
         raise RuntimeError("controller did not listen within 30 s")
 
     def _build_mininet(self) -> None:
         from mininet.log import setLogLevel
         from mininet.net import Mininet
-        from mininet.node import OVSSwitch
 
         setLogLevel("error")
-        switch_cls = partial(OVSSwitch, datapath=self.datapath, batch=True, failMode="secure",
-                             protocols="OpenFlow13")
-        net = Mininet(switch=switch_cls, controller=None, build=False, autoSetMacs=False,
-                      autoStaticArp=False, waitConnected=False)
+        net = Mininet(controller=None, build=False, autoSetMacs=False, autoStaticArp=False,
+                      waitConnected=False)
         self.net = net
-        # Not Mininet's RemoteController: it starts a shell to telnet-probe the port (a process
-        # per run, and its output decoding has failed on stray bytes); switches need only this.
-        net.controllers.append(_ControllerRef(self.controller_port))
-        for sw in self.fabric.switches:
-            net.addSwitch(sw.name, dpid=f"{sw.dpid:016x}")
+        self.backend.add_switches(net)
         for host in self.fabric.hosts:
             net.addHost(host.name, ip=None)
         for link in self.fabric.links:
@@ -145,23 +154,27 @@ class Emulation:
                 if link.kind == "host" else {}
             net.addLink(link.a, link.b, port1=link.a_port, port2=link.b_port, **extra)
         net.build()
-        self._set_mtu(net)  # before OVS adds the ports, so it sizes its buffers for jumbo frames
-        net.start()
         self._pids = {h.name: net[h.name].pid for h in self.fabric.hosts}
-        cleanup.tag_bridges([sw.name for sw in self.fabric.switches])  # `mrclab clean` finds ours
-
-    def _set_mtu(self, net: object) -> None:
-        from pyroute2 import IPRoute
-
-        switch_side = [link.b_ifname for link in self.fabric.links] + \
-            [link.a_ifname for link in self.fabric.links if link.kind == "fabric"]
-        with IPRoute() as ipr:
-            for name in switch_side:
-                ipr.link("set", index=ipr.link_lookup(ifname=name)[0], mtu=LINK_MTU)
         for host in self.fabric.hosts:
-            with netns.inside(net[host.name].pid), IPRoute() as ipr:  # type: ignore[index]
-                for nic in host.nics:
-                    ipr.link("set", index=ipr.link_lookup(ifname=nic.ifname)[0], mtu=LINK_MTU)
+            switches.set_mtu([nic.ifname for nic in host.nics], self._pids[host.name], LINK_MTU)
+        self.backend.start_switches()
+
+    @contextmanager
+    def _in_port_namespace(self, pid: int | None) -> Iterator[None]:
+        with netns.inside(pid) if pid is not None else nullcontext():
+            yield
+
+    def _ports_by_namespace(self, ports: Iterable[str]) -> dict[int | None, list[str]]:
+        """Switch-side interfaces grouped by the namespace holding them (a process in it, or
+        None for this process's own)."""
+        groups: dict[int | None, list[str]] = {}
+        for name in ports:
+            groups.setdefault(self.port_namespace(name), []).append(name)
+        return groups
+
+    def port_namespace(self, ifname: str) -> int | None:
+        """Where the switch-side interface `ifname` lives (see SwitchBackend.port_namespace)."""
+        return self.backend.port_namespace(self._port_owner[ifname])
 
     def _configure_hosts(self) -> None:
         if self.shape_links:
@@ -188,16 +201,18 @@ class Emulation:
         mtu = self.transport.mtu_payload
         queue = shaping.SWITCH_QUEUE_PACKETS
         reason = dataplane.available() if self.dataplane_mode != "droptail" else "asked for"
+        headroom = 1 if reason is not None else 10
+        for pid, group in self._ports_by_namespace(names).items():
+            with self._in_port_namespace(pid):
+                shaping.tc_batch(shaping.switch_htb_batch(group, mbps, queue, shaping.BURST_BYTES,
+                                                          mtu, fifo_headroom=headroom))
         if reason is not None:
-            shaping.tc_batch(shaping.switch_htb_batch(names, mbps, queue, shaping.BURST_BYTES, mtu))
             if self.dataplane_mode == "ebpf":
                 raise preflight.PreflightError(f"the eBPF data plane cannot run here: {reason}")
             why = ("asked for (--dataplane droptail)" if reason == "asked for"
                    else f"eBPF unavailable: {reason}")
             self.dataplane_info = {"mode": "droptail", "reason": why}
             return
-        shaping.tc_batch(shaping.switch_htb_batch(names, mbps, queue, shaping.BURST_BYTES, mtu,
-                                                  fifo_headroom=10))
         specs = self.switch_port_specs()
         self.dataplane = dataplane.attach_ports(specs)
         th = specs[0]
@@ -216,9 +231,13 @@ class Emulation:
 
     def switch_port_specs(self) -> list[PortSpec]:
         """What the eBPF program is told about each switch egress port: the model's ports, the
-        link rate, and thresholds from this run's transport parameters (those the agents get)."""
-        return switch_ports(self._switch_egress(), self.fabric.params.link_mbps,
-                            shaping.SWITCH_QUEUE_PACKETS, self.transport)
+        link rate, and thresholds from this run's transport parameters (those the agents get);
+        once started, each port's namespace."""
+        specs = switch_ports(self._switch_egress(), self.fabric.params.link_mbps,
+                             shaping.SWITCH_QUEUE_PACKETS, self.transport)
+        if self.switches is None:
+            return specs
+        return [replace(spec, netns_pid=self.port_namespace(spec.ifname)) for spec in specs]
 
     def dataplane_counters(self) -> dict[str, dict[str, int]]:
         """Per-port counters of the eBPF program (empty when it does not run)."""
@@ -260,8 +279,13 @@ class Emulation:
                 except Exception:  # noqa: BLE001 - teardown must go on whatever one host does
                     pass
         if self.dataplane is not None:
-            self.dataplane.detach()  # before the bridges go: their ports take the filters along
-        cleanup.cleanup_leftovers(self.fabric)
+            self.dataplane.detach()  # before the switches go: their ports take the filters along
+        if self.switches is not None:
+            try:
+                self.switches.stop()
+            except Exception:  # noqa: BLE001 - teardown goes on; cleanup_leftovers catches up
+                pass
+        cleanup.cleanup_leftovers()
         if self.controller is not None:
             _kill_group(self.controller)
         self.timings["teardown"] = time.monotonic() - t0
@@ -281,6 +305,14 @@ class Emulation:
         self.fabric.switch(node)  # FabricError naming the valid names
         return self.net[node].pid  # type: ignore[index]
 
+    def forwarding_pids(self) -> list[int]:
+        """The processes that forward the fabric's packets (see SwitchBackend.forwarding_pids)."""
+        return self.switches.forwarding_pids() if self.switches is not None else []
+
+    def port_counters(self, switch: str) -> dict[int, dict[str, int]]:
+        """Per-port packet, byte and drop counters of `switch`, keyed by the model's port numbers."""
+        return self.backend.port_counters(self.fabric.switch(switch).name)
+
     def popen(self, node: str, argv: Sequence[str], **kwargs: object) -> subprocess.Popen:
         """Start a process inside the namespace of `node` (a host, or a switch to reach its
         ports); it is killed at teardown."""
@@ -295,8 +327,9 @@ class Emulation:
 
         link = self.fabric.link(name)
         state = "up" if up else "down"
-        ends: list[tuple[str, int | None]] = [(link.b_ifname, None)]
-        ends.append((link.a_ifname, self.pid(link.a) if link.kind == "host" else None))
+        ends: list[tuple[str, int | None]] = [(link.b_ifname, self.port_namespace(link.b_ifname))]
+        ends.append((link.a_ifname, self.pid(link.a) if link.kind == "host"
+                     else self.port_namespace(link.a_ifname)))
         stamp = 0.0
         for ifname, pid in ends:
             if pid is None:
@@ -309,56 +342,27 @@ class Emulation:
         return stamp
 
     def set_switch(self, name: str, forwarding: bool) -> float:
-        """Make switch `name` stop forwarding with its ports still up (a drop-everything flow
-        above all others, installed straight into OVS, not by the controller), the failure no
-        port event reveals; or forward again. Returns the monotonic time."""
-        switch = self.fabric.switch(name)
-        if forwarding:
-            args = ["del-flows", switch.name, f"table=0,cookie={FAIL_COOKIE:#x}/-1"]
-        else:
-            args = ["add-flow", switch.name,
-                    f"table=0,priority=65535,cookie={FAIL_COOKIE:#x},actions=drop"]
-        result = subprocess.run(["ovs-ofctl", "-O", "OpenFlow13", *args], capture_output=True,
-                                text=True)
-        if result.returncode != 0:
-            raise RuntimeError(f"ovs-ofctl {' '.join(args)}: {result.stderr.strip()}")
+        """Make switch `name` stop forwarding with its ports still up (the failure no port
+        event reveals; how is the backend's: a drop-everything flow straight into OVS, not by
+        the controller), or forward again. Returns the monotonic time."""
+        self.backend.set_forwarding(self.fabric.switch(name).name, forwarding)
         return time.monotonic()
 
     def wait_link_state(self, name: str, up: bool, timeout: float = 10.0) -> float:
-        """Block until OVS itself reports the switch-side ends of link `name` up (or down):
-        carrier changes reach ovs-vswitchd asynchronously, later on a busy machine. Returns
+        """Block until the switches themselves report the switch-side ends of link `name` up
+        (or down): carrier changes reach them asynchronously, later on a busy machine. Returns
         the seconds waited; raises RuntimeError after `timeout`."""
         link = self.fabric.link(name)
-        ends = [link.b_ifname] + ([link.a_ifname] if link.kind == "fabric" else [])
+        ends = [(link.b, link.b_ifname)] + ([(link.a, link.a_ifname)] if link.kind == "fabric" else [])
         want = "up" if up else "down"
         t0 = time.monotonic()
         while True:
-            states = [subprocess.run(["ovs-vsctl", "--timeout=5", "get", "interface", end, "link_state"],
-                                     capture_output=True, text=True).stdout.strip() for end in ends]
+            states = [self.backend.link_state(switch, end) for switch, end in ends]
             if all(s == want for s in states):
                 return time.monotonic() - t0
             if time.monotonic() - t0 > timeout:
-                raise RuntimeError(f"OVS still reports {name} as {states} after {timeout:.0f} s")
+                raise RuntimeError(f"the switches still report {name} as {states} after {timeout:.0f} s")
             time.sleep(0.02)
-
-
-class _ControllerRef:
-    """What Mininet's OVSSwitch.start reads of a controller: the os-ken process listens here."""
-
-    name = "c0"
-    protocol = "tcp"
-
-    def __init__(self, port: int) -> None:
-        self.port = port
-
-    def IP(self) -> str:  # noqa: N802 - Mininet's name
-        return "127.0.0.1"
-
-    def start(self) -> None:
-        pass
-
-    def stop(self) -> None:
-        pass
 
 
 def _raise_socket_buffer_limits(minimum: int = 8 << 20) -> None:

@@ -68,6 +68,7 @@ def choose_datapath(requested: str = "auto") -> str:
 
 
 def check_all() -> None:
+    """What every emulation needs, whatever its switches (topologies.switches.check adds the
+    backend's own needs)."""
     require_root()
     require_mininet()
-    require_ovs()

@@ -72,7 +72,7 @@ class Options:
     detect_ms: float = 900.0
     seed: int = 1
     link: str | None = None  # fault target; None: the link the flow's plane-0 traffic uses
-    switch: str | None = None
+    fail_switch: str | None = None  # switch-failure's target (a spine)
     loss: float = 0.2
     flaps_per_min: float = 60.0
     down_ms: float = 300.0
@@ -81,12 +81,13 @@ class Options:
     step_kb: int = 64
     datapath: str = "auto"
     dataplane: str = "auto"  # switch egress: auto (eBPF where it loads) | ebpf | droptail
+    switch_backend: str = "auto"  # auto | ovs | linux (topologies/switches/)
     same_target: bool = False  # fault the first transport's link for all (the demo's comparison)
 
     def as_dict(self) -> dict:
         out = {k: getattr(self, k) for k in ("transports", "duration", "fault_at", "fault_end",
-                                             "detect_ms", "seed", "link", "switch", "datapath",
-                                             "dataplane")}
+                                             "detect_ms", "seed", "link", "fail_switch",
+                                             "switch_backend", "datapath", "dataplane")}
         out.update(self.scenario.kind.option_fields(self))
         out["transports"] = list(self.transports)
         return out
@@ -125,10 +126,10 @@ def check(opts: Options) -> Options:
         link = fabric.link(opts.link)  # FabricError naming the valid forms
         if link.kind != "fabric":
             raise FabricError(f"{opts.link} is a host link: faults apply to T0-T1 links like p0l0-p0s1")
-    if opts.switch is not None:
-        sw = fabric.switch(opts.switch)
+    if opts.fail_switch is not None:
+        sw = fabric.switch(opts.fail_switch)
         if sw.tier != "T1":
-            raise FabricError(f"{opts.switch} is a leaf (T0): switch-failure takes a spine like p0s1")
+            raise FabricError(f"{opts.fail_switch} is a leaf (T0): switch-failure takes a spine like p0s1")
     if not 0 < opts.detect_ms <= 60_000:
         raise FabricError(f"--detect-ms must be in (0, 60000], got {opts.detect_ms}")
     sc.kind.check(opts, fabric)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from experiments import fidelity, metrics, traffic
+from experiments import metrics, traffic
 from experiments.flows import BASELINE_PLANE, AgentFlow, finish
 from experiments.scenarios.base import Kind, Options, Record, Scenario
 from experiments.scenarios.failure import busiest_uplink
@@ -42,13 +42,13 @@ class Collective(Kind):
         t_start = time.monotonic()
         done = 0
         link = opts.link or ""
-        before = fidelity.port_counters(leaf)
+        before = bed.em.port_counters(leaf)
         for phase in ("no_fault", "fault"):
             times: list[float | None] = []
             if phase == "fault" and not link:
                 # The uplink leaf 0's ring traffic used most in the fault-free phase: for the
                 # single-path transports, the one their hashed flow rides.
-                link, _ = busiest_uplink(bed, names[0], before, fidelity.port_counters(leaf))
+                link, _ = busiest_uplink(bed, names[0], before, bed.em.port_counters(leaf))
             for step in range(opts.steps):
                 if phase == "fault" and step == 0:
                     faults.cut_link(link)

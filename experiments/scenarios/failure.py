@@ -3,7 +3,7 @@ on its way: a T0-T1 link cut (link-failure), a spine that stops forwarding (swit
 link flapping (link-flap), random loss on a link (lossy-link).
 
 The target is found, not guessed: during the warm-up the source leaf's plane-0 uplink counters
-show which spine the flow's plane-0 traffic uses (`--link` / `--switch` fix it instead).
+show which spine the flow's plane-0 traffic uses (`--link` / `--fail-switch` fix it instead).
 Figures: recovery and stall times, goodput before, during and after the fault.
 """
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 
-from experiments import fidelity, metrics, traffic
+from experiments import metrics, traffic
 from experiments.flows import BASELINE_PLANE, FlowResult, finish, planes_used
 from experiments.scenarios.base import (
     TAIL_S,
@@ -77,11 +77,11 @@ class Failure(Kind):
         t0 = time.monotonic()
         flow.start(opts.duration)
         sleep_until(t0 + 0.3)
-        before = fidelity.port_counters(leaf)
-        rx_before, rx_t = fidelity.port_counters(dst_leaf), time.monotonic()
+        before = bed.em.port_counters(leaf)
+        rx_before, rx_t = bed.em.port_counters(dst_leaf), time.monotonic()
         sleep_until(t0 + fault_at - 0.1)
-        after = fidelity.port_counters(leaf)
-        rx_after, rx_dt = fidelity.port_counters(dst_leaf), time.monotonic() - rx_t
+        after = bed.em.port_counters(leaf)
+        rx_after, rx_dt = bed.em.port_counters(dst_leaf), time.monotonic() - rx_t
         tx = rx_after.get(dst_port, {}).get("tx_bytes", 0) - rx_before.get(dst_port, {}).get("tx_bytes", 0)
         record.link_rates[label] = round(tx * 8 / rx_dt / 1e6, 2) if rx_dt > 0 else 0.0
         uplink_counts: dict[str, int] = {}
@@ -94,7 +94,7 @@ class Failure(Kind):
         down: frozenset[str]
         first = len(faults.timeline)
         if name == "switch-failure":
-            switch = opts.switch or link.split("-")[1]
+            switch = opts.fail_switch or link.split("-")[1]
             down = frozenset(ln.name for ln in fabric.links_of(switch))
             sleep_until(t0 + fault_at)
             faults.fail_switch(switch)

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 from endpoints.protocol.config import TransportConfig
-from experiments.testbed import Testbed
+from experiments.testbed import Testbed, describe_switches
 from topologies.model import Fabric
 
 
@@ -28,7 +28,7 @@ def _end(signum: int, frame: object) -> None:
 
 def run_cli(fabric: Fabric, transport: TransportConfig, seed: int = 1, datapath: str = "auto",
             dataplane: str = "auto", detect_ms: float = 900.0, workdir: Path | None = None,
-            script: Path | None = None) -> int:
+            script: Path | None = None, switch: str = "auto") -> int:
     from mininet.log import setLogLevel
 
     from experiments.shell.console import MrcCli
@@ -42,12 +42,12 @@ def run_cli(fabric: Fabric, transport: TransportConfig, seed: int = 1, datapath:
     ended: SessionEnd | None = None
     try:
         with Testbed(fabric, workdir, seed=seed, transport=transport, datapath=datapath,
-                     detect_ms=detect_ms, dataplane=dataplane) as bed:
+                     detect_ms=detect_ms, dataplane=dataplane, switch=switch) as bed:
             em = bed.em
             setLogLevel("output")  # Mininet's own commands print at this level
             print(f"*** up in {time.monotonic() - t0:.1f} s: {len(fabric.hosts)} hosts "
                   f"h0..h{len(fabric.hosts) - 1}, {len(fabric.switches)} switches, "
-                  f"{len(fabric.links)} links ({em.datapath} datapath, "
+                  f"{len(fabric.links)} links ({describe_switches(em)}, "
                   f"{em.dataplane_info['mode']} switch egress)")
             print("*** `help` lists the commands, `exit` tears everything down", flush=True)
             try:

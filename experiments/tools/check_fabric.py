@@ -114,7 +114,7 @@ def default_cut(fabric: Fabric, pairs: list[tuple[str, str]]) -> str:
 
 
 def check_fabric(fabric: Fabric, workdir: Path, sample_pairs: int | None = None, seed: int = 1,
-                 cut: str | None = None, datapath: str = "auto") -> dict:
+                 cut: str | None = None, datapath: str = "auto", switch: str = "auto") -> dict:
     pairs = choose_pairs(fabric, sample_pairs, seed)
     cut_link = cut or default_cut(fabric, pairs)
     if fabric.link(cut_link).kind != "fabric":
@@ -128,9 +128,10 @@ def check_fabric(fabric: Fabric, workdir: Path, sample_pairs: int | None = None,
     result: dict = {"hosts": len(fabric.hosts), "switches": len(fabric.switches),
                     "links": len(fabric.links), "pairs": len(pairs), "paths_total": len(probes),
                     "cut_link": cut_link, **{f"fabric_{k}": v for k, v in fabric.params.as_dict().items()}}
-    with Emulation(fabric, workdir, datapath=datapath) as em:
+    with Emulation(fabric, workdir, datapath=datapath, switch=switch) as em:
         result["setup_seconds"] = round(em.setup_seconds, 2)
         result["datapath"] = em.datapath
+        result.update(em.backend.info())
         prober = Prober(em, probes)
         try:
             t0 = time.monotonic()

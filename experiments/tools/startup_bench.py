@@ -19,6 +19,7 @@ from experiments.fidelity import software_versions
 from experiments.tools.check_fabric import check_fabric
 from topologies import files
 from topologies.model import FabricParams, build
+from topologies.switches import CHOICES
 
 RESULTS = Path(__file__).resolve().parents[2] / "results" / "bench"
 SHAPES = {
@@ -31,6 +32,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--shapes", default=",".join(SHAPES), help="comma-separated: " + ", ".join(SHAPES))
     parser.add_argument("--sample-pairs", type=int, default=24)
+    parser.add_argument("--switch", choices=CHOICES, default="auto", help="switch backend")
     parser.add_argument("--out", type=Path, default=RESULTS / "startup.json")
     args = parser.parse_args(argv)
     runs = {}
@@ -38,14 +40,15 @@ def main(argv: list[str] | None = None) -> int:
         params, target = SHAPES[name]
         fabric = build(params)
         started = time.monotonic()
-        result = check_fabric(fabric, Path(f"/tmp/mrclab/startup-{name}"), args.sample_pairs, seed=1)
+        result = check_fabric(fabric, Path(f"/tmp/mrclab/startup-{name}"), args.sample_pairs, seed=1,
+                              switch=args.switch)
         runs[name] = {
             "fabric": params.as_dict(), "hosts": result["hosts"], "switches": result["switches"],
             "links": result["links"], "setup_seconds": result["setup_seconds"],
             "target_seconds": target, "within_target": result["setup_seconds"] <= target,
             "teardown_seconds": result["teardown_seconds"], "paths_probed": result["paths_total"],
             "paths_ok": result["ok"], "wall_seconds": round(time.monotonic() - started, 1),
-            "datapath": result["datapath"],
+            "datapath": result["datapath"], "switch_backend": result["switch_backend"],
         }
         print(json.dumps({name: runs[name]}), flush=True)
     out = {"runs": runs, "software": software_versions(), "cpus": os.cpu_count(),

@@ -15,8 +15,8 @@ pytestmark = pytest.mark.usefixtures("emulation_ready")
     ({"planes": 2, "leaves": 2, "spines": 2, "hosts-per-leaf": 2}, None),
     ({"planes": 4, "leaves": 3, "spines": 3, "hosts-per-leaf": 3}, 40),
 ])
-def test_check_fabric_proves_every_path_and_the_cut(shape, sample):
-    argv = [sys.executable, "-m", "experiments.cli", "check-fabric"]
+def test_check_fabric_proves_every_path_and_the_cut(shape, sample, switch_backend):
+    argv = [sys.executable, "-m", "experiments.cli", "check-fabric", "--switch", switch_backend]
     for key, value in shape.items():
         argv += [f"--{key}", str(value)]
     if sample:
@@ -24,6 +24,7 @@ def test_check_fabric_proves_every_path_and_the_cut(shape, sample):
     proc = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["switch_backend"] == switch_backend
     hosts = shape["leaves"] * shape["hosts-per-leaf"]
     assert result["hosts"] == hosts
     assert result["switches"] == shape["planes"] * (shape["leaves"] + shape["spines"])
@@ -44,9 +45,9 @@ def test_check_fabric_proves_every_path_and_the_cut(shape, sample):
     assert_nothing_left()
 
 
-def test_check_fabric_with_an_explicit_cut_link():
+def test_check_fabric_with_an_explicit_cut_link(switch_backend):
     argv = [sys.executable, "-m", "experiments.cli", "check-fabric", "--planes", "2", "--leaves", "3",
-            "--spines", "2", "--hosts-per-leaf", "1", "--cut", "p1l2-p1s1"]
+            "--spines", "2", "--hosts-per-leaf", "1", "--cut", "p1l2-p1s1", "--switch", switch_backend]
     proc = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     result = json.loads(proc.stdout.strip().splitlines()[-1])

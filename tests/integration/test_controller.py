@@ -2,7 +2,6 @@
 
 import json
 import re
-import subprocess
 import time
 
 import pytest
@@ -11,19 +10,18 @@ from controller.tables import switch_tables
 from tests.integration.helpers import assert_nothing_left
 from topologies.emulation import Emulation
 from topologies.model import build
+from topologies.switches.ovs import OvsBackend
 
 pytestmark = pytest.mark.usefixtures("emulation_ready")
 
 
-def _flows(bridge: str) -> list[str]:
-    out = subprocess.run(["ovs-ofctl", "-O", "OpenFlow13", "--no-stats", "dump-flows", bridge],
-                         capture_output=True, text=True, check=True).stdout
+def _flows(ovs: OvsBackend, bridge: str) -> list[str]:
+    out = ovs.ofctl("dump-flows", bridge, "--no-stats")
     return sorted(line.strip() for line in out.splitlines() if "priority" in line)
 
 
-def _group_ports(bridge: str) -> dict[int, list[int]]:
-    out = subprocess.run(["ovs-ofctl", "-O", "OpenFlow13", "dump-groups", bridge],
-                         capture_output=True, text=True, check=True).stdout
+def _group_ports(ovs: OvsBackend, bridge: str) -> dict[int, list[int]]:
+    out = ovs.ofctl("dump-groups", bridge)
     groups = {}
     for line in out.splitlines():
         m = re.search(r"group_id=(\d+)", line)
@@ -35,9 +33,11 @@ def _group_ports(bridge: str) -> dict[int, list[int]]:
 def test_tables_installed_and_srv6_untouched_by_failure(tmp_path):
     fabric = build(planes=2, leaves=3, spines=2, hosts_per_leaf=1)
     detect_ms = 600
-    with Emulation(fabric, tmp_path, detect_ms=detect_ms) as em:
+    with Emulation(fabric, tmp_path, detect_ms=detect_ms, switch="ovs") as em:
+        ovs = em.switches
+        assert isinstance(ovs, OvsBackend)
         leaf, spine = fabric.leaf(0, 0), fabric.spine(0, 0)
-        flows_before = {sw.name: _flows(sw.name) for sw in (leaf, spine)}
+        flows_before = {sw.name: _flows(ovs, sw.name) for sw in (leaf, spine)}
         for sw in (leaf, spine):
             expected, _ = switch_tables(fabric, sw)
             assert len(flows_before[sw.name]) == len(expected)
@@ -45,22 +45,22 @@ def test_tables_installed_and_srv6_untouched_by_failure(tmp_path):
         assert len(shift) == 1 and "ipv6_dst=fcbb:bb00:1400::/48" in shift[0]
         assert "NXM_NX_IPV6_DST[0..79]->NXM_NX_IPV6_DST[16..95]" in shift[0]
         uplinks = [fabric.params.hosts_per_leaf + 1 + s for s in range(2)]
-        assert _group_ports(leaf.name) == {2: uplinks, 3: uplinks}
+        assert _group_ports(ovs, leaf.name) == {2: uplinks, 3: uplinks}
 
         cut = em.set_link(f"{leaf.name}-{spine.name}", up=False)
         time.sleep(detect_ms / 1000 * 0.5)
-        assert _group_ports(leaf.name) == {2: uplinks, 3: uplinks}, "withdrawn before the delay"
+        assert _group_ports(ovs, leaf.name) == {2: uplinks, 3: uplinks}, "withdrawn before the delay"
         time.sleep(detect_ms / 1000 * 0.5 + 0.6)
-        assert _group_ports(leaf.name) == {2: [uplinks[1]], 3: [uplinks[1]]}
+        assert _group_ports(ovs, leaf.name) == {2: [uplinks[1]], 3: [uplinks[1]]}
         # The other leaves lose spine 0 towards leaf 0 only.
         other = fabric.leaf(0, 1).name
-        assert _group_ports(other) == {1: [uplinks[1]], 3: uplinks}
+        assert _group_ports(ovs, other) == {1: [uplinks[1]], 3: uplinks}
         for sw in (leaf, spine):
-            assert _flows(sw.name) == flows_before[sw.name], "SRv6/static flows changed"
+            assert _flows(ovs, sw.name) == flows_before[sw.name], "SRv6/static flows changed"
 
         em.set_link(f"{leaf.name}-{spine.name}", up=True)
         time.sleep(detect_ms / 1000 + 0.8)
-        assert _group_ports(leaf.name) == {2: uplinks, 3: uplinks}
+        assert _group_ports(ovs, leaf.name) == {2: uplinks, 3: uplinks}
         events = [json.loads(x) for x in em.events_path.read_text().splitlines()]
     downs = [e for e in events if e["event"] == "port_down"]
     converged = [e for e in events if e["event"] == "baseline_converged"]

@@ -21,12 +21,14 @@ def _demo(out, *extra):
             "--restore-at", "4", "--detect-ms", str(DETECT_MS), "--out", str(out), *extra]
 
 
-def test_demo_summary_contract_and_figures(tmp_path):
+def test_demo_summary_contract_and_figures(tmp_path, switch_backend):
     out = tmp_path / "demo"
-    proc = subprocess.run(_demo(out), cwd=REPO, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(_demo(out, "--switch", switch_backend), cwd=REPO, capture_output=True,
+                          text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "recovery ms" in proc.stdout and "fidelity:" in proc.stdout
     summary = json.loads((out / "summary.json").read_text())
+    assert summary["switch_backend"] == switch_backend
     assert (out / "recovery.png").stat().st_size > 10_000
     assert (out / "goodput.csv").read_text().startswith("t_s,mrc_mbps,roce_mbps\n")
 

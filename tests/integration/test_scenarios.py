@@ -13,9 +13,10 @@ from tests.integration.helpers import REPO, assert_nothing_left
 pytestmark = pytest.mark.usefixtures("emulation_ready")
 
 
-def _run(tmp_path, name, *args, timeout=400):
+def _run(tmp_path, name, backend, *args, timeout=400):
     out = tmp_path / name
-    argv = [sys.executable, "-m", "experiments.cli", "run", name, "--out", str(out), *args]
+    argv = [sys.executable, "-m", "experiments.cli", "run", name, "--out", str(out),
+            "--switch", backend, *args]
     proc = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=timeout)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     summary = json.loads((out / "summary.json").read_text())
@@ -26,11 +27,12 @@ def _run(tmp_path, name, *args, timeout=400):
         assert key in summary, key
     assert summary["fidelity"]["per_transport"] and "faithful" in summary["fidelity"]
     assert all(t["data_ok"] is True for t in summary["transports"].values()), summary["transports"]
+    assert summary["switch_backend"] == backend == summary["switches"]["switch_backend"]
     return summary, out
 
 
-def test_link_failure_mrc_rides_through_single_path_transports_stall(tmp_path):
-    s, out = _run(tmp_path, "link-failure", "--transports", "mrc,roce,tcp", "--duration", "5",
+def test_link_failure_mrc_rides_through_single_path_transports_stall(tmp_path, switch_backend):
+    s, out = _run(tmp_path, "link-failure", switch_backend, "--transports", "mrc,roce,tcp", "--duration", "5",
                   "--fault-at", "1.5", "--fault-end", "3.5")
     mrc, roce, tcp = (s["transports"][t] for t in ("mrc", "roce", "tcp"))
     for t in (mrc, roce, tcp):
@@ -45,15 +47,15 @@ def test_link_failure_mrc_rides_through_single_path_transports_stall(tmp_path):
     assert_nothing_left()
 
 
-def test_switch_failure_and_lossy_link(tmp_path):
-    s, _ = _run(tmp_path, "switch-failure", "--transports", "mrc,roce", "--duration", "5",
+def test_switch_failure_and_lossy_link(tmp_path, switch_backend):
+    s, _ = _run(tmp_path, "switch-failure", switch_backend, "--transports", "mrc,roce", "--duration", "5",
                 "--fault-at", "1.5", "--fault-end", "3.5")
     fails = [e for e in s["faults"] if e["action"] == "fail_switch"]
     assert fails and all(e["target"].startswith("p0s") for e in fails)
     assert s["transports"]["roce"]["stall_ms"] >= 800
     assert s["transports"]["mrc"]["stall_ms"] < 200
-    s, _ = _run(tmp_path, "lossy-link", "--transports", "mrc,spray", "--loss", "0.2", "--duration", "5",
-                "--fault-at", "1.5", "--fault-end", "4.8")
+    s, _ = _run(tmp_path, "lossy-link", switch_backend, "--transports", "mrc,spray", "--loss", "0.2",
+                "--duration", "5", "--fault-at", "1.5", "--fault-end", "4.8")
     loss = [e for e in s["faults"] if e["action"] == "loss_cleared"]
     assert loss and all(sum(e["dropped"].values()) > 0 for e in loss)  # nftables really dropped
     mrc, spray = s["transports"]["mrc"], s["transports"]["spray"]
@@ -65,14 +67,14 @@ def test_switch_failure_and_lossy_link(tmp_path):
     assert_nothing_left()
 
 
-def test_permutation_incast_collective_and_report(tmp_path):
-    s, _ = _run(tmp_path, "permutation", "--transports", "mrc,roce", "--duration", "3")
+def test_permutation_incast_collective_and_report(tmp_path, switch_backend):
+    s, _ = _run(tmp_path, "permutation", switch_backend, "--transports", "mrc,roce", "--duration", "3")
     for t in s["transports"].values():
         assert 0 < t["throughput_fraction"] <= 1.05 and len(t["flow_goodput_mbps"]) == 6
     perm = s["transports"]["mrc"]["permutation"]
     assert sorted(perm) == sorted(perm.values()) and all(a != b for a, b in perm.items())
-    s, _ = _run(tmp_path, "incast", "--transports", "mrc", "--senders", "3", "--duration", "4",
-                "--fault-at", "1.5", "--fault-end", "3.5")
+    s, _ = _run(tmp_path, "incast", switch_backend, "--transports", "mrc", "--senders", "3",
+                "--duration", "4", "--fault-at", "1.5", "--fault-end", "3.5")
     variants = set(s["transports"])
     assert variants in ({"mrc"}, {"mrc", "mrc-droptail"})  # both when the eBPF data plane runs
     for t in s["transports"].values():
@@ -86,7 +88,8 @@ def test_permutation_incast_collective_and_report(tmp_path):
         assert drop["trimmed"] == 0 and drop["packets"] > 0
         assert s["transports"]["mrc"]["trimming"] is True
         assert s["transports"]["mrc-droptail"]["trimming"] is False
-    s, out = _run(tmp_path, "collective", "--transports", "mrc", "--steps", "6", "--step-kb", "32")
+    s, out = _run(tmp_path, "collective", switch_backend, "--transports", "mrc", "--steps", "6",
+                  "--step-kb", "32")
     t = s["transports"]["mrc"]
     assert t["steps_timed_out"] == 0 and t["steps_timed_out_no_fault"] == 0
     assert 0 < t["step_time_p50_ms_no_fault"] <= t["step_time_p99_ms_no_fault"]

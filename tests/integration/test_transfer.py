@@ -26,13 +26,13 @@ def _trace(path):
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
-def test_transfer_through_a_cut_is_exact_and_the_cut_paths_go_bad_and_come_back(tmp_path):
+def test_transfer_through_a_cut_is_exact_and_the_cut_paths_go_bad_and_come_back(tmp_path, switch_backend):
     fabric = build(planes=2, leaves=2, spines=2, hosts_per_leaf=1, link_mbps=10.0)
     paths = fabric.routes("h0", "h1")
     # The EVs whose forward path crosses the cut link, named the way the agent names them.
     cut_evs = {ev_value(p.plane, i) for i, p in enumerate(paths) if CUT in p.links}
     assert len(cut_evs) == 1
-    with Emulation(fabric, tmp_path) as em:
+    with Emulation(fabric, tmp_path, switch=switch_backend) as em:
         # Every EV active (no backups): the cut path is certainly in use when it fails.
         agents = start_agents(em, ["h0", "h1"], tmp_path, seed=3,
                               transport={"active_fraction": 1.0})

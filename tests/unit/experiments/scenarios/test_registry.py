@@ -34,7 +34,7 @@ def test_each_kind_records_its_own_options():
     ("incast", {"senders": 40}, "at most"),
     ("link-failure", {"link": "p0l0-p0s9"}, "no link named"),
     ("link-failure", {"link": "h0-p0l0"}, "is a host link"),
-    ("switch-failure", {"switch": "p0l0"}, "is a leaf"),
+    ("switch-failure", {"fail_switch": "p0l0"}, "is a leaf"),
     ("link-failure", {"fault_at": 5.0, "fault_end": 4.0}, "--fault-at < --fault-end"),
     ("collective", {"transports": ("tcp",)}, "agents' transports only"),
     ("link-flap", {"down_ms": 2000.0}, "--down-ms shorter than one flap period"),

@@ -1,0 +1,77 @@
+"""Switch backends: which implementation forwards the fabric's packets (`--switch`).
+
+    ovs    Open vSwitch bridges programmed by the os-ken controller (OpenFlow 1.3)
+    linux  Linux kernel routers in namespaces, the kernel's own SRv6 (RFC 9800 uN)
+    auto   the fastest backend this machine runs (the order of `FASTEST_FIRST`)
+
+Everything switch-specific an emulation does goes through `SwitchBackend` (base.py);
+`make(resolve(requested), ...)` is how an emulation gets one.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from topologies import preflight
+from topologies.model import Fabric
+from topologies.switches.base import SwitchBackend, set_mtu
+from topologies.switches.linux import LinuxBackend
+from topologies.switches.ovs import OvsBackend
+
+BACKENDS: dict[str, type[SwitchBackend]] = {"ovs": OvsBackend, "linux": LinuxBackend}
+CHOICES = ("auto", *BACKENDS)
+# Measured through the real emulation with HTB + eBPF on every port (issue 9): the kernel's
+# forwarding has no per-port cost and runs on every core; OVS userspace forwards in one thread.
+FASTEST_FIRST = ("linux", "ovs")
+
+
+def resolve(requested: str = "auto") -> str:
+    """The backend a run uses: `requested` if this machine runs it, or for `auto` the fastest
+    one it runs. PreflightError (one line naming the fix) otherwise; for `auto` the reason
+    given is OVS's, the first-class backend."""
+    if requested != "auto" and requested not in BACKENDS:
+        raise preflight.PreflightError(f"unknown switch backend {requested!r}: use one of "
+                                       f"{', '.join(CHOICES)}")
+    if requested != "auto":
+        why = BACKENDS[requested].unavailable()
+        if why is not None:
+            raise preflight.PreflightError(why)
+        return requested
+    for name in FASTEST_FIRST:
+        if BACKENDS[name].unavailable() is None:
+            return name
+    raise preflight.PreflightError(OvsBackend.unavailable() or "no switch backend can run here")
+
+
+def check(requested: str = "auto") -> str:
+    """Everything an emulation needs (root, Mininet, a switch backend): the backend's name."""
+    preflight.check_all()
+    return resolve(requested)
+
+
+def make(name: str, fabric: Fabric, workdir: Path, **options: Any) -> SwitchBackend:
+    """A backend for one run (`options`: the backend's own, e.g. OVS's datapath)."""
+    return BACKENDS[name](fabric, workdir, **options)
+
+
+def leftovers() -> dict[str, list[str]]:
+    """What killed runs of any backend left, by kind."""
+    out: dict[str, list[str]] = {}
+    for cls in BACKENDS.values():
+        for kind, items in cls.leftovers().items():
+            out.setdefault(kind, []).extend(items)
+    return out
+
+
+def cleanup_leftovers() -> dict[str, int]:
+    """Remove what killed runs of any backend left; counts by kind."""
+    out: dict[str, int] = {}
+    for cls in BACKENDS.values():
+        for kind, n in cls.cleanup_leftovers().items():
+            out[kind] = out.get(kind, 0) + n
+    return out
+
+
+__all__ = ["BACKENDS", "CHOICES", "SwitchBackend", "check", "cleanup_leftovers", "leftovers",
+           "make", "resolve", "set_mtu"]

@@ -1,0 +1,123 @@
+"""The switch backend seam: every switch-specific thing an emulation does goes through one
+`SwitchBackend`, so the same fabric model, hosts, links, shaping, eBPF data plane, faults and
+measurements run on either switch implementation (OVS + os-ken in `ovs.py`, Linux kernel
+routers in `linux.py`).
+
+An emulation calls, in this order: `start_instances`, `controller_config` and
+`controller_command` (the control-plane process it starts), `controller_listening` (until it
+is), `add_switches` (Mininet nodes, before `net.build()`), `start_switches` (after the links
+exist), then during the run the queries and faults below, and at the end `stop`. A killed run
+leaves what `leftovers` lists and `cleanup_leftovers` removes (topologies/cleanup.py calls both
+for every backend).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from contextlib import nullcontext
+from pathlib import Path
+from typing import Any, ClassVar
+
+from topologies import netns
+from topologies.model import LINK_MTU, Fabric
+
+# Per-port counters every backend reports (port_counters): packets and bytes each way, and the
+# packets the switch itself dropped on the port (not a queue's drops: those are tc's).
+COUNTER_KEYS = ("rx_pkts", "rx_bytes", "tx_pkts", "tx_bytes", "rx_drop", "tx_drop")
+
+
+def set_mtu(ifnames: list[str], netns_pid: int | None, mtu: int = LINK_MTU) -> None:
+    """Set the MTU of interfaces in one namespace (a process in it, or None: this one's)."""
+    from pyroute2 import IPRoute
+
+    with (netns.inside(netns_pid) if netns_pid is not None else nullcontext()), IPRoute() as ipr:
+        for name in ifnames:
+            ipr.link("set", index=ipr.link_lookup(ifname=name)[0], mtu=mtu)
+
+
+class SwitchBackend(ABC):
+    """One run's switches. `fabric`: the model; `workdir`: the run's private folder (logs)."""
+
+    name: ClassVar[str] = ""
+
+    def __init__(self, fabric: Fabric, workdir: Path) -> None:
+        self.fabric = fabric
+        self.workdir = workdir
+        self.net: Any = None  # the Mininet network, once `add_switches` ran
+
+    # ----- what the machine offers -----------------------------------------------------------
+    @classmethod
+    @abstractmethod
+    def unavailable(cls) -> str | None:
+        """None when this machine can run the backend, else why not, as one line naming the fix."""
+
+    # ----- start-up, in this order -----------------------------------------------------------
+    @abstractmethod
+    def start_instances(self) -> None:
+        """Before the controller starts: the daemons or namespaces the switches need."""
+
+    @abstractmethod
+    def controller_config(self) -> dict[str, Any]:
+        """Keys the backend adds to the controller process's JSON configuration."""
+
+    @abstractmethod
+    def controller_command(self, config: Path) -> list[str]:
+        """argv of the control-plane process, given its configuration file."""
+
+    @abstractmethod
+    def controller_listening(self) -> bool:
+        """True once the control-plane process accepts its switches."""
+
+    @abstractmethod
+    def add_switches(self, net: Any) -> None:
+        """Add every switch of the fabric to a Mininet network before it is built."""
+
+    @abstractmethod
+    def start_switches(self) -> None:
+        """After the links exist (Mininet built): ports sized, switches running."""
+
+    # ----- where things are ------------------------------------------------------------------
+    @abstractmethod
+    def port_namespace(self, switch: str) -> int | None:
+        """A process in the network namespace holding `switch`'s ports, or None for this
+        process's own namespace (tc, eBPF, nftables and link cuts run there)."""
+
+    @abstractmethod
+    def forwarding_pids(self) -> list[int]:
+        """The processes that forward packets (CPU headroom samples; empty when forwarding
+        runs in the kernel's softirq, charged to no process)."""
+
+    # ----- observation -----------------------------------------------------------------------
+    @abstractmethod
+    def port_counters(self, switch: str) -> dict[int, dict[str, int]]:
+        """{port number (the model's): {COUNTER_KEYS...}} as the switch counts them."""
+
+    @abstractmethod
+    def link_state(self, switch: str, ifname: str) -> str:
+        """"up" or "down" as the switch itself sees port `ifname` (its notice of a carrier
+        change can lag the interface), "" if it cannot tell."""
+
+    # ----- faults ----------------------------------------------------------------------------
+    @abstractmethod
+    def set_forwarding(self, switch: str, forwarding: bool) -> None:
+        """Make `switch` drop everything with its ports still up (a silent failure no port
+        event reveals), or forward again."""
+
+    # ----- teardown and leftovers ------------------------------------------------------------
+    @abstractmethod
+    def stop(self) -> None:
+        """Remove this run's switches and everything they hold (idempotent)."""
+
+    @classmethod
+    def leftovers(cls) -> dict[str, list[str]]:
+        """What killed runs of this backend left on the machine, by kind (empty: nothing)."""
+        return {}
+
+    @classmethod
+    def cleanup_leftovers(cls) -> dict[str, int]:
+        """Remove what `leftovers` lists; counts by kind."""
+        return {}
+
+    def info(self) -> dict[str, Any]:
+        """What a summary records about the switches (`switch_backend` and its settings)."""
+        return {"switch_backend": self.name}

@@ -92,7 +92,7 @@ class TransportConfig:
         must allow a few packets of queueing at the bottleneck to keep it busy.
 
         >>> round(TransportConfig().link_target_delay(10.0), 5)
-        0.02015
+        0.02019
         """
         return self.target_queue_frames * wire.frame_bytes(self.mtu_payload) * 8 / (link_mbps * 1e6)
 

@@ -103,7 +103,7 @@ def _child_of(pid: int, parent: int) -> bool:
 
 
 @pytest.mark.parametrize("size, ev, tclass", [
-    (1064, 0x2_C001, netio.ECN_ECT0),  # a full data packet, flow label 2
+    (wire.data_len(1024), 0x2_C001, netio.ECN_ECT0),  # a full data packet, flow label 2
     (41, 0x2_C001, wire.DATA_TCLASS),  # odd length (checksum padding), another traffic class
     (1, 0xC003, netio.ECN_ECT0),  # flow label 0: the kernel must not pick one itself
 ])

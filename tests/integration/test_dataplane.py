@@ -97,12 +97,14 @@ def test_below_between_above_thresholds(prog):
     # Sent through the port again, marked so that the second pass neither counts nor cuts it.
     assert (trimmed.verdict, trimmed.mark) == (ref.TC_ACT_REDIRECT, ports.REINJECT_MARK)
     assert trimmed.priority == shaping.CLASS_CONTROL
-    assert len(trimmed.frame) == 14 + 40 + 8 + wire.DATA_HDR
-    assert struct.unpack_from("!H", trimmed.frame, 18)[0] == 8 + wire.DATA_HDR  # IPv6 length
-    assert struct.unpack_from("!H", trimmed.frame, 58)[0] == 8 + wire.DATA_HDR  # UDP length
+    assert len(trimmed.frame) == 14 + 40 + 8 + wire.TRIM_KEEP
+    assert struct.unpack_from("!H", trimmed.frame, 18)[0] == 8 + wire.TRIM_KEEP  # IPv6 length
+    assert struct.unpack_from("!H", trimmed.frame, 58)[0] == 8 + wire.TRIM_KEEP  # UDP length
     pkt = wire.decode(trimmed.frame[ref._MRC:])
     assert isinstance(pkt, wire.Data) and pkt.flags & wire.F_TRIMMED and pkt.psn == 9
     assert pkt.payload == b"" and udp_ok(trimmed.frame)
+    # Headers kept, the ICRC field zeroed, PadCnt cleared: the Python model's cut, byte for byte.
+    assert trimmed.frame[ref._MRC:] == wire.trimmed(f[ref._MRC:])
     c = prog.counters(1)
     assert (c["trimmed"], c["dropped"], c["packets"]) == (1, 0, 1)
     assert c["vq_bytes"] == th.trim_bytes + ref.TRIM_LEN == c["vq_max"]
@@ -123,7 +125,7 @@ def test_encapsulated_marks_both_headers_and_trims_with_inner_checksum(prog):
     trimmed = run_at(prog, f, th.trim_bytes)
     assert (trimmed.verdict, trimmed.mark) == (ref.TC_ACT_REDIRECT, ports.REINJECT_MARK)
     assert len(trimmed.frame) == ref.ENCAP.trim_len == ref.TRIM_LEN + 40
-    l4len = 8 + wire.DATA_HDR
+    l4len = 8 + wire.TRIM_KEEP
     assert struct.unpack_from("!H", trimmed.frame, 18)[0] == 40 + l4len  # outer payload length
     assert struct.unpack_from("!H", trimmed.frame, 58)[0] == l4len  # inner payload length
     assert struct.unpack_from("!H", trimmed.frame, 98)[0] == l4len  # UDP length
@@ -173,7 +175,7 @@ def test_unparsed_frames_pass_untouched_and_uncounted(prog):
     ipv4 = f[:12] + b"\x08\x00" + b"\x45" + f[15:]
     tcp = f[:20] + b"\x06" + f[21:]
     wrong_version = bytearray(f)
-    wrong_version[ref._MRC + 3] = 2
+    wrong_version[ref._MRC + wire.VERSION_OFF] = 1  # the old format's version
     bad_len = bytearray(f)
     struct.pack_into("!H", bad_len, 58, 100)  # UDP length disagrees with IPv6 payload length
     # (BPF_PROG_TEST_RUN itself refuses IPv4/IPv6 frames shorter than their L3 header.)
@@ -181,9 +183,10 @@ def test_unparsed_frames_pass_untouched_and_uncounted(prog):
     cases = [not_ip, not_ip + f[14:], f[:54], f[:60], f[:ref._MRC + wire.COMMON.size - 1], ipv4, tcp,
              frame(data(), dport=4792), frame(data(), dport=53), bytes(wrong_version),
              bytes(bad_len), f[:200]]
-    magic = bytearray(f)
-    magic[ref._MRC + 2] = 0x4E
-    cases.append(bytes(magic))
+    for opcode in (0x04, 0x64, 0xC4):  # IBTA RC and UD SEND Only, a reserved range: not MRC
+        foreign = bytearray(f)
+        foreign[ref._MRC] = opcode
+        cases.append(bytes(foreign))
     for case in cases:
         res = run_at(prog, case, SPEC.drop_bytes + 1)  # would be trimmed or dropped if MRC
         assert res == (ref.TC_ACT_OK, case, 0, 0), case[:64].hex()
@@ -452,7 +455,7 @@ def test_other_traffic_untouched_but_queued(veth):
     finally:
         rx.close()
         rx_other.close()
-    assert len(got) == 40 and all(len(buf) == wire.DATA_HDR + 1024 for buf, _ in got)
+    assert len(got) == 40 and all(len(buf) == wire.data_len(1024) for buf, _ in got)
     assert all(tc & 3 == netio.ECN_ECT0 for _, tc in got)
     # The kernel's own neighbour discovery / MLD on the link may add a packet or two.
     assert c["packets"] == 0 and 40 <= c["other_packets"] <= 43 and c["vq_max"] > 20 * FRAME

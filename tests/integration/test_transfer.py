@@ -93,7 +93,7 @@ def test_agent_counts_malformed_datagrams_and_refuses_bad_requests(tmp_path):
         bad = [
             b"",  # empty
             b"\x4d" * 3,  # too short for any header
-            bytes([0x03, 0, 0x00, 1]) + b"\x00" * 40,  # wrong magic
+            struct.pack("!BBHII", 0x04, 0, 0xFFFF, 5, 0) + bytes(32),  # IBTA RC SEND Only to QP 5
             good[:-1],  # truncated payload
             good[:1] + b"\x00" + good[2:4] + struct.pack("!I", 99) + good[8:],  # unknown QP 99
             wire.encode_data(wire.OP_DATA_ONLY, 0, 5, 0, 0, 8, 4, b"abcd"),  # overruns message

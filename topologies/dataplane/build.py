@@ -28,17 +28,21 @@ def _member_offset(fmt: struct.Struct, index: int) -> int:
 def cflags() -> list[str]:
     """-D flags for the C program: the MRC layout from endpoints/protocol/wire.py, never
     hand-copied."""
-    if wire.COMMON.format[:5] != "!BBBB":
-        raise RuntimeError("wire.COMMON no longer starts with opcode, flags, magic, version bytes")
+    if wire.COMMON.format != "!BBHIIBBH":
+        raise RuntimeError("wire.COMMON is no longer BTH (opcode, byte 1, P_Key, QP, PSN) + "
+                           "MRCETH (flags, version, reserved)")
     values = {
         "MRC_PORT": wire.MRC_PORT,
         "MRC_COMMON_LEN": wire.COMMON.size,
         "MRC_DATA_HDR": wire.DATA_HDR,
+        "MRC_TRIM_KEEP": wire.TRIM_KEEP,
+        "MRC_ICRC_LEN": wire.ICRC_LEN,
         "MRC_OPCODE_OFF": _member_offset(wire.COMMON, 0),
-        "MRC_FLAGS_OFF": _member_offset(wire.COMMON, 1),
-        "MRC_MAGIC_OFF": _member_offset(wire.COMMON, 2),
-        "MRC_VERSION_OFF": _member_offset(wire.COMMON, 3),
-        "MRC_MAGIC": wire.MAGIC,
+        "MRC_PADCNT_OFF": _member_offset(wire.COMMON, 1),
+        "MRC_PADCNT_MASK": wire.PADCNT_MASK,
+        "MRC_FLAGS_OFF": _member_offset(wire.COMMON, 5),
+        "MRC_VERSION_OFF": _member_offset(wire.COMMON, 6),
+        "MRC_OPCODE_VENDOR_MASK": wire.OPCODE_VENDOR_MASK,
         "MRC_VERSION": wire.VERSION,
         "MRC_F_TRIMMED": wire.F_TRIMMED,
         "MRC_F_TRIMMED_LASTHOP": wire.F_TRIMMED_LASTHOP,
@@ -51,6 +55,10 @@ def cflags() -> list[str]:
         "FLAG_TRIM": FLAG_TRIM,
         "REINJECT_MARK": REINJECT_MARK,
     }
+    if (values["MRC_OPCODE_OFF"], values["MRC_PADCNT_OFF"], values["MRC_FLAGS_OFF"],
+            values["MRC_VERSION_OFF"]) != (wire.OPCODE_OFF, wire.PADCNT_OFF, wire.FLAGS_OFF,
+                                           wire.VERSION_OFF):
+        raise RuntimeError("wire.py's named offsets disagree with its COMMON struct")
     return [f"-D{name}={value}" for name, value in values.items()]
 
 

@@ -5,11 +5,15 @@
  * A per-port virtual queue (vq) drains at the port's configured rate, the rate HTB enforces on
  * the real queue, and counts every byte the port sends. With q = vq + this packet:
  *   q > mark_bytes: ECN-capable MRC data gets CE, except on a last-hop port (facing a host);
- *   q > trim_bytes: MRC data is cut to IPv6 + UDP + DATA_HDR, flagged TRIMMED and sent in the
- *                   control class (if the port trims and the packet has payload to cut);
+ *   q > trim_bytes: MRC data is cut to IPv6 + UDP + its headers + a zeroed ICRC field
+ *                   (TRIM_KEEP), PadCnt cleared, flagged TRIMMED and sent in the control class
+ *                   (if the port trims and the packet has payload to cut);
  *   q > drop_bytes: MRC data that was not trimmed is dropped.
- * Control (opcode above the data range, or an already trimmed header) always takes the control
- * class. Anything this program cannot parse passes untouched: only its bytes enter the vq.
+ * MRC packets are RoCEv2 packets (UDP, RoCEv2's port) whose BTH opcode is in the
+ * manufacturer-specific range (top three bits 111), with MRC's version in the MRCETH; another
+ * vendor's RoCEv2 packet is not MRC. Control (opcode above the data range, or an already trimmed header) always takes
+ * the control class. Anything this program cannot parse passes untouched: only its bytes enter
+ * the vq.
  *
  * A trimmed header is sent through the port's egress once more (bpf_redirect to its own
  * ifindex): the qdisc took the packet's length before this program ran (qdisc_pkt_len_init runs
@@ -35,8 +39,9 @@
 #include <bpf/bpf_endian.h>
 
 #if !defined(MRC_PORT) || !defined(MRC_COMMON_LEN) || !defined(MRC_DATA_HDR) || \
-	!defined(MRC_OPCODE_OFF) || !defined(MRC_FLAGS_OFF) || !defined(MRC_MAGIC_OFF) || \
-	!defined(MRC_VERSION_OFF) || !defined(MRC_MAGIC) || !defined(MRC_VERSION) || \
+	!defined(MRC_TRIM_KEEP) || !defined(MRC_ICRC_LEN) || !defined(MRC_OPCODE_OFF) || \
+	!defined(MRC_FLAGS_OFF) || !defined(MRC_PADCNT_OFF) || !defined(MRC_PADCNT_MASK) || \
+	!defined(MRC_VERSION_OFF) || !defined(MRC_OPCODE_VENDOR_MASK) || !defined(MRC_VERSION) || \
 	!defined(MRC_F_TRIMMED) || !defined(MRC_F_TRIMMED_LASTHOP) || !defined(MRC_TRIM_DSCP) || \
 	!defined(MRC_DATA_OPCODE_MAX) || !defined(CLASS_CONTROL) || \
 	!defined(CLASS_DATA) || !defined(RATE_SHIFT) || !defined(FLAG_LAST_HOP) || \
@@ -44,8 +49,11 @@
 #error "build with `python -m topologies.dataplane build`: constants come from endpoints/protocol/wire.py"
 #endif
 
-_Static_assert(MRC_DATA_HDR % 4 == 0, "bpf_csum_diff sums whole 32-bit words");
-_Static_assert(MRC_COMMON_LEN <= MRC_DATA_HDR, "the common header is a prefix of DATA_HDR");
+_Static_assert(MRC_TRIM_KEEP % 4 == 0, "bpf_csum_diff sums whole 32-bit words");
+_Static_assert(MRC_TRIM_KEEP == MRC_DATA_HDR + MRC_ICRC_LEN, "a trimmed packet keeps its ICRC field");
+_Static_assert(MRC_COMMON_LEN <= MRC_DATA_HDR, "BTH + MRCETH are a prefix of the data headers");
+_Static_assert(MRC_FLAGS_OFF < MRC_COMMON_LEN && MRC_VERSION_OFF < MRC_COMMON_LEN &&
+	       MRC_PADCNT_OFF < MRC_COMMON_LEN, "classify() reads only BTH + MRCETH");
 
 #define L3_OFF ETH_HLEN
 /* encap = 0: Ethernet | IPv6 | UDP | MRC;  encap = 1: Ethernet | IPv6 | IPv6 | UDP | MRC.
@@ -54,7 +62,7 @@ _Static_assert(MRC_COMMON_LEN <= MRC_DATA_HDR, "the common header is a prefix of
 #define IP_OFF(encap) (L3_OFF + 40 * (encap))     /* the header holding the UDP addresses */
 #define L4_OFF(encap) (L3_OFF + 40 + 40 * (encap))
 #define PAYLOAD_OFF(encap) (L4_OFF(encap) + 8)   /* the MRC header */
-#define TRIM_LEN(encap) (PAYLOAD_OFF(encap) + MRC_DATA_HDR)  /* what a trimmed frame keeps */
+#define TRIM_LEN(encap) (PAYLOAD_OFF(encap) + MRC_TRIM_KEEP)  /* what a trimmed frame keeps */
 #define IPPROTO_IPV6_ENCAP 41
 #define VQ_CAP_BYTES (1ULL << 30)          /* keeps vq << RATE_SHIFT far from u64 overflow */
 #define ECN_MASK 0x30                      /* ECN = low 2 bits of traffic class = byte 1 bits 5:4 */
@@ -152,9 +160,10 @@ static __always_inline enum kind classify(struct __sk_buff *skb, int encap, int 
 		if ((outer[0] >> 4) != 6 || outer[6] != IPPROTO_IPV6_ENCAP || L3_OFF + 40 + outer_plen != len)
 			return OTHER;
 	}
-	if (udp->dest != bpf_htons(MRC_PORT) || mrc[MRC_MAGIC_OFF] != MRC_MAGIC ||
+	if (udp->dest != bpf_htons(MRC_PORT) ||
+	    (mrc[MRC_OPCODE_OFF] & MRC_OPCODE_VENDOR_MASK) != MRC_OPCODE_VENDOR_MASK ||
 	    mrc[MRC_VERSION_OFF] != MRC_VERSION)
-		return OTHER;
+		return OTHER;  /* not MRC_PORT, another vendor's RoCEv2 opcode, or not MRC's version */
 	__u16 udp_len = bpf_ntohs(udp->len);
 	__u16 ip_plen = ((__u16)ip6[4] << 8) | ip6[5];
 	if (udp_len != ip_plen || udp_len < 8 + MRC_COMMON_LEN || L4_OFF(encap) + udp_len > len)
@@ -167,7 +176,7 @@ static __always_inline enum kind classify(struct __sk_buff *skb, int encap, int 
 		return CONTROL;
 	/* Trimming is a per-class switch feature: only the MRC data class (its DSCP) is cut; the
 	 * RoCE baseline's class sees plain drop-tail, as RoCE without PFC would. */
-	*trimmable = udp_len > 8 + MRC_DATA_HDR &&
+	*trimmable = udp_len > 8 + MRC_TRIM_KEEP &&
 		(((outer[0] & 0x0f) << 2) | (outer[1] >> 6)) == MRC_TRIM_DSCP;
 	return DATA;
 }
@@ -188,7 +197,9 @@ static __always_inline void drain(struct port_state *st, const struct port_cfg *
 		st->vq_fp -= elapsed * cfg->rate_fp;
 }
 
-/* Cut a data packet to TRIM_LEN, flag it TRIMMED, fix the lengths (both IPv6 payload lengths
+/* Cut a data packet to TRIM_LEN, zero its ICRC field (no CRC here: the agents do not check it,
+ * and the UDP checksum below covers the packet), clear PadCnt (no payload is left), flag it
+ * TRIMMED, fix the lengths (both IPv6 payload lengths
  * when encapsulated, and UDP's) and recompute the UDP checksum over what is left, with the
  * pseudo-header of the IPv6 header that carries the UDP datagram (the inner one when
  * encapsulated). The receiving kernel verifies it; OVS userspace does not fix it. Senders
@@ -211,7 +222,11 @@ static __always_inline int trim(struct __sk_buff *skb, int encap, int last_hop)
 	struct ipv6hdr *ip6 = data + IP_OFF(encap);
 	struct udphdr *udp = data + L4_OFF(encap);
 	__u8 *mrc = data + PAYLOAD_OFF(encap);
-	const __u16 l4len = 8 + MRC_DATA_HDR;
+	const __u16 l4len = 8 + MRC_TRIM_KEEP;
+	/* The ICRC field: the last bytes kept (they were payload). Its offset is not 4-aligned in
+	 * the frame, so a byte-wise store, not a __u32 one. */
+	__builtin_memset(data + TRIM_LEN(encap) - MRC_ICRC_LEN, 0, MRC_ICRC_LEN);
+	mrc[MRC_PADCNT_OFF] &= (__u8)~MRC_PADCNT_MASK;
 	ip6->payload_len = bpf_htons(l4len);
 	if (encap)
 		outer->payload_len = bpf_htons(40 + l4len);

@@ -25,7 +25,7 @@ _ECN_BITS = 0x30  # ECN in the second byte of an IPv6 header (CE: both bits set)
 _L3 = wire.ETH_HDR
 _L4 = _L3 + wire.IPV6_HDR
 _MRC = _L4 + wire.UDP_HDR
-TRIM_LEN = _MRC + wire.DATA_HDR  # what a trimmed plain frame keeps: every header, no payload
+TRIM_LEN = _MRC + wire.TRIM_KEEP  # what a trimmed plain frame keeps: every header, no payload
 
 
 class Layout(NamedTuple):
@@ -66,29 +66,28 @@ def classify(frame: bytes) -> tuple[str, bool, bool]:
     mrc = frame[lay.mrc:lay.mrc + wire.COMMON.size]
     dport, udp_len = struct.unpack_from("!H H", frame, lay.l4 + 2)
     ip_plen = struct.unpack_from("!H", frame, lay.ip + 4)[0]
-    if dport != wire.MRC_PORT or mrc[2] != wire.MAGIC or mrc[3] != wire.VERSION \
+    if dport != wire.MRC_PORT or not wire.is_mrc(mrc) \
             or udp_len != ip_plen or udp_len < 8 + wire.COMMON.size or lay.l4 + udp_len > n:
         return "other", False, False
     ecn = (frame[_L3 + 1] >> 4) & 3
     ect = ecn in (1, 2)
-    if mrc[0] > wire.DATA_OPCODE_MAX or mrc[1] & wire.F_TRIMMED:
+    if mrc[wire.OPCODE_OFF] > wire.DATA_OPCODE_MAX or mrc[wire.FLAGS_OFF] & wire.F_TRIMMED:
         return "control", False, ect
     dscp = ((frame[_L3] & 0x0F) << 2) | (frame[_L3 + 1] >> 6)
-    return "data", udp_len > 8 + wire.DATA_HDR and dscp == wire.TRIM_DSCP, ect
+    return "data", udp_len > 8 + wire.TRIM_KEEP and dscp == wire.TRIM_DSCP, ect
 
 
 def trim_frame(frame: bytes, last_hop: bool = False) -> bytes:
-    """A data frame cut as the program cuts it: lengths fixed (both IPv6 payload lengths when
-    encapsulated), TRIMMED (and on a port facing a host TRIMMED_LASTHOP) set, UDP checksum
-    valid over the inner pseudo-header."""
+    """A data frame cut as the program cuts it (`wire.trimmed`: headers kept, ICRC field zeroed,
+    PadCnt cleared, TRIMMED and on a port facing a host TRIMMED_LASTHOP set), lengths fixed (both
+    IPv6 payload lengths when encapsulated), UDP checksum valid over the inner pseudo-header."""
     lay = layout(frame)
-    out = bytearray(frame[:lay.trim_len])
-    l4len = 8 + wire.DATA_HDR
+    out = bytearray(frame[:lay.mrc] + wire.trimmed(frame[lay.mrc:], last_hop))
+    l4len = 8 + wire.TRIM_KEEP
     if lay is ENCAP:
         struct.pack_into("!H", out, _L3 + 4, wire.IPV6_HDR + l4len)
     struct.pack_into("!H", out, lay.ip + 4, l4len)
     struct.pack_into("!HH", out, lay.l4 + 4, l4len, 0)
-    out[lay.mrc + 1] |= wire.F_TRIMMED | (wire.F_TRIMMED_LASTHOP if last_hop else 0)
     check = wire.udp6_checksum(bytes(out[lay.ip + 8:lay.ip + 24]), bytes(out[lay.ip + 24:lay.ip + 40]),
                                bytes(out[lay.l4:]))
     struct.pack_into("!H", out, lay.l4 + 6, check)

@@ -66,7 +66,7 @@ class TracingSimulation(Simulation):
         if not delivered:
             self.first_drop.setdefault(ev, self.now)
         if packet[0] in wire.DATA_OPCODES:
-            key = (wire.qpn_of(packet), int.from_bytes(packet[8:12], "big"))
+            key = (wire.qpn_of(packet), int.from_bytes(packet[9:12], "big"))  # the BTH PSN
             self.data_tx.setdefault(key, []).append((self.now, ev, delivered))
 
 

@@ -171,9 +171,7 @@ def test_trimmed_packet_is_nacked_and_resent_without_marking_the_path_bad():
     snd.send_message(msg, 0.0)
     first = snd.poll(0.0)
     ev, pkt = first[0]
-    trimmed = bytearray(pkt[:wire.DATA_HDR])
-    trimmed[1] |= wire.F_TRIMMED
-    rcv.on_datagram(bytes(trimmed), ev, 0.001)
+    rcv.on_datagram(wire.trimmed(pkt), ev, 0.001)
     for ev2, p in first[1:]:
         rcv.on_datagram(p, ev2, 0.001)
     for rev_ev, p in rcv.poll(0.002):
@@ -218,7 +216,7 @@ def test_one_of_16_paths_dropping_20_percent_is_benched_at_once_and_line_rate_ho
     assert fab.links[("up", 0, 0)].carried < 0.05 * plane0
     # Line rate holds: within 2% of the clean run, which is itself near 4 x 10 Mbit/s.
     assert res.end < 1.02 * clean.end
-    assert 3 * 8 * (1 << 20) / res.end > 0.85 * 4 * 10e6 * 1024 / (1024 + wire.DATA_HDR + 62)
+    assert 3 * 8 * (1 << 20) / res.end > 0.85 * 4 * 10e6 * 1024 / wire.frame_bytes(1024)
 
 
 def test_ecn_echo_skips_the_ev_and_decreases_the_window_but_never_benches_it():

@@ -21,9 +21,8 @@ def test_trim_nack_reason_and_reaction(last_hop, reason, state):
     snd.send_message(b"x" * 8192, 0.0)
     sent = snd.poll(0.0)
     ev, pkt = sent[0]
-    cut = bytearray(pkt[:wire.DATA_HDR])
-    cut[1] |= wire.F_TRIMMED | (wire.F_TRIMMED_LASTHOP if last_hop else 0)
-    rcv.on_datagram(bytes(cut), ev, 0.001)
+    cut = wire.trimmed(pkt, last_hop)
+    rcv.on_datagram(cut, ev, 0.001)
     nacks = [wire.decode(p) for _, p in rcv.poll(0.001) if p[0] == wire.OP_NACK]
     assert [n.reason for n in nacks] == [reason]
     cwnd = snd.cc.cwnd

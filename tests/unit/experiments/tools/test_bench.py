@@ -91,12 +91,14 @@ def test_process_counters_read_from_proc():
 # ----- the hot path's contracts -------------------------------------------------------------
 @pytest.mark.parametrize("payload", [bytes(range(256)) * 4, memoryview(b"xyz" * 300)[5:700], b"",
                                      bytearray(b"abc")])
-def test_single_struct_encode_data_is_byte_identical_to_the_two_struct_layout(payload):
+def test_single_struct_encode_data_is_byte_identical_to_the_layered_layout(payload):
     got = wire.encode_data(wire.OP_DATA_MIDDLE, wire.F_ACK_REQ, 0x123456, 0xABCDEF, 7, 4096,
                            1 << 20, payload, tsval=0x1234_5678, immediate=99)
-    ref = wire.COMMON.pack(wire.OP_DATA_MIDDLE, wire.F_ACK_REQ, wire.MAGIC, wire.VERSION,
-                           0x123456, 0xABCDEF, 7) + \
-        wire.DATA_EXT.pack(4096, 1 << 20, len(payload), 0, 99, 0x1234_5678) + bytes(payload)
+    pad = -len(payload) % 4
+    ref = wire.BTH.pack(wire.OP_DATA_MIDDLE, pad << 4, 0xFFFF, 0x123456, 0x80 << 24 | 0xABCDEF) + \
+        wire.MRCETH.pack(0, wire.VERSION, 0) + \
+        wire.DATA_EXT.pack(7, len(payload), 0, 4096, 1 << 20, 0x1234_5678, 99) + \
+        bytes(payload) + bytes(pad) + bytes(wire.ICRC_LEN)
     assert type(got) is bytes and got == ref
     assert wire.decode(got).payload == bytes(payload)
 

@@ -53,9 +53,11 @@ def test_classify():
     assert ref.classify(frame(wire.encode_sack(1, 2, 2, 0, 0, 0)))[0] == "control"
     assert ref.classify(frame(wire.encode_nack(1, 2, wire.NACK_TRIMMED)))[0] == "control"
     assert ref.classify(frame(data(), dport=4792))[0] == "other"
-    bad_magic = bytearray(frame(data()))
-    bad_magic[ref._MRC + 2] ^= 0xFF
-    assert ref.classify(bytes(bad_magic))[0] == "other"
+    for offset, value in ((0, 0x04), (0, 0xC1), (wire.VERSION_OFF, 1)):
+        # An IBTA RC opcode (SEND Only), a reserved one, the old format's version: not MRC.
+        foreign = bytearray(frame(data()))
+        foreign[ref._MRC + offset] = value
+        assert ref.classify(bytes(foreign))[0] == "other"
     assert ref.classify(frame(data())[:ref._MRC + 15])[0] == "other"  # too short
     assert ref.classify(frame(data())[:-1])[0] == "other"  # UDP length overruns the frame
 
@@ -74,6 +76,7 @@ def test_reference_thresholds():
     assert vq == 15000 + ref.TRIM_LEN
     pkt = wire.decode(res.frame[ref._MRC:])
     assert isinstance(pkt, wire.Data) and pkt.flags & wire.F_TRIMMED and pkt.payload == b""
+    assert res.frame[ref._MRC:] == wire.trimmed(f[ref._MRC:]) and res.frame[-4:] == bytes(4)
     assert udp_ok(res.frame)
     no_trim = replace(SPEC, trim=False)
     res, vq = ref.reference(f, 15000, no_trim)  # queued (and marked) instead of trimmed
@@ -134,7 +137,7 @@ def test_encapsulated_mark_and_trim():
         out = res.frame
         assert (res.verdict, len(out), vq) == (ref.TC_ACT_REDIRECT, ref.ENCAP.trim_len,
                                                15000 + ref.ENCAP.trim_len)
-        l4len = 8 + wire.DATA_HDR
+        l4len = 8 + wire.TRIM_KEEP
         assert struct.unpack_from("!H", out, 18)[0] == 40 + l4len  # outer payload length
         assert struct.unpack_from("!H", out, 58)[0] == l4len  # inner payload length
         assert struct.unpack_from("!H", out, 98)[0] == l4len  # UDP length

@@ -8,9 +8,11 @@ if [ "$(id -u)" -ne 0 ]; then
   exit 2
 fi
 
-# tcpdump: captures (`capture` in the CLI); iputils-ping: Mininet's pingall (not a dependency of
-# Debian's mininet package).
-APT_PACKAGES="mininet openvswitch-switch iproute2 ethtool nftables python3-venv python3-pip procps tcpdump iputils-ping"
+# tcpdump: captures (`capture` in the CLI, `mrclab run --capture`); tshark: reading them with the
+# MRC dissector (experiments/tools/wireshark/mrc.lua; Lua is built into Debian's libwireshark),
+# installed without asking (debconf's "may non-superusers capture?" keeps its default, no: the
+# testbed runs as root); iputils-ping: Mininet's pingall (not a dependency of Debian's mininet).
+APT_PACKAGES="mininet openvswitch-switch iproute2 ethtool nftables python3-venv python3-pip procps tcpdump tshark iputils-ping"
 missing=""
 for pkg in $APT_PACKAGES; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing="$missing $pkg"

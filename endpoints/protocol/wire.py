@@ -105,6 +105,8 @@ BTH_LEN = BTH.size  # 12
 OPCODE_OFF = 0
 PADCNT_OFF = 1
 QPN_OFF = 5  # 24-bit destination QP: bytes 5..7
+ACKREQ_OFF = 8  # the AckReq bit's byte (ACKREQ_BIT)
+PSN_OFF = 9  # 24-bit PSN: bytes 9..11
 FLAGS_OFF = BTH_LEN  # MRCETH flags byte: where a switch sets F_TRIMMED / F_TRIMMED_LASTHOP
 VERSION_OFF = BTH_LEN + 1
 PAYLOAD_LEN_OFF = COMMON.size + 4  # data: after the MSN
@@ -355,7 +357,8 @@ def fields(buf: bytes | memoryview) -> dict[str, int]:
     (True, 5, 1, 4, 32)
     """
     pkt = decode(buf)  # MalformedPacket unless well-formed
-    out = {"opcode": buf[OPCODE_OFF], "qpn": pkt.qpn, "psn": int.from_bytes(buf[9:12], "big"),
+    out = {"opcode": buf[OPCODE_OFF], "qpn": pkt.qpn,
+           "psn": int.from_bytes(buf[PSN_OFF:PSN_OFF + 3], "big"),
            "flags": buf[FLAGS_OFF], "ackreq": int(bool(pkt.flags & F_ACK_REQ)),
            "padcnt": (buf[PADCNT_OFF] & PADCNT_MASK) >> PADCNT_SHIFT, "len": len(buf)}
     ext, names = _EXTENSIONS[buf[OPCODE_OFF]]

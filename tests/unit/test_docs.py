@@ -66,7 +66,7 @@ def test_generated_blocks_match_the_committed_sources(path):
 def test_architecture_gives_every_product_file_a_job():
     listed = re.findall(r"^\| `([^`]+)` \| ", (ROOT / "docs" / "architecture.md").read_text(), re.M)
     files = {p.relative_to(ROOT).as_posix() for top in PRODUCT for p in (ROOT / top).rglob("*")
-             if p.is_file() and p.suffix in (".py", ".c", ".json") and p.name != "__init__.py"
+             if p.is_file() and p.suffix in (".py", ".c", ".json", ".lua") and p.name != "__init__.py"
              and "__pycache__" not in p.parts}
     assert sorted(listed) == sorted(set(listed)), "a file is listed twice"
     assert set(listed) == files

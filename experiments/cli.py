@@ -18,6 +18,7 @@ from topologies.preflight import PreflightError
 
 RESULTS = Path(__file__).resolve().parent.parent / "results"
 SWITCH_CHOICES = ("auto", "ovs", "linux")  # topologies.switches.CHOICES (not imported: fast --help)
+PACKET_LOG_WITH_CAPTURE = 20_000  # datagrams per agent: a short run's whole exchange
 
 
 class CliError(Exception):
@@ -117,6 +118,13 @@ def make_parser() -> argparse.ArgumentParser:
     run.add_argument("--step-kb", type=int, default=64, help="collective: chunk per host per step")
     run.add_argument("--seed", type=int, default=1)
     run.add_argument("--out", type=Path, default=None, help="default: results/NAME")
+    run.add_argument("--capture", default=None, metavar="TARGET[,TARGET...]",
+                     help="keep a pcap of the whole run per target in the results, TARGET.pcap: "
+                          "a host (h1: every NIC), a host NIC (h1-eth0) or a switch port (p0l0-eth3)")
+    run.add_argument("--packet-log", type=int, default=None, metavar="N",
+                     help="each agent logs its first N datagrams sent and received in its trace, "
+                          f"to check a capture against (default: {PACKET_LOG_WITH_CAPTURE} with "
+                          "--capture, else 0)")
 
     report = sub.add_parser("report", help="one Markdown page over every result in results/")
     report.add_argument("--results", type=Path, default=RESULTS)
@@ -156,6 +164,12 @@ def run_options(args: argparse.Namespace):  # -> experiments.scenarios.Options
                    loss=args.loss, flaps_per_min=args.flaps_per_min, down_ms=args.down_ms,
                    steps=args.steps, step_kb=args.step_kb, datapath=args.datapath,
                    dataplane=args.dataplane, switch_backend=args.switch)
+    capture = tuple(t.strip() for t in args.capture.split(",")) if args.capture else ()
+    if args.capture is not None and (not capture or "" in capture):
+        raise CliError(f"--capture takes comma-separated targets like h1,p0l0-eth3, got {args.capture!r}")
+    packet_log = args.packet_log if args.packet_log is not None else \
+        (PACKET_LOG_WITH_CAPTURE if capture else 0)
+    opts = replace(opts, capture=capture, packet_log=packet_log)
     if args.senders is not None:
         opts = replace(opts, senders=args.senders)
     elif sc.kind.name == "incast":

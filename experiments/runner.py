@@ -3,7 +3,8 @@
 Orchestration only: the testbed up, each transport in turn through the scenario's kind, the
 summary, the files. results/NAME/ gets summary.json (configuration, seed, software versions,
 fidelity, and per transport the scenario's figures), timeseries.csv (goodput per 10 ms bin per
-transport), PNG plots, and the agents' traces. Everything is written to a staging folder and
+transport), PNG plots, the agents' traces, and with `--capture` a pcap per target (TARGET.pcap,
+the whole run: every transport in turn). Everything is written to a staging folder and
 moved into place only when complete, so an interrupted run leaves the previous results
 untouched.
 """
@@ -39,10 +40,12 @@ def execute(opts: Options, workdir: Path, say: Progress) -> tuple[Record, dict]:
     kind, record = opts.scenario.kind, Record()
     fabric = Fabric(opts.fabric)
     with Testbed(fabric, workdir, seed=opts.seed, datapath=opts.datapath, detect_ms=opts.detect_ms,
-                 dataplane=opts.dataplane, switch=opts.switch_backend) as bed:
+                 dataplane=opts.dataplane, switch=opts.switch_backend,
+                 packet_log=opts.packet_log) as bed:
         em = bed.em
         say(f"fabric up in {em.setup_seconds:.1f} s ({len(fabric.switches)} switches, "
             f"{describe_switches(em)})")
+        captures = [bed.capture(target, workdir / f"{target}.pcap") for target in opts.capture]
         bed.prepare(opts.transports)
         for transport, trim in kind.variants(opts, bed):
             label = transport if trim is None else f"{transport}{'' if trim else '-droptail'}"
@@ -56,6 +59,9 @@ def execute(opts: Options, workdir: Path, say: Progress) -> tuple[Record, dict]:
                 "dataplane": {**em.dataplane_info, "totals": fidelity.dataplane_totals(em)},
                 "controller_events": [json.loads(line)
                                       for line in em.events_path.read_text().splitlines()]}
+        if captures:
+            info["captures"] = {c.target: {"file": f"{c.target}.pcap", "packets": c.stop()}
+                                for c in captures}
     info["fidelity"] = _fidelity(opts, record, bed.cpu, em.datapath)
     return record, info
 
@@ -141,6 +147,7 @@ def _summarise(run: Run, info: dict) -> dict:
         "faults": record.timeline,
         "transports": record.transports,
         "fidelity": info["fidelity"],
+        **({"captures": info["captures"]} if "captures" in info else {}),
     }
 
 
@@ -169,6 +176,8 @@ def _write(run: Run, summary: dict, staging: Path, workdir: Path) -> None:
     traces.mkdir()
     for item in sorted(workdir.glob("*-trace.jsonl")) + sorted(workdir.glob("*.log")):
         shutil.copy(item, traces / item.name)
+    for target in run.opts.capture:
+        shutil.move(str(workdir / f"{target}.pcap"), str(staging / f"{target}.pcap"))
     timelines = {t: ev_timeline(workdir / f"{host}-trace.jsonl", qpn)
                  for t, (host, qpn) in record.ev_traces.items() if t in ("mrc", "spray")}
     summary_path_state = {t: {"ev_state_changes": len(v)} for t, v in timelines.items()}

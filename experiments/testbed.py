@@ -49,14 +49,15 @@ def transport_overrides(config: TransportConfig, base: TransportConfig | None = 
 
 
 def start_agents(em: Emulation, hosts: Iterable[str], workdir: Path, seed: int,
-                 transport: dict | None = None) -> dict[str, AgentClient]:
-    """One agent process per host (`python -m endpoints.host.agent`), connected to."""
+                 transport: dict | None = None, packet_log: int = 0) -> dict[str, AgentClient]:
+    """One agent process per host (`python -m endpoints.host.agent`), connected to.
+    `packet_log`: each agent logs the first N datagrams it sends and receives in its trace."""
     clients = {}
     for host in hosts:
         control = str(workdir / f"{host}.sock")
         settings = {"host": host, "fabric": em.fabric.params.as_dict(), "control": control,
                     "trace": str(workdir / f"{host}-trace.jsonl"), "seed": seed,
-                    "transport": transport or {}}
+                    "transport": transport or {}, "packet_log": packet_log}
         config = workdir / f"agent-{host}.json"
         config.write_text(json.dumps(settings))
         log = open(workdir / f"agent-{host}.log", "w")
@@ -102,15 +103,21 @@ class Testbed:
     transport: the run's transport parameters, for the agents and the switches' thresholds.
     switch: the switch backend, auto (the fastest this machine runs), ovs or linux.
     datapath, dataplane, detect_ms: as `mrclab run --datapath/--dataplane/--detect-ms`.
+    packet_log: each agent logs the first N datagrams it sends and receives in its trace
+        (`<host>-trace.jsonl`, event "packet"), to check a capture against; 0: none.
     """
 
     def __init__(self, fabric: Fabric, workdir: Path | str | None = None, seed: int = 1,
                  transport: TransportConfig | None = None, datapath: str = "auto",
-                 detect_ms: float = 900.0, dataplane: str = "auto", switch: str = "auto") -> None:
+                 detect_ms: float = 900.0, dataplane: str = "auto", switch: str = "auto",
+                 packet_log: int = 0) -> None:
         self.fabric = fabric
         self._own_workdir = workdir is None
         self.workdir = files.private_dir("mrclab-testbed-") if workdir is None else Path(workdir)
         self.seed = seed
+        if isinstance(packet_log, bool) or not isinstance(packet_log, int) or packet_log < 0:
+            raise FabricError(f"packet_log must be a whole number >= 0, got {packet_log!r}")
+        self.packet_log = packet_log
         self.transport = transport or TransportConfig()
         self.em = Emulation(fabric, self.workdir, datapath=datapath, detect_ms=detect_ms,
                             dataplane_mode=dataplane, transport=self.transport, switch=switch)
@@ -185,7 +192,8 @@ class Testbed:
         wanted = set(transports)
         if wanted & AGENT_TRANSPORTS and not self.agents:
             self.agents = start_agents(self.em, [h.name for h in self.fabric.hosts], self.workdir,
-                                       self.seed, transport_overrides(self.transport))
+                                       self.seed, transport_overrides(self.transport),
+                                       self.packet_log)
         if "mptcp" in wanted and not self._mptcp:
             for host in self.fabric.hosts:
                 hostnet.configure_mptcp(self.fabric, host, self.em.pid(host.name))

@@ -8,7 +8,11 @@ Paths come from the fabric model, like everything else: the EVs of a QP to peer 
 model's paths from this host to P (EV -> SRv6 destination address); acknowledgements go back
 over this host's own paths to the sender. Goodput is binned (endpoints/host/goodput.py) on
 CLOCK_MONOTONIC, which every namespace shares, so the runner can line bins up with the faults
-it injects. The trace holds the cores' events, one JSON object per line.
+it injects. The trace holds the cores' events, one JSON object per line, and with the
+`packet_log` setting the first N datagrams the agent sent and received (event "packet": the
+direction, the EV, CE on arrival, and in "hdr" every header field by `wire.fields` name), so a
+capture can be checked against what the agent meant: bounded, so a long run pays nothing once
+the log is full.
 """
 
 from __future__ import annotations
@@ -106,6 +110,8 @@ class Agent:
         self.qps: dict[int, Qp] = {}
         self.backlog: collections.deque[tuple[netio.TxPath, bytes]] = collections.deque()
         self.trace = open(settings["trace"], "a") if settings.get("trace") else None
+        # Datagrams still to log (0: off); the hot paths test it once per burst.
+        self.packet_log = int(settings.get("packet_log", 0)) if self.trace is not None else 0
         self.stats: collections.Counter[str] = collections.Counter()
         self.running = True
         self._paths_cache: dict[tuple[str, str], PeerPaths] = {}
@@ -302,6 +308,7 @@ class Agent:
         paths = qp.paths.tx
         send = self.tx.send
         backlog = self.backlog
+        log = self.packet_log > 0
         for ev, payload in items:
             path = paths.get(ev)
             if path is None:
@@ -310,6 +317,27 @@ class Agent:
                 path = paths[ev] = self.tx.path(*qp.paths.dst[ev], ev, tclass=tclass)
             if backlog or not send(path, payload):
                 backlog.append((path, payload))  # NIC backpressure, not loss
+            if log:
+                self._log_packet("tx", qp.qpn, ev, payload, None)
+
+    def _log_packet(self, direction: str, qpn: int | None, ev: int, datagram: bytes,
+                    ce: bool | None) -> None:
+        """One "packet" trace line (see the module docstring); off the hot path once full.
+        `qpn`: the local QP (None: a datagram for no open QP, or not MRC)."""
+        if self.packet_log <= 0 or self.trace is None:
+            return
+        self.packet_log -= 1
+        try:
+            header: dict = wire.fields(datagram)
+        except wire.MalformedPacket:
+            header = {"len": len(datagram), "malformed": True}
+        record = {"qpn": qpn, "event": "packet", "t": time.monotonic(), "dir": direction, "ev": ev,
+                  "hdr": header}
+        if ce is not None:
+            record["ce"] = int(ce)
+        if self.packet_log == 0:
+            record["log_full"] = True  # the last one: what follows was not logged
+        self.trace.write(json.dumps(record) + "\n")
 
     def _flush_backlog(self) -> None:
         while self.backlog:
@@ -330,6 +358,7 @@ class Agent:
         min_len, version_off, version = wire.COMMON.size, wire.VERSION_OFF, wire.VERSION
         # opcode & 0xE0 == 0xE0 (the vendor range) is opcode >= 0xE0: one compare
         vendor_min, qpn_at = wire.OPCODE_VENDOR_MASK, wire.QPN_OFF
+        log = self.packet_log > 0
         received = False
         for _ in range(RECV_BURST):
             try:
@@ -342,14 +371,19 @@ class Agent:
                     label = int.from_bytes(value[2:4], "big")  # the label's low 16 bits
                 elif kind == tclass_kind:
                     tclass = value[tclass_byte]
+            ev, ce = (label << 16) | addr[1], (tclass & 3) == netio.ECN_CE
             if len(data) < min_len or data[0] < vendor_min or data[version_off] != version:
                 stats["malformed"] += 1  # not MRC (wire.is_mrc)
+                if log:
+                    self._log_packet("rx", None, ev, data, ce)
                 continue
             qp = qps.get(int.from_bytes(data[qpn_at:qpn_at + 3], "big"))
+            if log:  # a datagram for no open QP too: it was on the wire all the same
+                self._log_packet("rx", None if qp is None else qp.qpn, ev, data, ce)
             if qp is None:
                 stats["unknown_qp"] += 1
                 continue
-            qp.core.on_datagram(data, (label << 16) | addr[1], now, (tclass & 3) == netio.ECN_CE)
+            qp.core.on_datagram(data, ev, now, ce)
             received = True
         if received:
             # Goodput bins once per burst, not per datagram: the burst shares `now`, so its bin.

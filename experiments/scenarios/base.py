@@ -13,6 +13,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from experiments import capture
 from experiments.flows import TRANSPORTS, AgentFlow, Flow
 from experiments.testbed import Testbed
 from topologies.model import Fabric, FabricError, FabricParams
@@ -83,6 +84,8 @@ class Options:
     dataplane: str = "auto"  # switch egress: auto (eBPF where it loads) | ebpf | droptail
     switch_backend: str = "auto"  # auto | ovs | linux (topologies/switches/)
     same_target: bool = False  # fault the first transport's link for all (the demo's comparison)
+    capture: tuple[str, ...] = ()  # pcap targets (hosts, host NICs, switch ports), whole run
+    packet_log: int = 0  # datagrams each agent logs in its trace (to check a capture against)
 
     def as_dict(self) -> dict:
         out = {k: getattr(self, k) for k in ("transports", "duration", "fault_at", "fault_end",
@@ -90,6 +93,8 @@ class Options:
                                              "switch_backend", "datapath", "dataplane")}
         out.update(self.scenario.kind.option_fields(self))
         out["transports"] = list(self.transports)
+        if self.capture:
+            out.update(capture=list(self.capture), packet_log=self.packet_log)
         return out
 
 
@@ -132,6 +137,12 @@ def check(opts: Options) -> Options:
             raise FabricError(f"{opts.fail_switch} is a leaf (T0): switch-failure takes a spine like p0s1")
     if not 0 < opts.detect_ms <= 60_000:
         raise FabricError(f"--detect-ms must be in (0, 60000], got {opts.detect_ms}")
+    for target in opts.capture:
+        capture.resolve(fabric, target)  # FabricError naming the forms a target takes
+    if len(set(opts.capture)) != len(opts.capture):
+        raise FabricError(f"--capture names a target twice: {','.join(opts.capture)}")
+    if opts.packet_log < 0:
+        raise FabricError(f"--packet-log must be >= 0, got {opts.packet_log}")
     sc.kind.check(opts, fabric)
     return opts
 

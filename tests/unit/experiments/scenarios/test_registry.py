@@ -27,6 +27,9 @@ def test_each_kind_records_its_own_options():
     assert default_options("incast", senders=5).as_dict()["senders"] == 5
     assert {"steps", "step_kb"} <= set(default_options("collective").as_dict())
     assert "loss" not in default_options("link-failure").as_dict()
+    assert "capture" not in default_options("link-failure").as_dict()
+    captured = default_options("link-failure", capture=("h1", "p0l0-eth2"), packet_log=5).as_dict()
+    assert (captured["capture"], captured["packet_log"]) == (["h1", "p0l0-eth2"], 5)
 
 
 @pytest.mark.parametrize("name, overrides, words", [
@@ -41,6 +44,9 @@ def test_each_kind_records_its_own_options():
     ("permutation", {"duration": 0.0}, "--duration must be > 0"),
     ("link-failure", {"detect_ms": 0.0}, "--detect-ms"),
     ("collective", {"steps": 1}, "--steps 2 or more"),
+    ("link-failure", {"capture": ("h9",)}, "cannot capture 'h9'"),
+    ("link-failure", {"capture": ("h0", "h0")}, "names a target twice"),
+    ("link-failure", {"packet_log": -1}, "--packet-log must be >= 0"),
 ])
 def test_bad_options_are_refused_with_their_name(name, overrides, words):
     with pytest.raises(FabricError, match=words.replace("[", r"\[").replace("]", r"\]")):

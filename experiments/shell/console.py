@@ -444,8 +444,9 @@ class MrcCli(CLI):
         """capture TARGET [FILE] | capture stop [TARGET] | capture
 
         Write a pcap of TARGET: a host (h1: every NIC), a host NIC (h1-eth0) or a switch port
-        (p0l0-eth3), to FILE (TARGET.pcap here by default), for Wireshark. `capture stop` ends
-        every capture (or TARGET's); `capture` alone lists them."""
+        (p0l0-eth3), to FILE (TARGET.pcap here by default), for Wireshark: `tshark -X
+        lua_script:experiments/tools/wireshark/mrc.lua -r FILE` shows MRC's headers too.
+        `capture stop` ends every capture (or TARGET's); `capture` alone lists them."""
         args = self._args(line, (0, 1, 2), "capture TARGET [FILE] | capture stop [TARGET]")
         running = [c for c in self.bed.captures if c.running]
         if not args:

@@ -13,8 +13,6 @@ import shutil
 import subprocess
 import sys
 
-import pytest
-
 from endpoints.protocol import wire
 from experiments.tools import dissector
 from tests.captures import compare_with_log
@@ -22,15 +20,13 @@ from tests.conftest import require_or_skip
 from tests.integration.helpers import REPO, assert_nothing_left
 from topologies.model import Fabric, FabricParams
 
-pytestmark = pytest.mark.usefixtures("emulation_ready")
 
-
-def test_capture_of_a_transfer_through_a_cut_reads_as_the_agents_sent_it(tmp_path):
+def test_capture_of_a_transfer_through_a_cut_reads_as_the_agents_sent_it(tmp_path, switch_backend):
     require_or_skip(None if shutil.which("tshark") else "tshark is not installed (make setup)")
     out = tmp_path / "lf"
     argv = [sys.executable, "-m", "experiments.cli", "run", "link-failure", "--transports", "mrc",
             "--duration", "2.5", "--fault-at", "0.8", "--fault-end", "1.6", "--capture", "h0,h1",
-            "--out", str(out)]
+            "--switch", switch_backend, "--out", str(out)]
     proc = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     summary = json.loads((out / "summary.json").read_text())

@@ -97,7 +97,7 @@ def baseline_flows(fabric: Fabric, switch: Switch) -> list[FlowSpec]:
     flows = [FlowSpec(TABLE_CLASSIFY, 100, prefix, (), TABLE_BASELINE, COOKIE_BASELINE)]
     for host in fabric.hosts:
         nic = host.nics[switch.plane]
-        dst = ipaddress.IPv6Network((int(nic.baseline_addr), 128))
+        dst = ipaddress.IPv6Network((int(nic.addr), 128))
         if switch.role == ROLE_LEAF:
             if host.leaf_index == switch.index:
                 actions = _deliver(nic.mac, nic.leaf_port)

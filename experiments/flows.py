@@ -204,7 +204,7 @@ class TcpFlow:
         limit = seconds if seconds is not None else SIZED_LIMIT_S
         sized = ["--bytes", str(nbytes)] if nbytes is not None else []
         fabric = self.em.fabric
-        dst_addr = str(fabric.host(self.dst).nics[BASELINE_PLANE].baseline_addr)
+        dst_addr = str(fabric.host(self.dst).nics[BASELINE_PLANE].addr)
         flag = ["--mptcp"] if self.mptcp else []
         log = open(self.workdir / f"{self.transport}-{self.port}.log", "w")
         base = [sys.executable, "-m", "endpoints.host.tcpflow"]

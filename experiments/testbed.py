@@ -184,7 +184,7 @@ class Testbed:
             node = self.em.net[host.name]  # type: ignore[index]
             for nic in host.nics:
                 intf = node.intf(nic.ifname)
-                intf.ip, intf.prefixLen = str(nic.baseline_addr), 64
+                intf.ip, intf.prefixLen = str(nic.addr), 64
 
     def prepare(self, transports: Iterable[str]) -> None:
         """Start what `transports` need before any of them is measured: the agents on every

@@ -9,12 +9,15 @@ Numbering plan (everything below is computed here and nowhere else):
 * uSID (16 bits): ``[plane+1 : 4][role : 2][index : 10]`` with role 1 = leaf, 2 = spine,
   3 = host. The plane is visible in every uSID (as in production MRC fabrics) and no uSID is
   0x0000, which RFC 9800 reserves as the end-of-carrier marker.
-* SRv6 address: the 32-bit locator block ``fcbb:bb00::/32`` followed by up to six uSIDs. A
-  switch whose uSID comes first shifts the rest left by 16 bits and looks the result up in a
-  static /48 table. After the last shift the address is ``fcbb:bb00:<host uSID>::``, which is
-  the receiving host's own address on that plane.
-* Baseline (destination-routed) addresses: ``fd00:0:0:<plane>::<host+1>``, routed by the
-  controller's ECMP plane. Linux TCP/MPTCP use these.
+* uSID carrier (SRv6 destination): the 32-bit locator block ``fcbb:bb00::/32`` followed by up
+  to six uSIDs. A switch whose uSID comes first shifts the rest left by 16 bits and looks the
+  result up in a static /48 table. After the last shift the carrier is ``fcbb:bb00:<host
+  uSID>::``, the receiving host's SID on that plane (`Nic.sid`).
+* A NIC's address (`Nic.addr`): ``fd00:0:0:<plane>::<host+1>``, the only address a NIC holds.
+  Linux TCP/MPTCP and the RoCE-like baseline send to it, routed by the controller's ECMP plane.
+  MRC packets are IPv6-in-IPv6, as in the MRC paper: the inner header goes from the sending
+  NIC's address to the receiving NIC's (`Route.src_addr`, `Route.dst_addr`), the outer one to
+  the path's uSID carrier (`Route.address`); the receiving host decapsulates at its SID.
 * OpenFlow ports: leaf ports 1..H go to its hosts, H+1..H+S to the spines; spine port l+1 goes
   to leaf l. Host NIC ``h<n>-eth<p>`` is the host's port on plane p.
 * Links are named ``<lower>-<upper>`` (`link_name`): ``h0-p0l0``, ``p0l0-p0s1``.
@@ -200,8 +203,10 @@ class Nic:
     ifname: str
     mac: str
     usid: int
-    srv6_addr: ipaddress.IPv6Address  # fcbb:bb00:<host uSID>::
-    baseline_addr: ipaddress.IPv6Address  # fd00:0:0:<plane>::<host+1>
+    # The host's SID on this plane, fcbb:bb00:<host uSID>::/48: where every carrier to this NIC
+    # ends; the host decapsulates there. A SID, not an address the NIC holds.
+    sid: ipaddress.IPv6Address
+    addr: ipaddress.IPv6Address  # the NIC's own (and only) address, fd00:0:0:<plane>::<host+1>
     leaf: str
     leaf_port: int
 
@@ -239,14 +244,18 @@ class Link:
 
 @dataclass(frozen=True)
 class Route:
-    """One source-routed path between two hosts: what an EV names."""
+    """One source-routed path between two hosts: what an EV names. Its packets are
+    IPv6-in-IPv6: inner header `src_addr` -> `dst_addr` (the two NICs' own addresses, which the
+    transport checksum covers), outer header to `address`, the uSID carrier the switches
+    shift."""
     src: str
     dst: str
     plane: int
     spine: int | None  # None for a same-leaf route
     usids: tuple[int, ...]
-    address: ipaddress.IPv6Address  # the SRv6 destination address the sender writes
-    src_addr: ipaddress.IPv6Address  # the sender's NIC address on this plane
+    address: ipaddress.IPv6Address  # the uSID carrier: the outer destination the sender writes
+    src_addr: ipaddress.IPv6Address  # the sending NIC's address on this plane (inner source)
+    dst_addr: ipaddress.IPv6Address  # the receiving NIC's address on this plane (inner destination)
     links: tuple[str, ...]  # names of the links crossed, in order
     ev: int  # the EV naming it (`ev_value` of its plane and its index in the pair's routes)
 
@@ -285,8 +294,8 @@ class Fabric:
                 nic = Nic(
                     host=_host_name(h), plane=plane, ifname=_ifname(_host_name(h), plane),
                     mac=f"02:00:{plane:02x}:{(h >> 16) & 0xff:02x}:{(h >> 8) & 0xff:02x}:{h & 0xff:02x}",
-                    usid=sid, srv6_addr=usid_address((sid,)),
-                    baseline_addr=ipaddress.IPv6Address((BASELINE_PREFIX << 112) | (plane << 64) | (h + 1)),
+                    usid=sid, sid=usid_address((sid,)),
+                    addr=ipaddress.IPv6Address((BASELINE_PREFIX << 112) | (plane << 64) | (h + 1)),
                     leaf=leaf, leaf_port=local + 1)
                 nics.append(nic)
                 links.append(Link(a=nic.host, a_port=plane, b=leaf, b_port=local + 1,
@@ -379,8 +388,8 @@ class Fabric:
             sids: tuple[int, ...]
             if s.leaf_index == d.leaf_index:
                 sids = (src_leaf.usid, dst_nic.usid)
-                out.append(Route(src, dst, plane, None, sids, usid_address(sids), src_nic.srv6_addr,
-                                 (link_name(src, src_leaf.name), link_name(dst, src_leaf.name)),
+                out.append(Route(src, dst, plane, None, sids, usid_address(sids), src_nic.addr,
+                                 dst_nic.addr, (link_name(src, src_leaf.name), link_name(dst, src_leaf.name)),
                                  ev_value(plane, len(out))))
                 continue
             dst_leaf = self.leaf(plane, d.leaf_index)
@@ -388,7 +397,7 @@ class Fabric:
                 spine = self.spine(plane, spine_index)
                 sids = (src_leaf.usid, spine.usid, dst_leaf.usid, dst_nic.usid)
                 out.append(Route(src, dst, plane, spine_index, sids, usid_address(sids),
-                                 src_nic.srv6_addr,
+                                 src_nic.addr, dst_nic.addr,
                                  (link_name(src, src_leaf.name), link_name(src_leaf.name, spine.name),
                                   link_name(dst_leaf.name, spine.name), link_name(dst, dst_leaf.name)),
                                  ev_value(plane, len(out))))

@@ -483,7 +483,7 @@ class MrcCli(CLI):
         if first not in self.mn:
             raise Usage(f"Unknown command: {line.strip()} (`help` lists the commands)")
         if args:
-            words = [str(self.fabric.host(w).nics[0].baseline_addr) if w in self.hosts else w
+            words = [str(self.fabric.host(w).nics[0].addr) if w in self.hosts else w
                      for w in args.split(" ")]
             line = f"{first} {' '.join(words)}"
         super().default(line)

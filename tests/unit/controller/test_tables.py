@@ -68,7 +68,7 @@ def test_tables_forward_every_path_hop_by_hop():
                 node = nxt
             else:
                 raise AssertionError(f"{path.label} did not reach {dst}")
-            assert ipaddress.IPv6Address(value) == f.host(dst).nics[path.plane].srv6_addr
+            assert ipaddress.IPv6Address(value) == f.host(dst).nics[path.plane].sid
 
 
 def test_baseline_groups_withdraw_only_broken_next_hops():
@@ -90,11 +90,11 @@ def test_baseline_routes_reach_every_host_of_the_plane():
     for sw in f.switches:
         routes = [fl for fl in baseline_flows(f, sw) if fl.table == TABLE_BASELINE]
         dsts = {fl.ipv6_dst.network_address for fl in routes}
-        assert dsts == {h.nics[sw.plane].baseline_addr for h in f.hosts}
+        assert dsts == {h.nics[sw.plane].addr for h in f.hosts}
         if sw.role == 2:  # spine: straight down to the host's leaf
             for fl in routes:
                 dst = fl.ipv6_dst.network_address
-                host = next(h for h in f.hosts if h.nics[sw.plane].baseline_addr == dst)
+                host = next(h for h in f.hosts if h.nics[sw.plane].addr == dst)
                 assert fl.actions[-1].arg == host.leaf_index + 1
 
 

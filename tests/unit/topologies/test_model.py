@@ -35,7 +35,7 @@ def test_usids_unique_nonzero_and_carry_the_plane():
     for h in f.hosts:
         for n in h.nics:
             assert n.usid >> 12 == n.plane + 1
-            assert n.srv6_addr in plane_usid_prefix(n.plane)
+            assert n.sid in plane_usid_prefix(n.plane)
 
 
 def test_usid_layout_matches_rfc9800_carrier():
@@ -50,7 +50,7 @@ def test_usid_layout_matches_rfc9800_carrier():
 def test_addresses_and_macs_unique():
     f = build(planes=4, leaves=4, spines=2, hosts_per_leaf=4)
     nics = [n for h in f.hosts for n in h.nics]
-    for attr in ("srv6_addr", "baseline_addr", "mac", "ifname"):
+    for attr in ("sid", "addr", "mac", "ifname"):
         values = [getattr(n, attr) for n in nics]
         assert len(values) == len(set(values)), attr
 
@@ -77,7 +77,10 @@ def test_cross_leaf_paths_are_plane_times_spine():
                            f"{leaf1.name}-{spine.name}", f"h2-{leaf1.name}")
         for name in p.links:
             assert f.link(name).plane == p.plane
-        assert p.src_addr == f.host("h0").nics[p.plane].srv6_addr
+        # Inner header between the two NICs' own addresses; the carrier ends at the SID.
+        assert p.src_addr == f.host("h0").nics[p.plane].addr
+        assert p.dst_addr == f.host("h2").nics[p.plane].addr
+        assert p.address not in (p.src_addr, p.dst_addr)
 
 
 def test_same_leaf_paths_one_per_plane():
@@ -96,7 +99,7 @@ def test_shift_walks_the_path_to_the_host_address():
         for sid in p.usids[:-1]:
             assert (value >> 80) & 0xFFFF == sid
             value = (value & block_mask) | ((value << 16) & ((1 << 96) - 1))
-        assert ipaddress.IPv6Address(value) == f.host("h1").nics[p.plane].srv6_addr
+        assert ipaddress.IPv6Address(value) == f.host("h1").nics[p.plane].sid
 
 
 @pytest.mark.parametrize("kwargs, words", [

@@ -1,7 +1,8 @@
 """Fault injection on a running emulation, every action time-stamped on CLOCK_MONOTONIC.
 
-* link cut / restore: both ends of the veth pair down / up, as a pulled cable; OVS reports the
-  ports down and the baseline's routing plane reacts after its detection delay.
+* link cut / restore: as a pulled cable (`Emulation.set_link`: the link's upper end down, the
+  other losing its carrier); the switches report the ports down and the baseline's routing
+  plane reacts after its detection delay.
 * switch failure: the switch stops forwarding while its ports stay up (`Emulation.set_switch`),
   the failure no port event reveals. The baseline controller is told, as its BFD sessions over
   that switch would tell it, and reacts after the same detection delay.

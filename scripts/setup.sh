@@ -38,9 +38,11 @@ if [ ! -f "$stamp" ] || [ setup.py -nt "$stamp" ]; then
   touch "$stamp"
 fi
 
-# eBPF switch data plane (ECN marking, trimming, priority class: topologies/dataplane/).
-# Optional, so not in APT_PACKAGES: without it setup succeeds and the emulation keeps plain
-# HTB queues. The object is rebuilt only when its source or the wire constants change.
+# eBPF programs (topologies/dataplane/): the hosts' MRC encapsulation, which every emulation
+# needs, and the switch data plane (ECN marking, trimming, priority class), without which the
+# switches keep plain HTB queues. Not in APT_PACKAGES: setup still succeeds without them, and an
+# emulation then says what is missing. Objects are rebuilt only when a source or the wire
+# constants change.
 for pkg in clang llvm libbpf-dev bpftool; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" && continue
   echo "setup: installing $pkg (eBPF data plane)"

@@ -24,6 +24,7 @@ from pathlib import Path
 
 from endpoints.protocol.config import TransportConfig
 from topologies import cleanup, files, hostnet, netns, preflight, shaping, switches
+from topologies.dataplane import encap as host_encap
 from topologies.dataplane.attach import DataPlane
 from topologies.dataplane.ports import PortSpec, switch_ports
 from topologies.model import LINK_MTU, Fabric
@@ -56,6 +57,7 @@ class Emulation:
         self.transport = transport or TransportConfig()
         self.dataplane_mode = dataplane_mode
         self.dataplane: DataPlane | None = None  # when the eBPF program runs
+        self.encap: host_encap.HostEncap | None = None  # the hosts' MRC encapsulation
         # What ran at the switch egress ports, recorded in every summary.
         self.dataplane_info: dict = {"mode": "none" if not shape_links else "droptail"}
         self.workdir = Path(workdir)
@@ -96,6 +98,9 @@ class Emulation:
 
     def start(self) -> None:
         name = switches.check(self.switch_requested)
+        why = host_encap.unavailable()
+        if why is not None:
+            raise preflight.PreflightError(f"MRC's host encapsulation cannot run here: {why}")
         cleanup.take_lock()
         cleanup.cleanup_leftovers()
         t0 = time.monotonic()
@@ -179,16 +184,17 @@ class Emulation:
     def _configure_hosts(self) -> None:
         if self.shape_links:
             self._switch_data_plane()
-        for host in self.fabric.hosts:
-            pid = self._pids[host.name]
-            # Offload off on both datapaths: the userspace one cannot complete partial
-            # checksums, and the eBPF trim recomputes a full one (never a partial seed).
-            hostnet.configure_host(self.fabric, host, pid, offload_off=True)
-            if self.shape_links:
-                with netns.inside(pid):
-                    shaping.tc_batch(shaping.host_htb_batch(
-                        [n.ifname for n in host.nics], self.fabric.params.link_mbps,
-                        shaping.HOST_QUEUE_PACKETS))
+        t0 = time.monotonic()
+        self.encap = host_encap.HostEncap()
+        self.encap.fill(host_encap.path_entries(self.fabric))
+        self.timings["encap_map_s"] = time.monotonic() - t0
+        # Offload off on both backends: the userspace datapath cannot complete partial
+        # checksums, and the eBPF trim recomputes a full one (never a partial seed).
+        hostnet.configure_hosts(self.fabric, self._pids, self.encap.route_encap(), offload_off=True)
+        if self.shape_links:
+            netns.run_batches([(self._pids[h.name], ["tc", "-batch", "-"], shaping.host_htb_batch(
+                [n.ifname for n in h.nics], self.fabric.params.link_mbps, shaping.HOST_QUEUE_PACKETS))
+                for h in self.fabric.hosts])
 
     def _switch_data_plane(self) -> None:
         """Every switch egress port: HTB at the link rate with a strict-priority control class,
@@ -280,6 +286,8 @@ class Emulation:
                     pass
         if self.dataplane is not None:
             self.dataplane.detach()  # before the switches go: their ports take the filters along
+        if self.encap is not None:
+            self.encap.close()  # the hosts' routes that held it went with their namespaces
         if self.switches is not None:
             try:
                 self.switches.stop()
@@ -322,22 +330,22 @@ class Emulation:
         return proc
 
     def set_link(self, name: str, up: bool) -> float:
-        """Cut or restore a link (both ends, as a pulled cable would). Returns the monotonic time."""
+        """Cut or restore a link, as a pulled cable would: its upper end (the leaf's port of a
+        host link, the spine's of a T0-T1 link) set down, and on a backend that wants it
+        (`SwitchBackend.cut_both_ends`) a T0-T1 link's leaf end too; the other end loses its
+        carrier. A host's NIC is never set down (that would flush its routes). Returns the
+        monotonic time."""
         from pyroute2 import IPRoute
 
         link = self.fabric.link(name)
         state = "up" if up else "down"
         ends: list[tuple[str, int | None]] = [(link.b_ifname, self.port_namespace(link.b_ifname))]
-        ends.append((link.a_ifname, self.pid(link.a) if link.kind == "host"
-                     else self.port_namespace(link.a_ifname)))
+        if link.kind == "fabric" and self.backend.cut_both_ends:
+            ends.append((link.a_ifname, self.port_namespace(link.a_ifname)))
         stamp = 0.0
         for ifname, pid in ends:
-            if pid is None:
-                with IPRoute() as ipr:
-                    ipr.link("set", index=ipr.link_lookup(ifname=ifname)[0], state=state)
-            else:
-                with netns.inside(pid), IPRoute() as ipr:
-                    ipr.link("set", index=ipr.link_lookup(ifname=ifname)[0], state=state)
+            with self._in_port_namespace(pid), IPRoute() as ipr:
+                ipr.link("set", index=ipr.link_lookup(ifname=ifname)[0], state=state)
             stamp = stamp or time.monotonic()
         return stamp
 

@@ -1,18 +1,20 @@
-"""Host networking from the model, with pyroute2: addresses, per-plane routes, static gateway
-neighbours, sysctls and TX checksum offload.
+"""Host networking from the model: addresses, per-plane routes, static gateway neighbours, the
+MRC encapsulation and decapsulation, sysctls and TX checksum offload.
 
-Every host NIC gets its SRv6 address (fcbb:bb00:<host uSID>::/128) and its baseline address
-(fd00:0:0:<plane>::<n>/128), a route for its plane's uSID space (/36) and for its plane's
-baseline prefix (/64), both via fe80::1, which is a PERMANENT neighbour: switches never answer
-neighbour discovery, and nothing floods.
+Every host NIC holds one address, its own (`Nic.addr`, fd00:0:0:<plane>::<n>/128), and has two
+routes, both via fe80::1, which is a PERMANENT neighbour (switches never answer neighbour
+discovery, and nothing floods): its plane's uSID space (/36), where encapsulated MRC packets
+go, and its plane's NIC addresses (/64) through the host encapsulation program
+(topologies/dataplane/encap.py), which wraps marked (MRC) packets in an outer header to their
+path's carrier and lets everything else (RoCE baseline, TCP, MPTCP) through unchanged. The
+host's SID on each plane (`Nic.sid`, /48) decapsulates whatever arrives for it (End.DT6) and
+delivers the inner packet locally. One `ip -batch` per host namespace sets it all.
 """
 
 from __future__ import annotations
 
-import socket
 import subprocess
 
-from pyroute2 import IPRoute
 from pyroute2.ethtool import Ethtool
 
 from topologies import netns
@@ -23,6 +25,7 @@ from topologies.model import (
     Fabric,
     Host,
     plane_usid_prefix,
+    usid_prefix,
 )
 
 IFA_F_NODAD = 0x02
@@ -37,6 +40,9 @@ _SYSCTLS = {
     "net/ipv6/conf/default/router_solicitations": "0",
     "net/ipv6/conf/all/accept_ra": "0",
     "net/ipv6/conf/default/accept_ra": "0",
+    # A NIC set down and up again (Mininet's `link` command) keeps its address; IPv6's default
+    # is to flush it.
+    "net/ipv6/conf/all/keep_addr_on_down": "1",
 }
 
 
@@ -49,30 +55,46 @@ def _write_sysctl(key: str, value: str) -> None:
 
 
 def baseline_prefix(plane: int) -> str:
+    """Every NIC address of `plane`."""
     return f"{BASELINE_PREFIX:x}:0:0:{plane:x}::/64"
 
 
-def configure_host(fabric: Fabric, host: Host, pid: int, offload_off: bool = True) -> None:
-    """Configure one host's NICs inside its namespace (process `pid`)."""
-    with netns.inside(pid):
-        for key, value in _SYSCTLS.items():
-            _write_sysctl(key, value)
-        with IPRoute() as ipr:
-            for nic in host.nics:
-                (idx,) = ipr.link_lookup(ifname=nic.ifname)
-                ipr.link("set", index=idx, address=nic.mac, state="up")
-                for addr in (nic.srv6_addr, nic.baseline_addr):
-                    ipr.addr("add", index=idx, address=str(addr), prefixlen=128,
-                             flags=IFA_F_NODAD)
-                ipr.neigh("add", dst=GATEWAY_LLADDR, lladdr=GATEWAY_MAC, ifindex=idx,
-                          state=NUD_PERMANENT, family=socket.AF_INET6)
-                for prefix in (str(plane_usid_prefix(nic.plane)), baseline_prefix(nic.plane)):
-                    ipr.route("add", dst=prefix, gateway=GATEWAY_LLADDR, oif=idx,
-                              family=socket.AF_INET6)
-        if offload_off:
-            # The userspace datapath does not complete partial checksums: without this, TCP
-            # and kernel UDP through OVS-netdev arrive with bad checksums and are dropped.
-            disable_tx_checksum([nic.ifname for nic in host.nics])
+def host_script(host: Host, encap: str) -> str:
+    """The `ip -6 -batch` lines configuring `host`; `encap`: what a route line takes to send
+    through the host encapsulation program (`HostEncap.route_encap()`)."""
+    lines = ["link set dev lo up"]
+    for nic in host.nics:
+        dev = nic.ifname
+        lines += [
+            f"link set dev {dev} address {nic.mac} up",
+            f"addr add {nic.addr}/128 dev {dev} nodad",
+            f"neigh replace {GATEWAY_LLADDR} lladdr {GATEWAY_MAC} dev {dev} nud permanent",
+            f"route replace {plane_usid_prefix(nic.plane)} via {GATEWAY_LLADDR} dev {dev}",
+            f"route replace {baseline_prefix(nic.plane)} {encap} via {GATEWAY_LLADDR} dev {dev}",
+            # The SID is not an address of the NIC: a local /128 would win over the /48 and
+            # the kernel has no handler for IPv6-in-IPv6 addressed to itself. `table local`:
+            # the main table has no route to the host's own addresses.
+            f"route replace local {usid_prefix(nic.usid)} encap seg6local action End.DT6 "
+            f"table local count dev lo",
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def configure_hosts(fabric: Fabric, pids: dict[str, int], encap: str,
+                    offload_off: bool = True) -> None:
+    """Configure every host's NICs inside its namespace (process `pids[host]`)."""
+    for host in fabric.hosts:
+        with netns.inside(pids[host.name]):
+            for key, value in _SYSCTLS.items():
+                _write_sysctl(key, value)
+    netns.run_batches([(pids[h.name], ["ip", "-6", "-batch", "-"], host_script(h, encap))
+                       for h in fabric.hosts])
+    if offload_off:
+        for host in fabric.hosts:
+            with netns.inside(pids[host.name]):
+                # The userspace datapath does not complete partial checksums, and a receiver
+                # behind the kernel's SRv6 must see full ones: the kernel writes them.
+                disable_tx_checksum([nic.ifname for nic in host.nics])
 
 
 def disable_tx_checksum(ifnames: list[str]) -> None:
@@ -97,7 +119,7 @@ def configure_mptcp(fabric: Fabric, host: Host, pid: int) -> None:
     commands = [["ip", "mptcp", "endpoint", "flush"],
                 ["ip", "mptcp", "limits", "set", "subflow", str(extra), "add_addr_accepted", str(extra)]]
     for nic in host.nics[1:]:
-        commands.append(["ip", "mptcp", "endpoint", "add", str(nic.baseline_addr), "dev", nic.ifname,
+        commands.append(["ip", "mptcp", "endpoint", "add", str(nic.addr), "dev", nic.ifname,
                          "signal"])
     for argv in commands:
         result = subprocess.run(netns.command(pid, argv), capture_output=True, text=True)

@@ -5,8 +5,10 @@ baseline) QPs over real sockets around the sans-IO cores.
 drives it through a Unix socket speaking JSON lines (see `endpoints/host/control.py`).
 
 Paths come from the fabric model, like everything else: the EVs of a QP to peer P are the
-model's paths from this host to P (EV -> SRv6 destination address); acknowledgements go back
-over this host's own paths to the sender. Goodput is binned (endpoints/host/goodput.py) on
+model's paths from this host to P. Each EV's datagrams go from this host's NIC to P's NIC on the
+EV's plane, marked with the EV: the host's encapsulation program wraps them to the path's uSID
+carrier (endpoints/host/netio.py). Acknowledgements go back over this host's own paths to the
+sender. Goodput is binned (endpoints/host/goodput.py) on
 CLOCK_MONOTONIC, which every namespace shares, so the runner can line bins up with the faults
 it injects. The trace holds the cores' events, one JSON object per line, and with the
 `packet_log` setting the first N datagrams the agent sent and received (event "packet": the
@@ -56,7 +58,8 @@ MAX_TRANSFER = 1 << 40  # bytes of one sized transfer (`stream` with total_bytes
 @dataclass
 class PeerPaths:
     evs: list[EvInfo]
-    dst: dict[int, tuple[bytes, bytes, str]]  # ev -> (src packed, dst packed, dst text)
+    dst: dict[int, tuple[bytes, bytes, str]]  # ev -> (own NIC addr, peer NIC addr, its text)
+    encap: bool  # marked with the EV (source-routed, encapsulated) or destination-routed
     tx: dict[int, netio.TxPath] = field(default_factory=dict)  # ev -> socket state, on first use
 
 
@@ -126,14 +129,13 @@ class Agent:
             me, them = self.host.nics[plane], self.fabric.host(peer).nics[plane]
             ev = ev_value(plane, 0x3FFF & (self.host.index * 131 + them.plane))
             table = PeerPaths([EvInfo(ev, plane)],
-                              {ev: (me.baseline_addr.packed, them.baseline_addr.packed,
-                                    str(them.baseline_addr))})
+                              {ev: (me.addr.packed, them.addr.packed, str(them.addr))}, encap=False)
         else:
             evs, dst = [], {}
             for route in self.fabric.routes(self.host.name, peer):
                 evs.append(EvInfo(route.ev, route.plane))
-                dst[route.ev] = (route.src_addr.packed, route.address.packed, str(route.address))
-            table = PeerPaths(evs, dst)
+                dst[route.ev] = (route.src_addr.packed, route.dst_addr.packed, str(route.dst_addr))
+            table = PeerPaths(evs, dst, encap=True)
         self._paths_cache[key] = table
         return table
 
@@ -314,7 +316,8 @@ class Agent:
             if path is None:
                 # MRC's packets ride the trimmable class; the RoCE baseline's do not.
                 tclass = netio.ECN_ECT0 if qp.transport == "roce" else wire.DATA_TCLASS
-                path = paths[ev] = self.tx.path(*qp.paths.dst[ev], ev, tclass=tclass)
+                path = paths[ev] = self.tx.path(*qp.paths.dst[ev], ev, tclass=tclass,
+                                                mark=ev if qp.paths.encap else 0)
             if backlog or not send(path, payload):
                 backlog.append((path, payload))  # NIC backpressure, not loss
             if log:

@@ -1,7 +1,14 @@
 """Real kernel sockets for MRC datagrams.
 
-Sending, fast path: one UDP socket per path (source address, EV, destination, traffic class),
-bound to the EV's source port and connected to the SRv6 destination, with the EV's flow label
+MRC packets leave a host IPv6-in-IPv6 (the MRC paper's encapsulation): what a sender writes is
+an ordinary UDP datagram between its NIC's own address and the peer NIC's (the inner header,
+whose checksum the kernel writes and no hop rewrites), marked with the path's EV (SO_MARK); the
+host's encapsulation program (topologies/dataplane/mrc_encap.bpf.c) adds the outer header to
+the path's uSID carrier on the way out, and the receiving host's kernel takes it off
+(End.DT6). Unmarked datagrams (the RoCE-like baseline) are routed by their destination.
+
+Sending, fast path: one UDP socket per path (source address, EV, destination, traffic class,
+mark), bound to the EV's source port and connected to the peer, with the EV's flow label
 registered through the flow label manager (IPV6_FLOWLABEL_MGR: Linux refuses unregistered
 labels), hop limit 64, no fragmentation and no automatic flow label. The kernel writes the IPv6
 and UDP headers and the checksum, byte for byte what `build_packet` writes
@@ -12,9 +19,9 @@ on, frames would carry a partial checksum that the
 receiving kernel trusts, as for any local UDP socket.
 
 Sending, fallback (the kernel refused a path socket, or too many paths): an AF_INET6 raw socket
-with IPPROTO_RAW (header included) carrying packets built by `build_packet`. Either way the
-kernel routes the packet (the SRv6 destination picks the plane's NIC) and resolves the static
-gateway neighbour.
+with IPPROTO_RAW (header included) carrying packets built by `build_packet`, the mark given
+with each one (SO_MARK as ancillary data), so the same encapsulation applies. Either way the
+kernel routes the packet and resolves the static gateway neighbour.
 
 Receiving: an ordinary UDP socket on port 4791, so the kernel verifies checksums; ancillary data
 gives the local address (which plane's NIC), the flow label and the traffic class (ECN).
@@ -52,6 +59,7 @@ _IP6 = struct.Struct("!IHBB16s16s")
 _UDP = struct.Struct("!HHHH")
 _NEXT_UDP = 17
 _NEXT_IPV6 = 41
+_MARK = struct.Struct("=I")  # SO_MARK as ancillary data
 HOP_LIMIT = 64
 
 
@@ -75,9 +83,10 @@ def encapsulate(outer_src: bytes, outer_dst: bytes, packet: bytes) -> bytes:
 
 
 def open_path_socket(src: bytes, dst: bytes, ev: int, tclass: int = ECN_ECT0,
-                     dport: int = MRC_PORT, sndbuf: int = 1 << 20) -> socket.socket:
+                     dport: int = MRC_PORT, sndbuf: int = 1 << 20, mark: int = 0) -> socket.socket:
     """A connected, non-blocking UDP socket whose datagrams leave as `build_packet(src, dst, ev,
-    payload, tclass, dport)` would (kernel checksum). OSError if the kernel refuses any step."""
+    payload, tclass, dport)` would (kernel checksum), marked `mark` (an MRC path: its EV, which
+    picks the carrier the host encapsulates them to). OSError if the kernel refuses any step."""
     sport, label = ev_to_wire(ev)
     sock = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
     try:
@@ -92,6 +101,8 @@ def open_path_socket(src: bytes, dst: bytes, ev: int, tclass: int = ECN_ECT0,
         opt(socket.IPPROTO_IPV6, IPV6_DONTFRAG, 1)  # too big fails, as a raw packet would
         opt(socket.SOL_SOCKET, socket.SO_SNDBUF, sndbuf)
         opt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # every peer's paths reuse the EV ports
+        if mark:
+            opt(socket.SOL_SOCKET, socket.SO_MARK, mark)  # before connect: its route sees it
         sock.bind((socket.inet_ntop(socket.AF_INET6, src), sport))
         sock.connect((socket.inet_ntop(socket.AF_INET6, dst), dport, label, 0))
         sock.setblocking(False)
@@ -102,13 +113,14 @@ def open_path_socket(src: bytes, dst: bytes, ev: int, tclass: int = ECN_ECT0,
 
 
 class TxPath:
-    """One path's sending state: its connected socket, or None to use the raw fallback."""
-    __slots__ = ("src", "dst", "dst_text", "ev", "tclass", "sock")
+    """One path's sending state: its connected socket, or None to use the raw fallback; the
+    mark (an MRC path's EV, 0 for destination routing) goes with every raw packet."""
+    __slots__ = ("src", "dst", "dst_text", "ev", "tclass", "sock", "mark")
 
     def __init__(self, src: bytes, dst: bytes, dst_text: str, ev: int, tclass: int,
-                 sock: socket.socket | None) -> None:
+                 sock: socket.socket | None, mark: int = 0) -> None:
         self.src, self.dst, self.dst_text, self.ev = src, dst, dst_text, ev
-        self.tclass, self.sock = tclass, sock
+        self.tclass, self.sock, self.mark = tclass, sock, mark
 
 
 class Transmitter:
@@ -120,23 +132,24 @@ class Transmitter:
         self.errors: dict[str, int] = {}  # errno name -> send attempts that raised it
         self.max_paths = max_paths
         self.kernel_checksum = kernel_checksum
-        self.paths: dict[tuple[bytes, bytes, int, int], TxPath] = {}
+        self.paths: dict[tuple[bytes, bytes, int, int, int], TxPath] = {}
         self.refused = 0  # paths the kernel would not open a socket for (raw instead)
         self.dropped = 0  # sends that failed (local queue full): counted like a NIC drop
 
     def path(self, src: bytes, dst: bytes, dst_text: str, ev: int,
-             tclass: int = ECN_ECT0) -> TxPath:
-        """The path's state, opened on first use in the calling thread's network namespace."""
-        key = (src, dst, ev, tclass)
+             tclass: int = ECN_ECT0, mark: int = 0) -> TxPath:
+        """The path's state, opened on first use in the calling thread's network namespace;
+        `mark`: the EV for an MRC path (encapsulated to its carrier), 0 for destination routing."""
+        key = (src, dst, ev, tclass, mark)
         path = self.paths.get(key)
         if path is None:
             sock = None
             if self.kernel_checksum and len(self.paths) < self.max_paths:
                 try:
-                    sock = open_path_socket(src, dst, ev, tclass)
+                    sock = open_path_socket(src, dst, ev, tclass, mark=mark)
                 except OSError:
                     self.refused += 1  # e.g. source not local or port taken: raw still works
-            path = self.paths[key] = TxPath(src, dst, dst_text, ev, tclass, sock)
+            path = self.paths[key] = TxPath(src, dst, dst_text, ev, tclass, sock, mark)
         return path
 
     def send(self, path: TxPath, payload: bytes) -> bool:
@@ -144,8 +157,8 @@ class Transmitter:
         sock = path.sock
         try:
             if sock is None:
-                self.raw.sock.sendto(build_packet(path.src, path.dst, path.ev, payload,
-                                                  path.tclass), (path.dst_text, 0))
+                self.raw.send_marked(build_packet(path.src, path.dst, path.ev, payload,
+                                                  path.tclass), path.dst_text, path.mark)
             else:
                 try:
                     sock.send(payload)
@@ -184,6 +197,15 @@ class RawSender:
         except (BlockingIOError, OSError):
             self.dropped += 1
             return False
+
+    def send_marked(self, packet: bytes, dst: str, mark: int) -> None:
+        """Send with skb->mark `mark` (an MRC path's EV: the host encapsulates it); raises
+        OSError like a socket's send."""
+        if mark:
+            self.sock.sendmsg([packet], [(socket.SOL_SOCKET, socket.SO_MARK, _MARK.pack(mark))],
+                              0, (dst, 0))
+        else:
+            self.sock.sendto(packet, (dst, 0))
 
     def close(self) -> None:
         self.sock.close()

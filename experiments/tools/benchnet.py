@@ -1,35 +1,44 @@
-"""The bench's network: two namespaces joined by one veth pair per plane, no OVS, no shaping.
+"""The bench's network: two namespaces joined by one veth pair per plane, no switches, no shaping.
 
-The sender's packets carry the model's SRv6 destinations (fcbb:bb00:<T0>:<T1>:<T0>:<host>::);
-each namespace routes its own leaf's uSID prefix (/48) of a plane out of that plane's veth and
-takes every other address of the uSID block as local (a `local fcbb:bb00::/32` route), which
-stands in for the switches' shifting. TX checksum offload is off on the veths, as hostnet sets
-it for OVS's userspace datapath, so checksums cost what they cost in an emulation.
+The hosts are configured as in an emulation (topologies/hostnet.py: each NIC's own address, the
+host encapsulation program on the route to the plane's NICs), so the agents send MRC exactly as
+they would through a fabric: IPv6-in-IPv6 to each path's uSID carrier. With no switch to shift
+them, carriers arrive whole: each namespace routes its own leaf's uSID prefix (/48) of a plane
+out of that plane's veth (every path it sends on starts there) and decapsulates every other
+address of the uSID block (a `local fcbb:bb00::/32 ... End.DT6` route), standing in for the
+switches and its own SID. TX checksum offload is off on the veths, as in an emulation, so
+checksums cost what they cost there.
 """
 
 from __future__ import annotations
 
-import os
-import socket
 import subprocess
 from pathlib import Path
 
 from topologies import hostnet, netns
-from topologies.model import GATEWAY_LLADDR, LINK_MTU, Fabric, usid_block, usid_prefix
+from topologies.dataplane.encap import HostEncap, path_entries
+from topologies.model import (
+    GATEWAY_LLADDR,
+    LINK_MTU,
+    Fabric,
+    plane_usid_prefix,
+    usid_block,
+    usid_prefix,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 SENDER, RECEIVER = "h0", "h1"  # one host per leaf: every path crosses a spine (4 uSIDs)
-RTN_LOCAL = 2
 
 
 class BenchNet:
-    """Two namespaces, one veth pair per plane, SRv6 block routing as described above."""
+    """Two namespaces, one veth pair per plane, host encapsulation as described above."""
 
     def __init__(self, fabric: Fabric, tag: str, offload_off: bool = True) -> None:
         self.fabric = fabric
         self.offload_off = offload_off
         self.ns = {SENDER: f"{tag}s", RECEIVER: f"{tag}r"}
         self.created: list[str] = []
+        self.encap: HostEncap | None = None
 
     def __enter__(self) -> BenchNet:
         try:
@@ -43,44 +52,44 @@ class BenchNet:
         self.close()
 
     def _build(self) -> None:
-        # iproute2 creates the namespaces: pyroute2's netns helpers fork children, which raced
-        # with the /run/netns bind mount here and inherit this process's signal handlers.
-        from pyroute2 import IPRoute
-
         for name in self.ns.values():
             subprocess.run(["ip", "netns", "add", name], check=True, capture_output=True)
             self.created.append(name)
+        self.encap = HostEncap()
+        self.encap.fill(path_entries(self.fabric))
         snd, rcv = self.fabric.host(SENDER), self.fabric.host(RECEIVER)
-        peer_fd = os.open(f"{netns.NETNS_DIR}/{self.ns[RECEIVER]}", os.O_RDONLY)
-        try:
-            with netns.inside_named(self.ns[SENDER]), IPRoute() as ipr:
-                for a, b in zip(snd.nics, rcv.nics, strict=True):
-                    ipr.link("add", ifname=a.ifname, kind="veth",
-                             peer={"ifname": b.ifname, "net_ns_fd": peer_fd})
-        finally:
-            os.close(peer_fd)
+        links = [f"link add name {a.ifname} mtu {LINK_MTU} type veth peer name {b.ifname} "
+                 f"mtu {LINK_MTU} netns {self.ns[RECEIVER]}" for a, b in zip(snd.nics, rcv.nics, strict=True)]
+        self._ip(SENDER, links)
         for host, peer in ((snd, rcv), (rcv, snd)):
-            with netns.inside_named(self.ns[host.name]), IPRoute() as ipr:
-                (lo,) = ipr.link_lookup(ifname="lo")
-                ipr.link("set", index=lo, state="up")
-                # Every uSID address not routed out below is this host's: it stands in for the
-                # last switch's shift, which would leave fcbb:bb00:<host uSID>:: anyway.
-                ipr.route("add", dst=str(usid_block()), type=RTN_LOCAL, oif=lo,
-                          family=socket.AF_INET6)
-                for nic, peer_nic in zip(host.nics, peer.nics, strict=True):
-                    (idx,) = ipr.link_lookup(ifname=nic.ifname)
-                    ipr.link("set", index=idx, address=nic.mac, mtu=LINK_MTU, state="up")
-                    ipr.addr("add", index=idx, address=str(nic.srv6_addr), prefixlen=128,
-                             flags=hostnet.IFA_F_NODAD)
-                    ipr.neigh("add", dst=GATEWAY_LLADDR, lladdr=peer_nic.mac, ifindex=idx,
-                              state=hostnet.NUD_PERMANENT, family=socket.AF_INET6)
-                    # This host's own leaf uSID leads every path it sends on (plane by plane).
-                    leaf = self.fabric.leaf(nic.plane, host.leaf_index)
-                    ipr.route("add", dst=str(usid_prefix(leaf.usid)), gateway=GATEWAY_LLADDR,
-                              oif=idx, family=socket.AF_INET6)
+            lines = hostnet.host_script(host, self.encap.route_encap()).splitlines()
+            # Neither the uSID routes nor one End.DT6 per SID: the host's own leaf /48s go out
+            # (below), the rest of the block decapsulates.
+            lines = [line for line in lines if "End.DT6" not in line and
+                     not any(str(plane_usid_prefix(n.plane)) in line for n in host.nics)]
+            # In table main, so that the more specific /48s below win (table local would be
+            # looked up first, and any match there wins).
+            lines.append(f"route replace local {usid_block()} encap seg6local action End.DT6 "
+                         f"table local dev lo table main")
+            for nic, peer_nic in zip(host.nics, peer.nics, strict=True):
+                lines = [line.replace(f"lladdr {hostnet.GATEWAY_MAC} dev {nic.ifname} ",
+                                      f"lladdr {peer_nic.mac} dev {nic.ifname} ") for line in lines]
+                leaf = self.fabric.leaf(nic.plane, host.leaf_index)
+                lines.append(f"route replace {usid_prefix(leaf.usid)} via {GATEWAY_LLADDR} "
+                             f"dev {nic.ifname}")
+            self._ip(host.name, lines)
             if self.offload_off:
                 with netns.inside_named(self.ns[host.name]):
                     hostnet.disable_tx_checksum([nic.ifname for nic in host.nics])
+
+    def _ip(self, host: str, lines: list[str]) -> None:
+        # Forked inside the namespace (not `ip -n`, which remounts /sys and hides the pinned
+        # encapsulation program).
+        with netns.inside_named(self.ns[host]):
+            result = subprocess.run(["ip", "-6", "-batch", "-"], input="\n".join(lines) + "\n",
+                                    capture_output=True, text=True)
+        if result.returncode != 0:
+            raise RuntimeError(f"bench network ({host}): {result.stderr.strip()[:400]}")
 
     def popen(self, host: str, argv: list[str], log: Path) -> subprocess.Popen:
         with open(log, "w") as fh:
@@ -92,3 +101,6 @@ class BenchNet:
             name = self.created.pop()
             # Deleting a namespace deletes the veth ends inside it.
             subprocess.run(["ip", "netns", "del", name], capture_output=True)
+        if self.encap is not None:
+            self.encap.close()
+            self.encap = None

@@ -103,24 +103,25 @@ def _child_of(pid: int, parent: int) -> bool:
 
 
 @pytest.mark.parametrize("size, ev, tclass", [
-    (wire.data_len(1024), 0x2_C001, netio.ECN_ECT0),  # a full data packet, flow label 2
-    (41, 0x2_C001, wire.DATA_TCLASS),  # odd length (checksum padding), another traffic class
-    (1, 0xC003, netio.ECN_ECT0),  # flow label 0: the kernel must not pick one itself
+    (wire.data_len(1024), 0x2_C002, netio.ECN_ECT0),  # a full data packet, plane 1: flow label 2
+    (41, 0x2_C003, wire.DATA_TCLASS),  # odd length (checksum padding), another traffic class
+    (1, 0x1_C001, netio.ECN_ECT0),  # plane 0, spine 1
 ])
 def test_kernel_checksum_frames_equal_build_packet_frames(root, size, ev, tclass):
-    """The fast send path must put on the wire exactly what the Python packet builder does."""
-    fabric = Fabric(FabricParams(planes=2, leaves=2, spines=1, hosts_per_leaf=1))
-    path = fabric.routes(benchnet.SENDER, benchnet.RECEIVER)[1]  # plane 1
+    """The fast send path must put on the wire exactly what the Python packet builder does,
+    encapsulated by the host to the path's carrier; so must the raw fallback."""
+    fabric = Fabric(FabricParams(planes=2, leaves=2, spines=2, hosts_per_leaf=1))
+    path = {r.ev: r for r in fabric.routes(benchnet.SENDER, benchnet.RECEIVER)}[ev]
     peer_if = fabric.host(benchnet.RECEIVER).nics[path.plane].ifname
     payload = os.urandom(size)
-    args = (path.src_addr.packed, path.address.packed, str(path.address), ev, tclass)
+    args = (path.src_addr.packed, path.dst_addr.packed, str(path.dst_addr), ev, tclass)
     with benchnet.BenchNet(fabric, f"mrcbt{os.getpid()}") as net:
         with netns.inside_named(net.ns[benchnet.RECEIVER]):
             cap = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(0x86DD))
         with netns.inside_named(net.ns[benchnet.SENDER]):  # path sockets open in the caller's namespace
             tx = netio.Transmitter()
             raw = netio.Transmitter(kernel_checksum=False)
-            paths = [tx.path(*args), raw.path(*args)]
+            paths = [tx.path(*args, mark=ev), raw.path(*args, mark=ev)]
         try:
             assert paths[0].sock is not None and paths[1].sock is None
             cap.bind((peer_if, 0))
@@ -130,13 +131,16 @@ def test_kernel_checksum_frames_equal_build_packet_frames(root, size, ev, tclass
                 assert sender.send(p, payload)
                 while True:  # skip neighbour discovery and router solicitations
                     frame = cap.recv(4096)
-                    if frame[20] == 17:
+                    if frame[20] == 41:  # IPv6-in-IPv6
                         break
                 frames.append(frame[14:])
+            stats = net.encap.stats() if net.encap is not None else {}
         finally:
             cap.close()
             tx.close()
             raw.close()
-    ref = netio.build_packet(path.src_addr.packed, path.address.packed, ev, payload, tclass)
+    inner = netio.build_packet(path.src_addr.packed, path.dst_addr.packed, ev, payload, tclass)
+    ref = netio.encapsulate(path.src_addr.packed, path.address.packed, inner)
     assert frames[1] == ref
     assert frames[0] == ref, "kernel-built packet differs from build_packet's"
+    assert stats["encapsulated"] == 2 and stats["no_path"] == stats["error"] == 0

@@ -101,9 +101,9 @@ def test_agent_counts_malformed_datagrams_and_refuses_bad_requests(tmp_path):
         with netns.inside(em.pid("h0")):
             raw = netio.RawSender()
         try:
-            for payload in bad:
-                raw.send(netio.build_packet(path.src_addr.packed, path.address.packed, 0xC000, payload),
-                         str(path.address))
+            for payload in bad:  # as an agent sends them: marked with the EV, encapsulated
+                raw.send_marked(netio.build_packet(path.src_addr.packed, path.dst_addr.packed,
+                                                   path.ev, payload), str(path.dst_addr), path.ev)
             time.sleep(0.3)
         finally:
             raw.close()

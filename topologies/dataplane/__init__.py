@@ -12,6 +12,8 @@ and tc needs no ELF support. Maps are read and written with bpf(2) through ctype
 
 By concern: `build` (clang, flags from the wire format), `bpf` (bpf(2), maps, Program),
 `reference` (the pure model of the program), `ports` (what each port is told), `attach`.
+`encap` is the hosts' side: the lwt program (mrc_encap.bpf.c) that wraps MRC packets
+IPv6-in-IPv6 to their path's uSID carrier, built by the same step.
 Use from the emulation::
 
     ports = switch_ports([(ifname, faces_host), ...], link_mbps, queue_packets, mtu_payload)

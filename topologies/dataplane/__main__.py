@@ -15,9 +15,10 @@ def main(argv: list[str]) -> int:
         if ok:
             print(f"setup: data plane: {message}")
         else:
-            print(f"setup: warning: eBPF data plane not built ({message}): the emulation falls "
-                  f"back to plain HTB queues (no ECN marking, no trimming)")
-        return 0  # optional component: setup goes on either way
+            print(f"setup: warning: eBPF programs not built ({message}): no emulation can start "
+                  f"(MRC's host encapsulation needs them; the switches would fall back to plain "
+                  f"HTB queues)")
+        return 0  # setup goes on: everything that needs no emulation still works
     if cmd == "cflags":
         print(" ".join(cflags()))
         return 0

@@ -1,5 +1,6 @@
-"""Compiling the eBPF program (clang), with the MRC layout passed as -D flags generated from
-endpoints/protocol/wire.py: the C source copies no protocol constant by hand."""
+"""Compiling the eBPF programs (clang): the switch egress program, with the MRC layout passed as
+-D flags generated from endpoints/protocol/wire.py (the C source copies no protocol constant by
+hand), and the hosts' MRC encapsulation (mrc_encap.bpf.c), built by the same step."""
 
 from __future__ import annotations
 
@@ -19,6 +20,14 @@ REPO = Path(__file__).resolve().parents[2]
 SOURCE = Path(__file__).resolve().parent / "mrc_qos.bpf.c"
 OBJECT = REPO / "build" / "mrc_qos.bpf.o"
 FLAGS_FILE = OBJECT.with_suffix(".flags")  # the -D flags the object was built with
+ENCAP_SOURCE = SOURCE.with_name("mrc_encap.bpf.c")
+ENCAP_OBJECT = OBJECT.with_name("mrc_encap.bpf.o")
+
+
+def _programs() -> tuple[tuple[Path, Path, Path], ...]:
+    """(source, object, flags file) of every program this step builds."""
+    return ((SOURCE, OBJECT, FLAGS_FILE),
+            (ENCAP_SOURCE, ENCAP_OBJECT, ENCAP_OBJECT.with_suffix(".flags")))
 
 
 def _member_offset(fmt: struct.Struct, index: int) -> int:
@@ -63,38 +72,40 @@ def cflags() -> list[str]:
 
 
 def stale() -> str | None:
-    """Why the object must be (re)built, or None when it is current."""
-    if not OBJECT.exists():
-        return f"{OBJECT.relative_to(REPO)} does not exist"
-    if SOURCE.stat().st_mtime > OBJECT.stat().st_mtime:
-        return f"{SOURCE.name} is newer than its object"
-    try:
-        if FLAGS_FILE.read_text().split() != cflags():
-            return "the MRC constants (endpoints/protocol/wire.py) changed"
-    except OSError:
-        return "its build flags are unknown"
+    """Why an object must be (re)built, or None when every one is current."""
+    for source, obj, flags_file in _programs():
+        if not obj.exists():
+            return f"{obj.relative_to(REPO)} does not exist"
+        if source.stat().st_mtime > obj.stat().st_mtime:
+            return f"{source.name} is newer than its object"
+        try:
+            if flags_file.read_text().split() != cflags():
+                return "the MRC constants (endpoints/protocol/wire.py) changed"
+        except OSError:
+            return "its build flags are unknown"
     return None
 
 
 def build(force: bool = False) -> tuple[bool, str]:
-    """Compile the object if stale. (ok, message); never raises for a missing compiler."""
+    """Compile the objects if stale. (ok, message); never raises for a missing compiler."""
     why = "forced" if force else stale()
     if why is None:
-        return True, f"{OBJECT.relative_to(REPO)} up to date"
+        return True, f"{OBJECT.relative_to(REPO)}, {ENCAP_OBJECT.name} up to date"
     clang = shutil.which("clang")
     if clang is None:
         return False, "clang not found"
     multiarch = sysconfig.get_config_var("MULTIARCH") or f"{platform.machine()}-linux-gnu"
     includes = [f"-I/usr/include/{multiarch}"] if Path(f"/usr/include/{multiarch}").is_dir() else []
     OBJECT.parent.mkdir(parents=True, exist_ok=True)
-    tmp = OBJECT.with_suffix(".tmp")
-    # -g: the maps need BTF (bpf_spin_lock in a map value).
-    cmd = [clang, "-O2", "-g", "-target", "bpf", "-Wall", *includes, *cflags(), "-c", str(SOURCE),
-           "-o", str(tmp)]
-    result = subprocess.run(cmd, capture_output=True, text=True)
-    if result.returncode != 0:
-        tmp.unlink(missing_ok=True)
-        return False, f"clang failed ({why}): {result.stderr.strip()[-600:]}"
-    os.replace(tmp, OBJECT)
-    FLAGS_FILE.write_text("\n".join(cflags()) + "\n")
-    return True, f"built {OBJECT.relative_to(REPO)} ({why})"
+    for source, obj, flags_file in _programs():
+        tmp = obj.with_suffix(".tmp")
+        # -g: the maps need BTF (bpf_spin_lock in a map value).
+        cmd = [clang, "-O2", "-g", "-target", "bpf", "-Wall", *includes, *cflags(), "-c",
+               str(source), "-o", str(tmp)]
+        result = subprocess.run(cmd, capture_output=True, text=True)
+        if result.returncode != 0:
+            tmp.unlink(missing_ok=True)
+            return False, f"clang failed on {source.name} ({why}): {result.stderr.strip()[-600:]}"
+        os.replace(tmp, obj)
+        flags_file.write_text("\n".join(cflags()) + "\n")
+    return True, f"built {OBJECT.relative_to(REPO)}, {ENCAP_OBJECT.name} ({why})"

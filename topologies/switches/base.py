@@ -39,6 +39,9 @@ class SwitchBackend(ABC):
     """One run's switches. `fabric`: the model; `workdir`: the run's private folder (logs)."""
 
     name: ClassVar[str] = ""
+    # A cut T0-T1 link: both ends set down (True), or only the spine's (the leaf's end then
+    # loses its carrier). Either way the switches see both ports go down.
+    cut_both_ends: ClassVar[bool] = True
 
     def __init__(self, fabric: Fabric, workdir: Path) -> None:
         self.fabric = fabric

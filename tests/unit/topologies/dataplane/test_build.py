@@ -36,12 +36,17 @@ def test_c_source_has_no_hand_copied_mrc_constants():
 
 def test_stale_detects_changed_constants(tmp_path, monkeypatch):
     obj, flags = tmp_path / "x.o", tmp_path / "x.flags"
+    encap = tmp_path / "mrc_encap.bpf.o"
     monkeypatch.setattr(build, "OBJECT", obj)
     monkeypatch.setattr(build, "FLAGS_FILE", flags)
+    monkeypatch.setattr(build, "ENCAP_OBJECT", encap)
     monkeypatch.setattr(build, "REPO", tmp_path)
     assert "does not exist" in build.stale()
     obj.write_bytes(b"")
     flags.write_text("\n".join(build.cflags()))
+    assert "mrc_encap.bpf.o does not exist" in build.stale()  # both programs are built
+    encap.write_bytes(b"")
+    encap.with_suffix(".flags").write_text("\n".join(build.cflags()))
     assert build.stale() is None
     flags.write_text("-DMRC_DATA_HDR=32")
     assert "constants" in build.stale()

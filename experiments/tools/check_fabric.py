@@ -1,14 +1,21 @@
 """`mrclab check-fabric`: prove every source-routed path, and that a cut takes out exactly the
 paths through it.
 
-One process opens a raw sender and a UDP receiver inside every host's namespace (setns), sends
-one probe along every path of every (sampled) host pair, cuts a T0-T1 link, checks that exactly
-the paths crossing it stop delivering, restores it and checks that all deliver again. Probes
-lost for no reason are retried, so only a path that fails every try counts as lost.
+One process opens a UDP receiver inside every host's namespace (setns), sends one probe along
+every path of every (sampled) host pair, cuts a T0-T1 link, checks that exactly the paths
+crossing it stop delivering, restores it and checks that all deliver again. Probes lost for no
+reason are retried, so only a path that fails every try counts as lost.
+
+Each probe leaves its host exactly as an agent's MRC datagram does (netio.open_path_socket: NIC
+to NIC, marked with the path's EV, encapsulated by the host to the path's carrier, decapsulated
+by the receiving host), so the host encapsulation is proven on every path along with the
+switches. A probe's socket is opened, used once and closed: a large fabric has more paths
+than a process may hold sockets.
 """
 
 from __future__ import annotations
 
+import errno
 import random
 import selectors
 import struct
@@ -31,21 +38,33 @@ RETRIES = 3
 
 @dataclass
 class Probe:
-    path: Route
-    ev: int
+    path: Route  # sent as its EV (`path.ev`), which picks its carrier at the sending host
 
 
 class Prober:
     def __init__(self, em: Emulation, probes: list[Probe]) -> None:
         self.em = em
         self.probes = probes
-        self.senders: dict[str, netio.RawSender] = {}
         self.selector = selectors.DefaultSelector()
+        self.send_errors: dict[str, int] = {}  # errno name -> probes the kernel refused
         for host in em.fabric.hosts:
             with netns.inside(em.pid(host.name)):
-                self.senders[host.name] = netio.RawSender()
                 sock = netio.open_receiver(PROBE_PORT)
             self.selector.register(sock, selectors.EVENT_READ)
+
+    def _send(self, ident: int, tag: int) -> None:
+        path = self.probes[ident].path
+        try:
+            with netns.inside(self.em.pid(path.src)):
+                sock = netio.open_path_socket(path.src_addr.packed, path.dst_addr.packed, path.ev,
+                                              dport=PROBE_PORT, mark=path.ev)
+            try:
+                sock.send(PROBE.pack(MAGIC, tag, ident))
+            finally:
+                sock.close()
+        except OSError as exc:  # counted; the probe is retried like a lost one
+            name = errno.errorcode.get(exc.errno or 0, str(exc))
+            self.send_errors[name] = self.send_errors.get(name, 0) + 1
 
     def _drain(self, got: set[int], wait: float, tag: int) -> None:
         deadline = time.monotonic() + wait
@@ -74,11 +93,7 @@ class Prober:
             started = time.monotonic()
             for start in range(0, len(pending), BATCH):
                 for ident in pending[start:start + BATCH]:
-                    path = self.probes[ident].path
-                    packet = netio.build_packet(path.src_addr.packed, path.address.packed,
-                                                self.probes[ident].ev,
-                                                PROBE.pack(MAGIC, tag, ident), dport=PROBE_PORT)
-                    self.senders[path.src].send(packet, str(path.address))
+                    self._send(ident, tag)
                 # Pace to RATE_PPS, draining receivers meanwhile.
                 self._drain(got, started + (start + BATCH) / RATE_PPS - time.monotonic(), tag)
             self._drain(got, 0.3, tag)
@@ -91,8 +106,6 @@ class Prober:
         for key in list(self.selector.get_map().values()):
             key.fileobj.close()  # type: ignore[union-attr]
         self.selector.close()
-        for sender in self.senders.values():
-            sender.close()
 
 
 def choose_pairs(fabric: Fabric, sample: int | None, seed: int) -> list[tuple[str, str]]:
@@ -121,9 +134,7 @@ def check_fabric(fabric: Fabric, workdir: Path, sample_pairs: int | None = None,
         raise FabricError(f"{cut_link} is a host link: check-fabric cuts a T0-T1 link like p0l0-p0s0")
     probes: list[Probe] = []
     for src, dst in pairs:
-        for path in fabric.routes(src, dst):
-            ev = 0xC000 + len(probes) % 0x3FFF  # spread source ports, as EVs would
-            probes.append(Probe(path, ev))
+        probes += [Probe(path) for path in fabric.routes(src, dst)]
     expected_lost = {i for i, p in enumerate(probes) if cut_link in p.path.links}
     result: dict = {"hosts": len(fabric.hosts), "switches": len(fabric.switches),
                     "links": len(fabric.links), "pairs": len(pairs), "paths_total": len(probes),
@@ -142,6 +153,7 @@ def check_fabric(fabric: Fabric, workdir: Path, sample_pairs: int | None = None,
             result["restore_wait_seconds"] = round(em.wait_link_state(cut_link, up=True), 3)
             restored = prober.round(3)
             result["probe_seconds"] = round(time.monotonic() - t0, 2)
+            send_errors = prober.send_errors
         finally:
             prober.close()
     result["teardown_seconds"] = round(em.timings.get("teardown", 0.0), 2)
@@ -153,6 +165,7 @@ def check_fabric(fabric: Fabric, workdir: Path, sample_pairs: int | None = None,
         "paths_lost_unexpected": len(lost - expected_lost),
         "paths_survived_cut": len(expected_lost - lost),
         "paths_restored": len(restored),
+        "probe_send_errors": send_errors,
     })
     result["ok"] = (len(delivered) == len(probes) and lost == expected_lost
                     and len(restored) == len(probes))

@@ -184,17 +184,18 @@ def write_pcap(path: Path, frames: list[bytes], linktype: int = 1) -> None:
 def log_expectation(record: dict, fabric: Fabric, me: str, peer: str) -> dict:
     """What the capture on host `me` should show for one "packet" record of its agent's trace
     (`endpoints/host/agent.py`): the logged header, the EV, CE as it arrived (sent: never), and
-    the uSID carrier the fabric model gives that EV: the whole path as it leaves `me`, the
-    receiving NIC's own address (every uSID shifted out) as it arrives."""
+    the outer header's uSID carrier the fabric model gives that EV: the whole path as it leaves
+    `me`, the receiving host's SID (every uSID shifted out) as it arrives. The inner header's
+    destination, a NIC address, is no carrier."""
     if record["dir"] == "tx":
         route = {r.ev: r for r in fabric.routes(me, peer)}[record["ev"]]
         address = route.address.packed
     else:
         route = {r.ev: r for r in fabric.routes(peer, me)}[record["ev"]]
-        address = fabric.host(me).nics[route.plane].srv6_addr.packed
+        address = fabric.host(me).nics[route.plane].sid.packed
     fields = {**record["hdr"], "ev": record["ev"], "ce": record.get("ce") or 0}
     return {"mrc": fields, "bth": {k: fields[k] for k in ("opcode", "qpn", "psn")},
-            "carriers": [carrier(fabric, address)], "dir": record["dir"]}
+            "carriers": [carrier(fabric, address, "outer")], "dir": record["dir"]}
 
 
 def compare_with_log(frames: list[Frame], records: list[dict], fabric: Fabric, me: str,
@@ -203,7 +204,7 @@ def compare_with_log(frames: list[Frame], records: list[dict], fabric: Fabric, m
     what Wireshark's own dissectors show: BTH opcode, destination QP, PSN, UDP source port),
     each frame checked in full against its record. (frames matched, problems): a frame no
     record explains, a record no frame shows, and every check_frame problem."""
-    mine = {str(nic.srv6_addr) for nic in fabric.host(me).nics}
+    mine = {str(nic.addr) for nic in fabric.host(me).nics}  # the outer source: the sending NIC
     pending: dict[tuple, list[dict]] = {}
     for record in records:
         exp = log_expectation(record, fabric, me, peer)

@@ -158,10 +158,12 @@ def frames_and_expectations(fabric: Fabric) -> list[tuple[bytes, dict]]:
     for form in ("plain", "encap"):
         for item in inventory(fabric):
             route = item["route"]
-            dst_nic = fabric.host(route.dst).nics[route.plane].srv6_addr.packed
+            # encap: what the agents send (NIC to NIC inside, the carrier outside); plain: the
+            # unencapsulated form the switch program and the dissector also read.
             src = route.src_addr.packed
-            packet = netio.build_packet(src, route.address.packed if form == "plain" else dst_nic,
-                                        route.ev, item["mrc"], tclass=wire.DATA_TCLASS)
+            packet = netio.build_packet(src, route.address.packed if form == "plain"
+                                        else route.dst_addr.packed, route.ev, item["mrc"],
+                                        tclass=wire.DATA_TCLASS)
             if item["icrc"]:
                 packet = with_icrc(packet)
             if form == "encap":
@@ -183,8 +185,9 @@ def frames_and_expectations(fabric: Fabric) -> list[tuple[bytes, dict]]:
             fields.update(icrc=icrc, icrc_status=1 if icrc else 0)
             outer_dst = frame[L3 + 24:L3 + 40]
             carriers = [carrier(fabric, outer_dst, "plain" if form == "plain" else "outer")]
-            if form == "encap":
-                carriers.append(carrier(fabric, frame[L3 + 64:L3 + 80], "inner"))
+            inner = carrier(fabric, frame[L3 + 64:L3 + 80], "inner") if form == "encap" else None
+            if inner is not None:
+                carriers.append(inner)
             exp = dict(mrc=fields, bth={k: fields[k] for k in ("opcode", "qpn", "psn")},
                        carriers=carriers)
             if payload is not None:
@@ -193,7 +196,7 @@ def frames_and_expectations(fabric: Fabric) -> list[tuple[bytes, dict]]:
     # An IBTA RC SEND Only between baseline addresses: a RoCEv2 packet that is not MRC's.
     h0, h3 = fabric.host("h0").nics[0], fabric.host("h3").nics[0]
     foreign = struct.pack("!BBHII", 0x04, 0, 0xFFFF, 0x11, 0x80000005) + bytes(20)
-    packet = with_icrc(netio.build_packet(h0.baseline_addr.packed, h3.baseline_addr.packed, 0x1C123,
+    packet = with_icrc(netio.build_packet(h0.addr.packed, h3.addr.packed, 0x1C123,
                                           foreign))
     out.append((ETH + packet, dict(mrc=None, bth=dict(opcode=0x04, qpn=0x11, psn=5), carriers=[])))
     return out

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 from typing import NoReturn
 
+from topologies.cleanup import CLEAN_HINT
 from topologies.model import FabricError, FabricParams, build
 from topologies.preflight import PreflightError
 
@@ -177,20 +178,47 @@ def run_options(args: argparse.Namespace):  # -> experiments.scenarios.Options
     return check(opts)
 
 
-def _on_sigterm(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt  # unwinds through every context manager, so teardown runs
+_interrupted = False
+
+
+def _on_interrupt(signum: int, frame: object) -> None:
+    """The first SIGINT or SIGTERM unwinds through every context manager, so teardown runs;
+    later ones must not abort that teardown."""
+    global _interrupted
+    if _interrupted:
+        print("mrclab: still tearing down, please wait", file=sys.stderr, flush=True)
+        return
+    _interrupted = True
+    raise KeyboardInterrupt
+
+
+def _after_interrupt() -> str:
+    """Finish any teardown the interrupt left undone; the line to print, true either way."""
+    from topologies.emulation import live_emulations
+
+    for em in live_emulations():
+        em.stop()
+    left = live_emulations()
+    if left:
+        errors = "; ".join(e for em in left for e in em.teardown_errors)[:300]
+        return f"interrupted; teardown incomplete ({errors}): run {CLEAN_HINT}"
+    return "interrupted; the emulation was torn down"
 
 
 def main(argv: list[str] | None = None) -> int:
-    signal.signal(signal.SIGTERM, _on_sigterm)
+    global _interrupted
+    _interrupted = False
+    signal.signal(signal.SIGTERM, _on_interrupt)
     try:
         args = make_parser().parse_args(argv)
+        if args.command != "cli":  # the console's Ctrl-C stops a command, not the session
+            signal.signal(signal.SIGINT, _on_interrupt)
         return _dispatch(args)
     except (CliError, FabricError, PreflightError) as exc:
         print(f"mrclab: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print("mrclab: interrupted; the emulation was torn down", file=sys.stderr)
+        print(f"mrclab: {_after_interrupt()}", file=sys.stderr)
         return 130
 
 
@@ -199,9 +227,11 @@ def _dispatch(args: argparse.Namespace) -> int:
 
     if args.command == "clean":
         preflight.require_root()
-        from topologies.cleanup import cleanup_leftovers
-        print(json.dumps(cleanup_leftovers(kill_shells=True)))
-        return 0
+        from topologies.cleanup import clean_all, leftovers
+        removed = clean_all()
+        left = {kind: items for kind, items in leftovers().items() if items}
+        print(json.dumps({"removed": removed, "left": left}))
+        return 0 if not left else 1
 
     if args.command == "report":
         from experiments.report import write_report

@@ -18,10 +18,10 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+from topologies.cleanup import NFT_TABLE
 from topologies.emulation import Emulation
 from topologies.model import FabricError
 
-NFT_TABLE = "mrclab_faults"
 LOSS_SCALE = 1_000_000
 
 

@@ -21,7 +21,7 @@ from experiments import fidelity, metrics
 from experiments.flows import ev_timeline
 from experiments.scenarios.base import Options, Record
 from experiments.testbed import Testbed, describe_switches
-from topologies import files
+from topologies import cleanup, files
 from topologies.model import Fabric
 
 SATURATING = {"mrc", "spray", "tcp", "mptcp"}  # offer more than a link carries
@@ -76,25 +76,33 @@ def run_scenario(opts: Options, out: Path, progress: Progress = print,
                  finish: Callable[[Run, dict, Path], None] | None = None) -> dict:
     """Run, then write results/NAME atomically; returns the summary. `finish(run, summary,
     staging)` may add to the summary and the folder before it is moved into place."""
-    out.parent.mkdir(parents=True, exist_ok=True)
-    workdir = files.private_dir(f"mrclab-{opts.scenario.name}-")
-    staging = files.private_dir(f".{out.name}-", parent=out.parent)
-    staging.chmod(0o755)
+    # The lock first: taking it removes what a killed run left, its directories included, and
+    # the directories made below are registered so that a kill -9 leaves them to the next run.
+    cleanup.take_lock()
     try:
-        record, info = execute(opts, workdir, progress)
-        run = Run(opts, record)
-        summary = _summarise(run, info)
-        _write(run, summary, staging, workdir)
-        if finish is not None:
-            finish(run, summary, staging)
-            files.write_json(staging / "summary.json", summary)
-        if out.exists():
-            shutil.rmtree(out)
-        shutil.move(str(staging), str(out))
-        return summary
+        out.parent.mkdir(parents=True, exist_ok=True)
+        workdir = files.private_dir(f"mrclab-{opts.scenario.name}-")
+        cleanup.track_dir(workdir)
+        staging = files.private_dir(f".{out.name}-", parent=out.parent)
+        cleanup.track_dir(staging)
+        staging.chmod(0o755)
+        try:
+            record, info = execute(opts, workdir, progress)
+            run = Run(opts, record)
+            summary = _summarise(run, info)
+            _write(run, summary, staging, workdir)
+            if finish is not None:
+                finish(run, summary, staging)
+                files.write_json(staging / "summary.json", summary)
+            if out.exists():
+                shutil.rmtree(out)
+            shutil.move(str(staging), str(out))
+            return summary
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+            shutil.rmtree(workdir, ignore_errors=True)
     finally:
-        shutil.rmtree(staging, ignore_errors=True)
-        shutil.rmtree(workdir, ignore_errors=True)
+        cleanup.release_lock()
 
 
 def _fidelity(opts: Options, record: Record, cpu: fidelity.CpuSampler, datapath: str) -> dict:

@@ -50,7 +50,7 @@ def emulation_ready() -> None:
         cleanup.check_lock_free()
     except preflight.PreflightError as exc:
         require_or_skip(str(exc))
-    cleanup.cleanup_leftovers(kill_shells=True)
+    cleanup.clean_all()
 
 
 @pytest.fixture(params=SWITCH_BACKENDS)

@@ -1,101 +1,286 @@
-"""What a killed run can leave behind, and the run lock: the one place that knows every kind
-of leftover (each switch backend's own, such as OVS bridges; switch-side veths, Mininet host
-shells, pinned BPF objects).
+"""The one place that knows every kind of leftover a run can leave, and the run lock.
 
-Only one emulation runs at a time: its process id is in `LOCK_PATH` while it runs. A run
-killed before its teardown is cleaned by the next start (bridges, veths, pins) and by
-`mrclab clean` (also host shells).
+Only one emulation runs at a time. The lock is an `fcntl.flock` on `RUN_DIR/lock` (`RUN_DIR`
+is root-only, 0700): taking it is atomic, and the kernel releases it when its holder dies, so a
+lock can never outlive its run nor name a PID that was reused since. Whoever takes it first
+removes what a killed predecessor left (`cleanup_leftovers`), then records its run in
+`RUN_DIR/run.json` (pid, run id, the work and staging directories it creates) so that the next
+taker can remove those in turn.
+
+Leftovers, and how each is recognised:
+* processes: everything a run starts (controller, Mininet host shells, agents, TCP peers)
+  inherits `MRCLAB_RUN=<run id>` in its environment, read back through /proc/PID/environ: a
+  process is killed because it carries the marker, never because of its name;
+* each switch backend's own (topologies/switches/: OVS bridges, tagged in their external_ids or
+  named like the model's switches; whatever the Linux routers leave);
+* switch-side veths: named like the model's interfaces;
+* named network namespaces starting with `mrclab-` (the bench's);
+* the nftables table `NFT_TABLE` of the fault injector (its netdev chains would otherwise bind
+  to the next fabric's interfaces by name);
+* BPF pins of processes that no longer exist;
+* the work and staging directories the dead run registered.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import json
 import os
 import re
+import secrets
 import shutil
 import signal
+import stat
 import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
+from topologies import files
 from topologies.preflight import PreflightError
 
-LOCK_PATH = Path("/run/mrclab.lock")
+RUN_DIR = Path("/run/mrclab")
+LOCK_NAME, REGISTRY_NAME = "lock", "run.json"
+LOCK_PATH = RUN_DIR / LOCK_NAME
+LEGACY_LOCK = Path("/run/mrclab.lock")  # earlier versions' pid file
+MARKER = "MRCLAB_RUN"  # environment variable every process of a run inherits
+NFT_TABLE = "mrclab_faults"  # the fault injector's nftables table (netdev family)
+NETNS_PREFIX = "mrclab-"
 VETH_NAME = re.compile(r"^(p\d+[ls]\d+|h\d+)-eth\d+$")  # the model's interface names
+CLEAN_HINT = "`sudo mrclab clean` (or `make clean`)"
+
+
+# ----- the run directory ------------------------------------------------------------------------
+def run_dir(path: Path | None = None) -> Path:
+    """`RUN_DIR`, created 0700 if missing; refused if it is a symlink, not a directory, not
+    ours or open to others (never follow or trust what someone else put there)."""
+    path = path or RUN_DIR
+    with contextlib.suppress(FileExistsError):
+        os.mkdir(path, 0o700)
+    st = os.lstat(path)
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o077:
+        raise PreflightError(f"{path} is not a directory private to this user (a symlink, another "
+                             f"owner, or open to others): remove it with `sudo rm -rf {path}`")
+    return path
 
 
 # ----- the run lock -----------------------------------------------------------------------------
-def check_lock_free() -> None:
-    """Raise PreflightError if another live mrclab process holds the emulation lock."""
-    if LOCK_PATH.exists():
-        try:
-            pid = int(LOCK_PATH.read_text().strip() or 0)
-        except ValueError:
-            pid = 0
-        if pid and pid != os.getpid() and Path(f"/proc/{pid}").exists():
-            raise PreflightError(
-                f"another mrclab emulation (pid {pid}) is running: wait for it or run `make clean`")
+@dataclass
+class _Held:
+    fd: int
+    run_id: str
+    registry: Path
+    depth: int = 1
 
 
-def take_lock() -> None:
-    check_lock_free()
-    LOCK_PATH.write_text(str(os.getpid()))
+_held: _Held | None = None
+_held_guard = threading.Lock()
+last_cleanup: dict[str, int] = {}  # what the last lock taker removed
 
 
-def release_lock() -> None:
+def _read_registry(path: Path) -> dict:
     try:
-        if LOCK_PATH.read_text().strip() == str(os.getpid()):
-            LOCK_PATH.unlink()
-    except OSError:
-        pass
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
 
 
-# ----- leftovers --------------------------------------------------------------------------------
-def bpf_pins() -> int:
-    """Remove pins left by processes that died without detaching their data plane; their tc
-    filters went with the interfaces. Returns how many pin directories were removed."""
-    from topologies.dataplane.bpf import PIN_ROOT
-
-    removed = 0
-    if not PIN_ROOT.is_dir():
-        return 0
-    for entry in PIN_ROOT.iterdir():
-        pid = entry.name.split("-", 1)[0]
-        if pid.isdigit() and not Path(f"/proc/{pid}").exists():
-            shutil.rmtree(entry, ignore_errors=True)
-            removed += 1
-    return removed
+def holder(directory: Path | None = None) -> dict:
+    """What the registry says about the last run that held the lock (empty if none)."""
+    return _read_registry((directory or RUN_DIR) / REGISTRY_NAME)
 
 
-def _host_shells() -> list[int]:
-    """Mininet host shells: bash started by mnexec with "mininet:hN" in argv."""
-    found = subprocess.run(["pgrep", "-f", r"^bash .*mininet:h[0-9]+$"], capture_output=True,
-                           text=True)
-    return [int(pid) for pid in found.stdout.split()]
+def lock_free(directory: Path | None = None) -> bool:
+    """True when no live process holds the run lock (checked by taking and dropping it)."""
+    if _held is not None:
+        return False
+    path = (directory or RUN_DIR) / LOCK_NAME
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return True
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return True
+    except BlockingIOError:
+        return False
+    finally:
+        os.close(fd)
 
 
-def _our_veths() -> list[str]:
-    """Interfaces in this namespace named like the model's (switch-side ends survive their
-    switches; host ends die with their namespaces)."""
-    links = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True).stdout
-    return [m.split("@")[0] for m in re.findall(r"^\d+: (\S+):", links, re.M)
-            if VETH_NAME.match(m.split("@")[0])]
+def check_lock_free(directory: Path | None = None) -> None:
+    """PreflightError naming the holder if another live process holds the run lock."""
+    if _held is None and not lock_free(directory):
+        raise PreflightError(_busy_message(holder(directory)))
 
 
-def leftovers() -> dict[str, list]:
-    """What is left on the machine right now, by kind (every list empty: nothing): what a run
-    must not leave behind, and what `cleanup_leftovers` removes."""
-    from topologies import switches
+def _busy_message(info: dict) -> str:
+    pid = info.get("pid", "?")
+    what = " ".join(str(a) for a in info.get("argv", [])[1:4])
+    return (f"another mrclab run holds the emulation (pid {pid}{': ' + what if what else ''}): "
+            f"wait for it, or stop it with `sudo kill {pid}` (it tears down; after a kill -9, "
+            f"{CLEAN_HINT} removes what it left)")
 
-    return {**switches.leftovers(), "veths": _our_veths(), "host_shells": _host_shells()}
+
+def take_lock(directory: Path | None = None, clean: bool = True) -> str:
+    """Take the run lock (re-entrant within this process) and return the run id. The first
+    taker removes a dead predecessor's leftovers (`clean`), registers itself, and marks the
+    processes it will start (`MARKER` in the environment they inherit)."""
+    global _held, last_cleanup
+    with _held_guard:
+        if _held is not None:
+            _held.depth += 1
+            return _held.run_id
+        where = run_dir(directory)
+        fd = os.open(where / LOCK_NAME, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise PreflightError(_busy_message(_read_registry(where / REGISTRY_NAME))) from None
+        _held = _Held(fd, secrets.token_hex(8), where / REGISTRY_NAME)
+    try:
+        if clean:
+            last_cleanup = cleanup_leftovers(registry=_held.registry)
+        files.write_json(_held.registry, {"pid": os.getpid(), "run": _held.run_id,
+                                          "started": time.time(), "argv": sys.argv, "dirs": []},
+                         mode=0o600)
+        os.environ[MARKER] = _held.run_id
+    except BaseException:
+        release_lock(force=True)
+        raise
+    return _held.run_id
 
 
-def cleanup_leftovers(kill_shells: bool = False) -> dict[str, int]:
-    """Delete what a killed run left: every switch backend's own leftovers (OVS bridges, ...),
-    stray veths and (`kill_shells`) Mininet host shells."""
-    from topologies import switches
+def release_lock(force: bool = False) -> None:
+    """Drop one level of the lock; the last one clears the registry and releases it."""
+    global _held
+    with _held_guard:
+        if _held is None:
+            return
+        _held.depth -= 1
+        if _held.depth > 0 and not force:
+            return
+        held, _held = _held, None
+    os.environ.pop(MARKER, None)
+    with contextlib.suppress(OSError):
+        files.write_json(held.registry, {}, mode=0o600)
+    os.close(held.fd)  # the kernel drops the flock with the last descriptor
 
-    out = switches.cleanup_leftovers()
-    # Root-side ends of our veths (switch ports) survive the bridges; host ends die with
-    # their namespaces.
+
+def run_id() -> str | None:
+    """The id of the run this process holds the lock for, if any."""
+    return _held.run_id if _held is not None else None
+
+
+def track_dir(path: Path) -> None:
+    """Record a directory this run created (work, staging): a run killed before removing it
+    leaves it to the next lock taker. Only while holding the lock."""
+    if _held is None:
+        return
+    data = _read_registry(_held.registry)
+    data.setdefault("dirs", []).append(str(path))
+    files.write_json(_held.registry, data, mode=0o600)
+
+
+@contextlib.contextmanager
+def scratch_dir(prefix: str, parent: Path | None = None) -> Iterator[Path]:
+    """A private work directory (0700, a fresh name under the system's temporary directory or
+    `parent`) for the block, under the run lock and registered, so that a kill -9 leaves it to
+    the next run or `mrclab clean`; removed when the block ends."""
+    take_lock()
+    try:
+        path = files.private_dir(prefix, parent)
+        track_dir(path)
+        try:
+            yield path
+        finally:
+            shutil.rmtree(path, ignore_errors=True)
+    finally:
+        release_lock()
+
+
+# ----- teardown that a second Ctrl-C cannot abort -----------------------------------------------
+@contextlib.contextmanager
+def teardown_shield() -> Iterator[None]:
+    """SIGINT and SIGTERM print "still tearing down" instead of interrupting the block (only
+    the main thread can set handlers; elsewhere the block runs unshielded)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def _still(signum: int, frame: object) -> None:
+        print("mrclab: still tearing down, please wait", file=sys.stderr, flush=True)
+
+    old = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    for s in old:
+        signal.signal(s, _still)
+    try:
+        yield
+    finally:
+        for s, handler in old.items():
+            signal.signal(s, handler)
+
+
+# ----- processes ----------------------------------------------------------------------------------
+def _ancestors() -> set[int]:
+    out, pid = set(), os.getpid()
+    while pid > 1 and pid not in out:
+        out.add(pid)
+        try:
+            pid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            break
+    return out
+
+
+def marked_processes() -> dict[int, str]:
+    """pid -> run id of every process carrying `MARKER`, except this one and its ancestors."""
+    skip, key, out = _ancestors(), MARKER.encode() + b"=", {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) in skip:
+            continue
+        try:
+            env = Path(f"/proc/{entry}/environ").read_bytes()
+        except OSError:
+            continue
+        for item in env.split(b"\0"):
+            if item.startswith(key):
+                out[int(entry)] = item[len(key):].decode(errors="replace")
+                break
+    return out
+
+
+def kill_marked(spare: str | None = None) -> int:
+    """SIGKILL every marked process (but those of run `spare`); returns how many."""
+    killed = 0
+    for pid, rid in marked_processes().items():
+        if spare is not None and rid == spare:
+            continue
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+            killed += 1
+    return killed
+
+
+# ----- the other kinds --------------------------------------------------------------------------
+def our_veths() -> list[str]:
+    from pyroute2 import IPRoute
+
+    with IPRoute() as ipr:
+        return [n for link in ipr.get_links()
+                if (n := link.get_attr("IFLA_IFNAME")) and VETH_NAME.match(n)]
+
+
+def _delete_veths() -> int:
+    """Root-side ends of our veths (switch ports) survive the bridges; host ends die with
+    their namespaces."""
     from pyroute2 import IPRoute
 
     removed = 0
@@ -108,12 +293,119 @@ def cleanup_leftovers(kill_shells: bool = False) -> dict[str, int]:
                     removed += 1
                 except Exception:  # noqa: BLE001 - its peer's deletion may have taken it already
                     pass
-    shells = 0
-    if kill_shells:
-        for pid in _host_shells():
-            try:
-                os.kill(pid, signal.SIGKILL)
-                shells += 1
-            except ProcessLookupError:
-                pass
-    return {**out, "veths": removed, "shells": shells, "bpf_pins": bpf_pins()}
+    return removed
+
+
+def our_netns() -> list[str]:
+    try:
+        return sorted(n for n in os.listdir("/run/netns") if n.startswith(NETNS_PREFIX))
+    except OSError:
+        return []
+
+
+def nft_table_present() -> bool:
+    if shutil.which("nft") is None:
+        return False
+    return subprocess.run(["nft", "list", "table", "netdev", NFT_TABLE],
+                          capture_output=True).returncode == 0
+
+
+def _delete_nft_table() -> int:
+    if not nft_table_present():
+        return 0
+    subprocess.run(["nft", "delete", "table", "netdev", NFT_TABLE], capture_output=True)
+    return 1
+
+
+def stale_bpf_pins() -> list[Path]:
+    """Pin directories of processes that no longer exist."""
+    from topologies.dataplane.bpf import PIN_ROOT
+
+    if not PIN_ROOT.is_dir():
+        return []
+    out = []
+    for entry in PIN_ROOT.iterdir():
+        pid = entry.name.split("-", 1)[0]
+        if pid.isdigit() and not Path(f"/proc/{pid}").exists():
+            out.append(entry)
+    return out
+
+
+def _remove_dirs(paths: list[str]) -> int:
+    """Directories a dead run registered, if they are still plain directories of ours."""
+    removed = 0
+    for name in paths:
+        path = Path(name)
+        try:
+            st = os.lstat(path)
+        except OSError:
+            continue
+        if stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid():
+            shutil.rmtree(path, ignore_errors=True)
+            removed += 1
+    return removed
+
+
+def cleanup_leftovers(registry: Path | None = None, teardown: bool = False) -> dict[str, int]:
+    """Remove every kind of leftover (see the module docstring). `registry`: also the
+    directories the run recorded there registered (the lock taker, cleaning after a dead
+    predecessor); `teardown`: an emulation's own teardown, which kills its own stragglers too.
+    Returns counts by kind."""
+    from topologies import switches
+
+    spare = None if teardown else run_id()
+    out = {"processes": kill_marked(spare)}
+    out.update(switches.cleanup_leftovers())
+    out["veths"] = _delete_veths()
+    out["netns"] = 0
+    for name in our_netns():
+        if subprocess.run(["ip", "netns", "delete", name], capture_output=True).returncode == 0:
+            out["netns"] += 1
+    out["nftables"] = _delete_nft_table()
+    pins = stale_bpf_pins()
+    for pin in pins:
+        shutil.rmtree(pin, ignore_errors=True)
+    out["bpf_pins"] = len(pins)
+    out["dirs"] = _remove_dirs(_read_registry(registry).get("dirs", [])) if registry else 0
+    out["legacy_lock"] = _remove_legacy_lock()
+    return out
+
+
+def _remove_legacy_lock() -> int:
+    """The pid file earlier versions used as a lock, once its process is gone."""
+    try:
+        pid = int(LEGACY_LOCK.read_text().strip() or 0)
+    except (OSError, ValueError):
+        pid = 0
+    if LEGACY_LOCK.exists() and not (pid and Path(f"/proc/{pid}").exists()):
+        LEGACY_LOCK.unlink(missing_ok=True)
+        return 1
+    return 0
+
+
+def leftovers() -> dict[str, list]:
+    """What is left right now, by kind (every list empty: nothing): what a run must not leave
+    behind, and what `cleanup_leftovers` removes. For `mrclab clean`, the soak and the tests."""
+    from topologies import switches
+
+    free = lock_free()
+    # A live holder's directories are in use; a dead one's are what it left.
+    dirs = [d for d in holder().get("dirs", []) if os.path.lexists(d)] if free else []
+    return {
+        "processes": sorted(marked_processes()),
+        **switches.leftovers(),
+        "veths": our_veths(),
+        "netns": our_netns(),
+        "nftables": [NFT_TABLE] if nft_table_present() else [],
+        "bpf_pins": [str(p) for p in stale_bpf_pins()],
+        "dirs": dirs,
+        "lock": [] if free else [str(LOCK_PATH)],
+    }
+
+
+def clean_all() -> dict[str, int]:
+    """`mrclab clean`: take the lock (refused while a live run holds it), which removes every
+    leftover of a dead run, and release it."""
+    take_lock()
+    release_lock()
+    return last_cleanup

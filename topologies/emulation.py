@@ -71,7 +71,9 @@ class Emulation:
         self.setup_seconds = 0.0
         self.timings: dict[str, float] = {}
         self._pids: dict[str, int] = {}
-        self._stopped = False
+        self._stopped = False  # teardown completed
+        self.teardown_errors: list[str] = []
+        self._locked = False
 
     # ----- lifecycle ------------------------------------------------------------------------
     def __enter__(self) -> Emulation:
@@ -101,8 +103,9 @@ class Emulation:
         why = host_encap.unavailable()
         if why is not None:
             raise preflight.PreflightError(f"MRC's host encapsulation cannot run here: {why}")
-        cleanup.take_lock()
-        cleanup.cleanup_leftovers()
+        cleanup.take_lock()  # removes whatever a killed run left, first
+        self._locked = True
+        _LIVE.add(self)
         t0 = time.monotonic()
         self.workdir.mkdir(parents=True, exist_ok=True)
         _raise_socket_buffer_limits()
@@ -272,32 +275,70 @@ class Emulation:
         raise RuntimeError(f"flows not installed on all {want} switches within {timeout:.0f} s")
 
     def stop(self) -> None:
+        """Tear everything down. Idempotent; a second Ctrl-C cannot abort it (it prints "still
+        tearing down"); a step that fails does not stop the others, and `torn_down` says
+        whether all of them succeeded (if not, the next run or `mrclab clean` finishes)."""
         if self._stopped:
             return
-        self._stopped = True
+        if self not in _LIVE:  # never started (preflight or the lock refused): nothing is ours
+            self._stopped = True
+            return
         t0 = time.monotonic()
+        failed: list[str] = []
+        with cleanup.teardown_shield():
+            if not self._locked:  # a retry after a failed teardown released the lock
+                try:
+                    cleanup.take_lock(clean=False)
+                    self._locked = True
+                except preflight.PreflightError:
+                    return  # another run holds the machine now, and cleaned up when it took it
+            for name, step in (("processes", self._stop_procs), ("hosts", self._stop_hosts),
+                               ("data plane", self._detach_dataplane),
+                               ("switches", self._stop_switches),
+                               ("leftovers", lambda: cleanup.cleanup_leftovers(teardown=True)),
+                               ("controller", self._stop_controller)):
+                try:
+                    step()
+                except Exception as exc:  # noqa: BLE001 - every step runs whatever one does
+                    failed.append(f"{name}: {exc}")
+            self.timings["teardown"] = time.monotonic() - t0
+            self.teardown_errors = failed
+            self._stopped = not failed
+            if self._stopped:
+                _LIVE.discard(self)
+            if self._locked:
+                self._locked = False
+                cleanup.release_lock()
+
+    @property
+    def torn_down(self) -> bool:
+        return self._stopped
+
+    def _stop_procs(self) -> None:
         for proc in self.procs:
             _kill_group(proc)
+
+    def _stop_hosts(self) -> None:
         if self.net is not None:
             for host in self.net.hosts:
                 try:
                     host.terminate()  # its namespace, and the host ends of its veths, go with it
                 except Exception:  # noqa: BLE001 - teardown must go on whatever one host does
                     pass
+
+    def _detach_dataplane(self) -> None:
         if self.dataplane is not None:
             self.dataplane.detach()  # before the switches go: their ports take the filters along
         if self.encap is not None:
             self.encap.close()  # the hosts' routes that held it went with their namespaces
+
+    def _stop_switches(self) -> None:
         if self.switches is not None:
-            try:
-                self.switches.stop()
-            except Exception:  # noqa: BLE001 - teardown goes on; cleanup_leftovers catches up
-                pass
-        cleanup.cleanup_leftovers()
+            self.switches.stop()
+
+    def _stop_controller(self) -> None:
         if self.controller is not None:
             _kill_group(self.controller)
-        self.timings["teardown"] = time.monotonic() - t0
-        cleanup.release_lock()
 
     # ----- use ------------------------------------------------------------------------------
     def notify_controller(self, message: dict) -> None:
@@ -371,6 +412,15 @@ class Emulation:
             if time.monotonic() - t0 > timeout:
                 raise RuntimeError(f"the switches still report {name} as {states} after {timeout:.0f} s")
             time.sleep(0.02)
+
+
+_LIVE: set[Emulation] = set()  # started and not yet completely torn down
+
+
+def live_emulations() -> list[Emulation]:
+    """Emulations of this process whose teardown has not completed (the CLI's "torn down"
+    message is true only when this is empty)."""
+    return list(_LIVE)
 
 
 def _raise_socket_buffer_limits(minimum: int = 8 << 20) -> None:

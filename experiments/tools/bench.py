@@ -40,7 +40,7 @@ from endpoints.host.control import AgentClient
 from experiments import fidelity
 from experiments.testbed import wait_for_agents
 from experiments.tools.benchnet import RECEIVER, SENDER, BenchNet
-from topologies import files
+from topologies import cleanup, files
 from topologies.model import Fabric, FabricParams
 
 REPO = Path(__file__).resolve().parents[2]
@@ -316,22 +316,20 @@ def run_bench(seconds: float = 5.0, runs: int = 3, profile_seconds: float = 2.0,
                           link_mbps=link_mbps)
     fabric = Fabric(params)
     transport = dict(transport or {})
-    workdir = files.private_dir("mrclab-bench-")
     load_before = os.getloadavg()
     results: list[dict] = []
     profile = None
-    try:
-        with BenchNet(fabric, f"mrcb{os.getpid()}") as net:
-            with fidelity.CpuSampler() as cpu, \
-                    agents(net, workdir, seed, transport, raw_send, False) as ag:
-                for i in range(runs):
-                    results.append(stream_once(ag, i + 1, seconds, msg_bytes, cpu))
-            if profile_seconds > 0:
-                with agents(net, workdir, seed, transport, raw_send, True) as ag:
-                    prof_run = stream_once(ag, 1, profile_seconds, msg_bytes)
-                profile = _profile_summary(ag.profiles, prof_run, profile_seconds)
-    finally:
-        shutil.rmtree(workdir, ignore_errors=True)
+    # Under the run lock, in a registered work folder, in namespaces named for the clean-up.
+    with cleanup.scratch_dir("mrclab-bench-") as workdir, \
+            BenchNet(fabric, f"{cleanup.NETNS_PREFIX}b{os.getpid()}") as net:
+        with fidelity.CpuSampler() as cpu, \
+                agents(net, workdir, seed, transport, raw_send, False) as ag:
+            for i in range(runs):
+                results.append(stream_once(ag, i + 1, seconds, msg_bytes, cpu))
+        if profile_seconds > 0:
+            with agents(net, workdir, seed, transport, raw_send, True) as ag:
+                prof_run = stream_once(ag, 1, profile_seconds, msg_bytes)
+            profile = _profile_summary(ag.profiles, prof_run, profile_seconds)
     best = median_run(results)
     result = {
         "agent_pps_per_core": best["agent_pps_per_core"],

@@ -18,7 +18,7 @@ from endpoints.host import netio
 from endpoints.protocol import wire
 from experiments.tools import benchnet
 from tests.integration.helpers import REPO
-from topologies import netns
+from topologies import cleanup, netns
 from topologies.model import Fabric, FabricParams
 
 
@@ -59,7 +59,7 @@ def test_bench_writes_sane_numbers_and_leaves_nothing_behind(root, tmp_path):
     assert result["software"]["python"] and result["machine"]["cpu_model"]
     for side in ("sender", "receiver"):
         assert result["profile"][side]["top_by_own_time"], "the cProfile run produced nothing"
-    assert not [n for n in set(_namespaces()) - before if n.startswith("mrcb")], \
+    assert not [n for n in set(_namespaces()) - before if n.startswith(f"{cleanup.NETNS_PREFIX}b")], \
         "bench namespaces left behind"
     assert not list(tmp_path.glob(".agent.json.*")), "temporary JSON left behind"
 
@@ -69,7 +69,7 @@ def test_interrupted_bench_cleans_up(root, tmp_path):
     proc = subprocess.Popen([sys.executable, "-m", "experiments.tools.bench", "--seconds", "30",
                              "--profile-seconds", "0", "--out", str(out)],
                             cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    tag = f"mrcb{proc.pid}"
+    tag = f"{cleanup.NETNS_PREFIX}b{proc.pid}"
     agents: list[int] = []
     try:
         for _ in range(200):  # until both agents run (their configs name this run's workdir)

@@ -13,6 +13,8 @@ import sys
 from pathlib import Path
 from typing import NoReturn
 
+from experiments import outdir
+from experiments.outdir import OutDirError
 from topologies.cleanup import CLEAN_HINT
 from topologies.model import FabricError, FabricParams, build
 from topologies.preflight import PreflightError
@@ -71,7 +73,7 @@ def make_parser() -> argparse.ArgumentParser:
     demo.add_argument("--dataplane", choices=("auto", "ebpf", "droptail"), default="auto",
                       help="switch egress: ECN marking and trimming in eBPF (auto: where it loads)")
     demo.add_argument("--seed", type=int, default=1)
-    demo.add_argument("--out", type=Path, default=RESULTS / "demo")
+    demo.add_argument("--out", default=str(RESULTS / "demo"))
 
     check = sub.add_parser("check-fabric", help="probe every path, cut a link, check, restore")
     _fabric_args(check, FabricParams())
@@ -118,7 +120,7 @@ def make_parser() -> argparse.ArgumentParser:
     run.add_argument("--steps", type=int, default=20, help="collective: ring steps per phase")
     run.add_argument("--step-kb", type=int, default=64, help="collective: chunk per host per step")
     run.add_argument("--seed", type=int, default=1)
-    run.add_argument("--out", type=Path, default=None, help="default: results/NAME")
+    run.add_argument("--out", default=None, help="default: results/NAME")
     run.add_argument("--capture", default=None, metavar="TARGET[,TARGET...]",
                      help="keep a pcap of the whole run per target in the results, TARGET.pcap: "
                           "a host (h1: every NIC), a host NIC (h1-eth0) or a switch port (p0l0-eth3)")
@@ -130,7 +132,7 @@ def make_parser() -> argparse.ArgumentParser:
     report = sub.add_parser("report", help="one Markdown page over every result in results/")
     report.add_argument("--results", type=Path, default=RESULTS)
     validate = sub.add_parser("validate", help="rerun the quick set and check it against the reference")
-    validate.add_argument("--out", type=Path, default=RESULTS / "validate")
+    validate.add_argument("--out", default=str(RESULTS / "validate"))
     validate.add_argument("--write-reference", action="store_true",
                           help="rewrite experiments/reference/quick.json from this run")
     docs = sub.add_parser("docs", help="rewrite the measured figures in README.md and docs/ from "
@@ -214,7 +216,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command != "cli":  # the console's Ctrl-C stops a command, not the session
             signal.signal(signal.SIGINT, _on_interrupt)
         return _dispatch(args)
-    except (CliError, FabricError, PreflightError) as exc:
+    except (CliError, FabricError, PreflightError, OutDirError) as exc:
         print(f"mrclab: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
@@ -241,9 +243,9 @@ def _dispatch(args: argparse.Namespace) -> int:
 
     if args.command == "run":
         opts = run_options(args)
+        out = outdir.check(RESULTS / args.scenario if args.out is None else args.out)
         switches.check(opts.switch_backend)
         from experiments.runner import run_scenario
-        out = args.out or RESULTS / args.scenario
         summary = run_scenario(opts, out, progress=lambda m: print(f"[{args.scenario}] {m}", flush=True))
         from experiments.report import format_summary
         print(format_summary(summary, out))
@@ -254,9 +256,10 @@ def _dispatch(args: argparse.Namespace) -> int:
             print(f"rewrote {path}")
         return 0
     if args.command == "validate":
+        out = outdir.check_collection(args.out)
         switches.check()
         from experiments.validate import validate_all
-        return 0 if validate_all(args.out, args.write_reference) else 1
+        return 0 if validate_all(out, args.write_reference) else 1
     if args.command == "bench":
         preflight.require_root()
         from experiments.tools import bench
@@ -279,6 +282,7 @@ def _dispatch(args: argparse.Namespace) -> int:
 
         return run_cli(fabric, transport, args.seed, args.datapath, args.dataplane, args.detect_ms,
                        args.workdir, args.script, switch=args.switch)
+    demo_out = outdir.check(args.out) if args.command == "demo" else None
     switches.check(args.switch)
     if args.command == "check-fabric":
         from experiments.tools.check_fabric import check_fabric
@@ -291,7 +295,8 @@ def _dispatch(args: argparse.Namespace) -> int:
         detect_ms = {"bfd": 900.0, "bgp": 9000.0}.get(args.routing or "", args.detect_ms)
         if not 0 < args.cut_at < args.restore_at < args.duration:
             raise CliError("need 0 < --cut-at < --restore-at < --duration")
-        summary = run_demo(fabric, args.out, duration=args.duration, cut_at=args.cut_at,
+        assert demo_out is not None
+        summary = run_demo(fabric, demo_out, duration=args.duration, cut_at=args.cut_at,
                            restore_at=args.restore_at, detect_ms=detect_ms, seed=args.seed,
                            datapath=args.datapath, dataplane=args.dataplane, switch=args.switch)
         return 0 if summary["ok"] else 1

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from experiments import fidelity, metrics
+from experiments import fidelity, metrics, outdir
 from experiments.flows import ev_timeline
 from experiments.scenarios.base import Options, Record
 from experiments.testbed import Testbed, describe_switches
@@ -76,6 +76,7 @@ def run_scenario(opts: Options, out: Path, progress: Progress = print,
                  finish: Callable[[Run, dict, Path], None] | None = None) -> dict:
     """Run, then write results/NAME atomically; returns the summary. `finish(run, summary,
     staging)` may add to the summary and the folder before it is moved into place."""
+    out = outdir.check(out)  # before anything starts: mrclab replaces only its own results
     # The lock first: taking it removes what a killed run left, its directories included, and
     # the directories made below are registered so that a kill -9 leaves them to the next run.
     cleanup.take_lock()
@@ -94,9 +95,7 @@ def run_scenario(opts: Options, out: Path, progress: Progress = print,
             if finish is not None:
                 finish(run, summary, staging)
                 files.write_json(staging / "summary.json", summary)
-            if out.exists():
-                shutil.rmtree(out)
-            shutil.move(str(staging), str(out))
+            outdir.replace(staging, out)
             return summary
         finally:
             shutil.rmtree(staging, ignore_errors=True)
@@ -140,6 +139,7 @@ def _fidelity(opts: Options, record: Record, cpu: fidelity.CpuSampler, datapath:
 def _summarise(run: Run, info: dict) -> dict:
     opts, record = run.opts, run.record
     return {
+        outdir.RESULT_MARKER: outdir.RESULT_FORMAT,
         "scenario": opts.scenario.name,
         "title": opts.scenario.title,
         "fabric": opts.fabric.as_dict(),

@@ -8,6 +8,7 @@ Every summary, status file, reference and benchmark result goes through `write_t
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import json
 import os
 import tempfile
@@ -46,3 +47,23 @@ def private_dir(prefix: str, parent: Path | str | None = None) -> Path:
     if st.st_uid != os.geteuid() or st.st_mode & 0o077:
         raise OSError(f"{path} is not private to this user")
     return path
+
+
+_RENAME_EXCHANGE = 2  # linux/fs.h
+_AT_FDCWD = -100
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def exchange(a: Path, b: Path) -> None:
+    """Swap two existing paths of one filesystem in one step (renameat2 RENAME_EXCHANGE): a
+    reader of either sees the old or the new, never nothing. Where the filesystem cannot, three
+    renames through a side folder beside `b` (an interruption leaves `b`'s old content there)."""
+    rc = _libc.renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) \
+        if hasattr(_libc, "renameat2") else -1
+    if rc == 0:
+        return
+    side = Path(tempfile.mkdtemp(prefix=f".{Path(b).name}-swap-", dir=Path(b).parent))
+    os.rename(b, side / "old")
+    os.rename(a, b)
+    os.rename(side / "old", a)
+    side.rmdir()

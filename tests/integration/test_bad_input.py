@@ -44,6 +44,10 @@ def _mrclab(*args, env=None, user=None):
     (["cli", "--param", "mtu_payload=99999"], "would not fit a jumbo frame"),
     (["cli", "--param", "ev_set_size=many"], "ev_set_size takes a whole number"),
     (["cli", "--script", "/no/such/file"], "no such file"),
+    (["run", "link-failure", "--out", ""], "--out is empty"),
+    (["run", "link-failure", "--out", "."], "the repository or a parent of it"),
+    (["demo", "--out", "/"], "--out / is /"),
+    (["validate", "--out", ".."], "the repository or a parent of it"),
 ])
 def test_bad_parameters_get_one_line_and_exit_2(args, words, emulation_ready):
     proc = _mrclab(*args)
@@ -85,3 +89,18 @@ def test_missing_mininet_is_named_with_the_fix(tmp_path):
         pytest.skip("the root check comes first")
     assert proc.returncode == 2
     assert "Mininet is not installed" in proc.stderr
+
+
+def test_out_never_deletes_a_folder_mrclab_did_not_make(tmp_path, emulation_ready):
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "thesis.tex").write_text("years of work")
+    for args in (["run", "link-failure", "--transports", "mrc", "--duration", "2", "--fault-at", "0.5",
+                  "--fault-end", "1"],
+                 ["demo", "--duration", "3", "--cut-at", "1", "--restore-at", "2"]):
+        proc = _mrclab(*args, "--out", str(mine))
+        assert proc.returncode == 2, proc.stderr[-2000:]
+        lines = proc.stderr.strip().splitlines()
+        assert len(lines) == 1 and "exists and is not an mrclab result" in lines[0], proc.stderr
+        assert (mine / "thesis.tex").read_text() == "years of work"
+    assert_nothing_left()

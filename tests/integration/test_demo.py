@@ -66,7 +66,7 @@ def test_interrupted_demo_tears_down_and_keeps_earlier_results(tmp_path):
     out = tmp_path / "demo"
     out.mkdir()
     earlier = out / "summary.json"
-    earlier.write_text('{"earlier": true}')
+    earlier.write_text('{"mrclab_result": 1, "earlier": true}')  # an earlier mrclab result
     proc = subprocess.Popen(_demo(out), cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
     time.sleep(6)  # set-up done, traffic running
@@ -74,7 +74,7 @@ def test_interrupted_demo_tears_down_and_keeps_earlier_results(tmp_path):
     _, stderr = proc.communicate(timeout=120)
     assert proc.returncode == 130, stderr[-2000:]
     assert "interrupted" in stderr and "Traceback" not in stderr
-    assert earlier.read_text() == '{"earlier": true}'
+    assert earlier.read_text() == '{"mrclab_result": 1, "earlier": true}'
     assert sorted(p.name for p in out.iterdir()) == ["summary.json"]
     assert not list(tmp_path.glob(".demo-*")), "staging folder left behind"
     assert_nothing_left()

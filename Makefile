@@ -60,4 +60,4 @@ docs: setup
 
 clean:
 	@if [ -x $(PY) ]; then $(MRCLAB) clean; fi
-	rm -rf .pytest_cache .ruff_cache .hypothesis /tmp/mrclab
+	rm -rf .pytest_cache .ruff_cache .hypothesis .mypy_cache

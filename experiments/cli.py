@@ -286,8 +286,8 @@ def _dispatch(args: argparse.Namespace) -> int:
     switches.check(args.switch)
     if args.command == "check-fabric":
         from experiments.tools.check_fabric import check_fabric
-        result = check_fabric(fabric, Path("/tmp/mrclab/check-fabric"), args.sample_pairs,
-                              args.seed, args.cut, args.datapath, switch=args.switch)
+        result = check_fabric(fabric, None, args.sample_pairs, args.seed, args.cut, args.datapath,
+                              switch=args.switch)
         print(json.dumps(result))
         return 0 if result["ok"] else 1
     if args.command == "demo":

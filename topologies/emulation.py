@@ -107,7 +107,10 @@ class Emulation:
         self._locked = True
         _LIVE.add(self)
         t0 = time.monotonic()
-        self.workdir.mkdir(parents=True, exist_ok=True)
+        try:
+            files.ensure_private(self.workdir)  # control sockets and the run's files live here
+        except OSError as exc:
+            raise preflight.PreflightError(str(exc)) from None
         _raise_socket_buffer_limits()
         options = {"datapath": self.datapath_requested} if name == "ovs" else {}
         self.switches = switches.make(name, self.fabric, self.workdir, **options)

@@ -11,6 +11,7 @@ import contextlib
 import ctypes
 import json
 import os
+import stat
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -37,6 +38,24 @@ def write_json(path: Path | str, data: Any, indent: int | None = 2, mode: int = 
     """`data` as JSON (a final newline when indented), atomically."""
     text = json.dumps(data, indent=indent)
     write_text(path, text + "\n" if indent is not None else text, mode)
+
+
+def ensure_private(path: Path | str) -> Path:
+    """`path` as a directory only its owner can enter: created 0700 if missing (its parents as
+    needed), tightened to 0700 if it is ours. Refused (OSError) if it is a symlink, not a
+    directory or someone else's: never follow or write into what another user prepared."""
+    path = Path(path)
+    if not os.path.lexists(path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(path, 0o700)
+    st = os.lstat(path)
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
+        raise OSError(f"{path} is not a directory of this user (a symlink, a file, or someone "
+                      f"else's): refusing to work in it")
+    if st.st_mode & 0o077:
+        os.chmod(path, 0o700)
+    return path
 
 
 def private_dir(prefix: str, parent: Path | str | None = None) -> Path:

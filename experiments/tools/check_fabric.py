@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from endpoints.host import netio
-from topologies import netns
+from topologies import cleanup, netns
 from topologies.emulation import Emulation
 from topologies.model import Fabric, FabricError, Route
 
@@ -126,8 +126,14 @@ def default_cut(fabric: Fabric, pairs: list[tuple[str, str]]) -> str:
     raise FabricError("no probed pair crosses a T0-T1 link: use a fabric with 2+ leaves")
 
 
-def check_fabric(fabric: Fabric, workdir: Path, sample_pairs: int | None = None, seed: int = 1,
-                 cut: str | None = None, datapath: str = "auto", switch: str = "auto") -> dict:
+def check_fabric(fabric: Fabric, workdir: Path | None = None, sample_pairs: int | None = None,
+                 seed: int = 1, cut: str | None = None, datapath: str = "auto",
+                 switch: str = "auto") -> dict:
+    """Probe every path of `fabric` (or `sample_pairs` host pairs), cut a link, probe, restore,
+    probe. `workdir`: where the emulation keeps its files (a fresh private one by default)."""
+    if workdir is None:
+        with cleanup.scratch_dir("mrclab-check-fabric-") as scratch:
+            return check_fabric(fabric, scratch, sample_pairs, seed, cut, datapath, switch)
     pairs = choose_pairs(fabric, sample_pairs, seed)
     cut_link = cut or default_cut(fabric, pairs)
     if fabric.link(cut_link).kind != "fabric":

@@ -40,8 +40,7 @@ def main(argv: list[str] | None = None) -> int:
         params, target = SHAPES[name]
         fabric = build(params)
         started = time.monotonic()
-        result = check_fabric(fabric, Path(f"/tmp/mrclab/startup-{name}"), args.sample_pairs, seed=1,
-                              switch=args.switch)
+        result = check_fabric(fabric, None, args.sample_pairs, seed=1, switch=args.switch)
         runs[name] = {
             "fabric": params.as_dict(), "hosts": result["hosts"], "switches": result["switches"],
             "links": result["links"], "setup_seconds": result["setup_seconds"],

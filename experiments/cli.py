@@ -109,16 +109,17 @@ def make_parser() -> argparse.ArgumentParser:
     run.add_argument("--duration", type=float, default=None, help="seconds per transport")
     run.add_argument("--fault-at", type=float, default=None, help="seconds after each transport starts")
     run.add_argument("--fault-end", type=float, default=None, help="restore / end of the fault")
-    run.add_argument("--detect-ms", type=float, default=900.0, help="baseline routing detection delay")
+    run.add_argument("--detect-ms", type=float, default=None,
+                     help="baseline routing detection delay (default 900)")
     run.add_argument("--routing", choices=("bfd", "bgp"), default=None, help="bfd = 900 ms, bgp = 9000 ms")
     run.add_argument("--link", default=None, help="fault target link (default: the one the flow uses)")
     run.add_argument("--fail-switch", default=None, help="switch-failure: spine to fail")
-    run.add_argument("--loss", type=float, default=0.2, help="lossy-link: drop probability")
-    run.add_argument("--flaps-per-min", type=float, default=60.0)
-    run.add_argument("--down-ms", type=float, default=300.0, help="link-flap: each flap's down time")
+    run.add_argument("--loss", type=float, default=None, help="lossy-link: drop probability (0.2)")
+    run.add_argument("--flaps-per-min", type=float, default=None, help="link-flap (60)")
+    run.add_argument("--down-ms", type=float, default=None, help="link-flap: each flap's down time (300)")
     run.add_argument("--senders", type=int, default=None, help="incast: number of senders")
-    run.add_argument("--steps", type=int, default=20, help="collective: ring steps per phase")
-    run.add_argument("--step-kb", type=int, default=64, help="collective: chunk per host per step")
+    run.add_argument("--steps", type=int, default=None, help="collective: ring steps per phase (20)")
+    run.add_argument("--step-kb", type=int, default=None, help="collective: chunk per host per step (64)")
     run.add_argument("--seed", type=int, default=1)
     run.add_argument("--out", default=None, help="default: results/NAME")
     run.add_argument("--capture", default=None, metavar="TARGET[,TARGET...]",
@@ -144,9 +145,14 @@ def make_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def run_options(args: argparse.Namespace):  # -> experiments.scenarios.Options
-    from dataclasses import replace
+# `mrclab run` flags that set one Options field each (None: not given, the default applies).
+RUN_FIELDS = ("duration", "fault_at", "fault_end", "detect_ms", "link", "fail_switch", "loss",
+              "flaps_per_min", "down_ms", "senders", "steps", "step_kb")
 
+
+def run_options(args: argparse.Namespace):  # -> experiments.scenarios.Options
+    """The options of `mrclab run`, every one checked in one place (scenarios.base.check),
+    those the user gave checked against the scenario too."""
     from experiments.scenarios import Options, check, parse_transports, scenario
 
     sc = scenario(args.scenario)
@@ -158,25 +164,25 @@ def run_options(args: argparse.Namespace):  # -> experiments.scenarios.Options
         hosts_per_leaf=f.hosts_per_leaf if args.hosts_per_leaf is None else args.hosts_per_leaf,
         link_mbps=f.link_mbps if args.link_mbps is None else args.link_mbps)
     build(fabric)  # validates, with the model's own messages
-    detect_ms = {"bfd": 900.0, "bgp": 9000.0}.get(args.routing or "", args.detect_ms)
-    opts = Options(sc, fabric, parse_transports(args.transports, sc.transports),
-                   sc.duration if args.duration is None else args.duration,
-                   sc.fault_at if args.fault_at is None else args.fault_at,
-                   sc.fault_end if args.fault_end is None else args.fault_end,
-                   detect_ms=detect_ms, seed=args.seed, link=args.link, fail_switch=args.fail_switch,
-                   loss=args.loss, flaps_per_min=args.flaps_per_min, down_ms=args.down_ms,
-                   steps=args.steps, step_kb=args.step_kb, datapath=args.datapath,
-                   dataplane=args.dataplane, switch_backend=args.switch)
+    if args.routing is not None:
+        if args.detect_ms is not None:
+            raise CliError("give --routing or --detect-ms, not both")
+        args.detect_ms = {"bfd": 900.0, "bgp": 9000.0}[args.routing]
+    given = {name for name in RUN_FIELDS if getattr(args, name) is not None}
+    fields = {name: getattr(args, name) for name in given}
+    fields.setdefault("duration", sc.duration)
+    fields.setdefault("fault_at", sc.fault_at)
+    fields.setdefault("fault_end", sc.fault_end)
+    if sc.kind.name == "incast" and "senders" not in given:
+        fields["senders"] = min(Options.senders, len(build(fabric).hosts) - 3)
     capture = tuple(t.strip() for t in args.capture.split(",")) if args.capture else ()
     if args.capture is not None and (not capture or "" in capture):
         raise CliError(f"--capture takes comma-separated targets like h1,p0l0-eth3, got {args.capture!r}")
     packet_log = args.packet_log if args.packet_log is not None else \
         (PACKET_LOG_WITH_CAPTURE if capture else 0)
-    opts = replace(opts, capture=capture, packet_log=packet_log)
-    if args.senders is not None:
-        opts = replace(opts, senders=args.senders)
-    elif sc.kind.name == "incast":
-        opts = replace(opts, senders=min(opts.senders, len(build(fabric).hosts) - 3))
+    opts = Options(sc, fabric, parse_transports(args.transports, sc.transports), seed=args.seed,
+                   datapath=args.datapath, dataplane=args.dataplane, switch_backend=args.switch,
+                   capture=capture, packet_log=packet_log, given=frozenset(given), **fields)
     return check(opts)
 
 

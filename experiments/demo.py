@@ -17,7 +17,7 @@ from pathlib import Path
 
 from experiments import metrics
 from experiments.runner import Run, run_scenario
-from experiments.scenarios import SCENARIOS, Options
+from experiments.scenarios import SCENARIOS, Options, check
 from topologies import files
 from topologies.model import Fabric, FabricError, FabricParams
 
@@ -37,9 +37,10 @@ def run_demo(fabric: Fabric, out: Path, duration: float = 8.0, cut_at: float = 3
     if fabric.params.leaves < 2 or fabric.params.spines < 2:
         raise FabricError("the demo needs 2+ leaves (hosts on different leaves) and 2+ spines "
                           "(so the baseline has somewhere to reroute): pass --leaves 2 --spines 2")
-    opts = Options(SCENARIOS["link-failure"], fabric.params, DEMO_TRANSPORTS, duration, cut_at,
-                   restore_at, detect_ms=detect_ms, seed=seed, datapath=datapath,
-                   dataplane=dataplane, switch_backend=switch, same_target=True)
+    opts = check(Options(SCENARIOS["link-failure"], fabric.params, DEMO_TRANSPORTS, duration,
+                         cut_at, restore_at, detect_ms=detect_ms, seed=seed, datapath=datapath,
+                         dataplane=dataplane, switch_backend=switch,
+                         same_target=True))  # the same checks as `run`
     say = (lambda m: None) if quiet else (lambda m: print(f"[demo] {m}", flush=True))
     summary = run_scenario(opts, out, say, finish=_demo_view)
     if not quiet:

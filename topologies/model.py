@@ -54,6 +54,31 @@ class FabricError(ValueError):
     """A fabric parameter is invalid; the message names the problem and the fix."""
 
 
+def check_number(name: str, value: object, lo: float, hi: float, *, integral: bool = False,
+                 lo_open: bool = False) -> Any:
+    """`value` if it is a finite number in [lo, hi] (`lo_open`: (lo, hi]), and a whole number
+    (an int, not a float) when `integral`; FabricError naming `name` and the range otherwise.
+    The one validator of numbers: scenario options, fabric parameters, the agents' control
+    requests all go through it, so inf, nan, 1e400 and bools are refused the same way.
+
+    >>> check_number("--steps", 20, 2, 1000, integral=True)
+    20
+    >>> check_number("--duration", float("inf"), 0, 3600, lo_open=True)
+    Traceback (most recent call last):
+    ...
+    topologies.model.FabricError: --duration must be a finite number in (0, 3600], got inf
+    """
+    kind = "a whole number" if integral else "a finite number"
+    bounds = f"{'(' if lo_open else '['}{lo:g}, {hi:g}]"
+    ok = isinstance(value, int) if integral else isinstance(value, (int, float))
+    if ok and not isinstance(value, bool):
+        number: Any = value  # ints compare exactly with the float bounds, however large
+        if number == number and (lo < number if lo_open else lo <= number) and number <= hi:
+            return value
+    shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
+    raise FabricError(f"{name} must be {kind} in {bounds}, got {shown}")
+
+
 @dataclass(frozen=True)
 class FabricParams:
     planes: int = 4

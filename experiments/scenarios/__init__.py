@@ -33,6 +33,8 @@ def parse_transports(text: str | None, default: tuple[str, ...]) -> tuple[str, .
     unknown = [t for t in names if t not in TRANSPORTS]
     if unknown or not names:
         raise FabricError(f"unknown transport(s) {unknown or text!r}: choose from {', '.join(TRANSPORTS)}")
+    if len(set(names)) != len(names):
+        raise FabricError(f"--transports lists a transport twice: {text}")
     return names
 
 
@@ -40,7 +42,8 @@ def default_options(name: str, **overrides: object) -> Options:
     """The scenario's defaults with `overrides` (Options fields), checked."""
     sc = scenario(name)
     base = Options(sc, sc.fabric, sc.transports, sc.duration, sc.fault_at, sc.fault_end)
-    return check(replace(base, **overrides))  # type: ignore[arg-type]
+    given = frozenset(overrides) - {"same_target", "given"}
+    return check(replace(base, given=given, **overrides))  # type: ignore[arg-type]
 
 
 __all__ = ["SCENARIOS", "Options", "Scenario", "check", "default_options", "parse_transports",

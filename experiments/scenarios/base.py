@@ -16,7 +16,7 @@ from pathlib import Path
 from experiments import capture
 from experiments.flows import TRANSPORTS, AgentFlow, Flow
 from experiments.testbed import Testbed
-from topologies.model import Fabric, FabricError, FabricParams
+from topologies.model import Fabric, FabricError, FabricParams, check_number
 
 WARMUP_S = 0.5  # the start of every flow not counted as its steady state
 TAIL_S = 0.6  # after a flow's duration: its last packets drain before it is read
@@ -28,6 +28,13 @@ class Kind:
 
     name = ""
     timed = True  # runs for --duration (collective runs a number of steps instead)
+    # The scenario-specific options (Options fields) this kind uses; any other one given is
+    # refused rather than silently ignored. `takes` may add per-scenario ones.
+    options: frozenset[str] = frozenset()
+
+    def takes(self, scenario: str) -> frozenset[str]:
+        """The scenario-specific options scenario `scenario` of this kind uses."""
+        return self.options
 
     def check(self, opts: Options, fabric: Fabric) -> None:
         """Raise FabricError, naming the option and the fix, for options this kind refuses."""
@@ -86,6 +93,7 @@ class Options:
     same_target: bool = False  # fault the first transport's link for all (the demo's comparison)
     capture: tuple[str, ...] = ()  # pcap targets (hosts, host NICs, switch ports), whole run
     packet_log: int = 0  # datagrams each agent logs in its trace (to check a capture against)
+    given: frozenset[str] = frozenset()  # the fields the user set (checked against the kind's)
 
     def as_dict(self) -> dict:
         out = {k: getattr(self, k) for k in ("transports", "duration", "fault_at", "fault_end",
@@ -119,14 +127,43 @@ def sleep_until(t: float) -> None:
     time.sleep(max(t - time.monotonic(), 0.0))
 
 
+# Options every scenario takes; the rest belong to kinds (Kind.options).
+SHARED_OPTIONS = frozenset({"transports", "seed", "datapath", "dataplane", "switch_backend", "fabric",
+                            "capture", "packet_log"})
+MAX_DURATION_S = 3600.0  # one transport's traffic; longer runs are not what a testbed run is for
+MAX_STEPS = 1000  # collective ring steps per phase (each a full ring exchange)
+MAX_SEED = 2**63 - 1
+MAX_PACKET_LOG = 1_000_000  # datagrams each agent logs each way (a trace line each)
+
+
+def flag(option: str) -> str:
+    """The command-line flag of an Options field."""
+    return "--" + option.replace("_", "-")
+
+
 def check(opts: Options) -> Options:
-    """Check every option against the fabric before anything starts: the shared checks here,
-    then the scenario kind's own. Returns the options."""
+    """Check every option before anything starts, in one place: each number through the one
+    validator (finite, in range, whole where it must be), options that do not apply to the
+    scenario, the fabric, then the kind's own checks. Returns the options."""
     sc, fabric = opts.scenario, Fabric(opts.fabric)
-    if not 0.0 <= opts.loss <= 1.0:
-        raise FabricError(f"--loss must be a probability in [0, 1], got {opts.loss}")
-    if sc.kind.timed and opts.duration <= 0:
-        raise FabricError(f"--duration must be > 0, got {opts.duration}")
+    foreign = sorted(opts.given - SHARED_OPTIONS - sc.kind.takes(sc.name))
+    if foreign:
+        raise FabricError(f"{flag(foreign[0])} does not apply to the {sc.name} scenario: drop it")
+    if len(set(opts.transports)) != len(opts.transports):
+        raise FabricError(f"--transports lists a transport twice: {','.join(opts.transports)}")
+    if sc.kind.timed:
+        check_number("--duration", opts.duration, 0, MAX_DURATION_S, lo_open=True)
+    for name in ("fault_at", "fault_end"):
+        if getattr(opts, name) is not None:
+            check_number(flag(name), getattr(opts, name), 0, MAX_DURATION_S)
+    check_number("--detect-ms", opts.detect_ms, 0, 60_000, lo_open=True)
+    check_number("--seed", opts.seed, 0, MAX_SEED, integral=True)
+    check_number("--loss", opts.loss, 0, 1)
+    check_number("--flaps-per-min", opts.flaps_per_min, 0, 600, lo_open=True)
+    check_number("--down-ms", opts.down_ms, 0, 60_000, lo_open=True)
+    check_number("--senders", opts.senders, 1, 65536, integral=True)  # incast: also vs the hosts
+    check_number("--steps", opts.steps, 2, MAX_STEPS, integral=True)
+    check_number("--step-kb", opts.step_kb, 1, 65536, integral=True)
     if opts.link is not None:
         link = fabric.link(opts.link)  # FabricError naming the valid forms
         if link.kind != "fabric":
@@ -135,14 +172,11 @@ def check(opts: Options) -> Options:
         sw = fabric.switch(opts.fail_switch)
         if sw.tier != "T1":
             raise FabricError(f"{opts.fail_switch} is a leaf (T0): switch-failure takes a spine like p0s1")
-    if not 0 < opts.detect_ms <= 60_000:
-        raise FabricError(f"--detect-ms must be in (0, 60000], got {opts.detect_ms}")
     for target in opts.capture:
         capture.resolve(fabric, target)  # FabricError naming the forms a target takes
     if len(set(opts.capture)) != len(opts.capture):
         raise FabricError(f"--capture names a target twice: {','.join(opts.capture)}")
-    if opts.packet_log < 0:
-        raise FabricError(f"--packet-log must be >= 0, got {opts.packet_log}")
+    check_number("--packet-log", opts.packet_log, 0, MAX_PACKET_LOG, integral=True)
     sc.kind.check(opts, fabric)
     return opts
 

@@ -21,6 +21,7 @@ STEP_LIMIT_S = 15.0  # a step not done by then counts as timed out
 class Collective(Kind):
     name = "collective"
     timed = False
+    options = frozenset({"steps", "step_kb", "link", "detect_ms"})
 
     def check(self, opts: Options, fabric: Fabric) -> None:
         if set(opts.transports) & {"tcp", "mptcp"}:

@@ -50,6 +50,12 @@ def busiest_uplink(bed: Testbed, src: str, before: dict, after: dict) -> tuple[s
 
 class Failure(Kind):
     name = "fault"
+    options = frozenset({"duration", "fault_at", "fault_end", "detect_ms", "link"})
+    OWN = {"switch-failure": {"fail_switch"}, "lossy-link": {"loss"},
+           "link-flap": {"flaps_per_min", "down_ms"}}
+
+    def takes(self, scenario: str) -> frozenset[str]:
+        return self.options | self.OWN.get(scenario, set())
 
     def check(self, opts: Options, fabric: Fabric) -> None:
         check_fault_window(opts, fabric)

@@ -31,6 +31,7 @@ VICTIM_SENDER_COUNTERS = ("lost", "retransmitted", "stranded_resent", "timeouts"
 
 class Incast(Kind):
     name = "incast"
+    options = frozenset({"duration", "fault_at", "fault_end", "senders"})
 
     def check(self, opts: Options, fabric: Fabric) -> None:
         check_fault_window(opts, fabric)

@@ -19,6 +19,7 @@ STEADY_FROM_S = 1.0  # every flow has started and found its rate by then
 
 class Permutation(Kind):
     name = "permutation"
+    options = frozenset({"duration"})
 
     def check(self, opts: Options, fabric: Fabric) -> None:
         if len(fabric.hosts) < 2:

@@ -31,6 +31,7 @@ import socket
 import sys
 import time
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from endpoints.host import netio
 from endpoints.host.control import ControlError, ControlServer
@@ -43,7 +44,7 @@ from endpoints.protocol.evset import EvInfo
 from endpoints.protocol.gobackn import GbnReceiver, GbnSender
 from endpoints.protocol.receiver import MrcReceiver
 from endpoints.protocol.sender import MrcSender
-from topologies.model import Fabric, FabricParams, ev_value
+from topologies.model import Fabric, FabricError, FabricParams, check_number, ev_value
 
 # Datagrams drained per wake-up before timers and transmits get a turn: small enough that the
 # receiver's SACK cadence (sack_every) survives a busy moment, large enough to amortise epoll.
@@ -153,17 +154,17 @@ class Agent:
             # Messages of msg_bytes for `seconds`, or until `total_bytes` are posted (a sized
             # transfer, its last message shorter), whichever comes first.
             qp, _ = self._sender(req)
-            qp.stream_bytes = _positive_int(req, "msg_bytes", 1 << 30)
+            qp.stream_bytes = _number(req, "msg_bytes", 1, self.config.max_message)
             sized = req.get("total_bytes") is not None
-            qp.stream_left = _positive_int(req, "total_bytes", MAX_TRANSFER) if sized else None
-            seconds = _positive_float(req, "seconds") if req.get("seconds") is not None or not sized \
-                else float("inf")
+            qp.stream_left = _number(req, "total_bytes", 1, MAX_TRANSFER) if sized else None
+            seconds = _number(req, "seconds", 0, MAX_SECONDS, real=True) \
+                if req.get("seconds") is not None or not sized else float("inf")
             qp.stream_until = now + seconds
             self._refill(qp, now)
             return {"qpn": qp.qpn}
         if cmd == "write":
             qp, _ = self._sender(req)
-            msn = self._post(qp, _positive_int(req, "bytes", 1 << 30), now)
+            msn = self._post(qp, _number(req, "bytes", 1, self.config.max_message), now)
             return {"qpn": qp.qpn, "msn": msn}
         if cmd == "stop_stream":
             qp, _ = self._sender(req)
@@ -210,7 +211,7 @@ class Agent:
                            f"stats, evs, progress, close, agent_stats, ping or shutdown")
 
     def _qp(self, req: dict) -> Qp:
-        qpn = _positive_int(req, "qpn", 0xFFFFFF)
+        qpn = _number(req, "qpn", 1, wire.QPN_MASK)
         qp = self.qps.get(qpn)
         if qp is None:
             raise ControlError(f"no QP {qpn} on {self.host.name}: open it first")
@@ -223,8 +224,8 @@ class Agent:
         return qp, qp.sender
 
     def _open(self, req: dict, now: float) -> dict:
-        qpn = _positive_int(req, "qpn", 0xFFFFFF)
-        peer_qpn = _positive_int(req, "peer_qpn", 0xFFFFFF)
+        qpn = _number(req, "qpn", 1, wire.QPN_MASK)
+        peer_qpn = _number(req, "peer_qpn", 1, wire.QPN_MASK)
         if qpn in self.qps:
             raise ControlError(f"QP {qpn} is already open on {self.host.name}")
         peer = str(req.get("peer", ""))
@@ -235,9 +236,7 @@ class Agent:
         role = req.get("role")
         if transport not in TRANSPORTS or role not in ("send", "recv"):
             raise ControlError(f"transport must be {', '.join(TRANSPORTS)}, role send or recv")
-        plane = int(req.get("plane", 0))
-        if not 0 <= plane < self.fabric.params.planes:
-            raise ControlError(f"plane must be 0..{self.fabric.params.planes - 1}")
+        plane = _number(req, "plane", 0, self.fabric.params.planes - 1, default=0)
         overrides = req.get("config") or {}
         if not isinstance(overrides, dict):
             raise ControlError("config must be an object of transport parameters")
@@ -261,7 +260,7 @@ class Agent:
                 receiver = GbnReceiver(qpn, peer_qpn, ev, base, seed)
         core: Core = sender if sender is not None else receiver  # type: ignore[assignment]
         self.qps[qpn] = Qp(qpn, peer, peer_qpn, transport, core, paths, sender, receiver,
-                           msg_seed=int(req.get("data_seed", seed)))
+                           msg_seed=_number(req, "data_seed", 0, MAX_SEED, default=seed))
         return {"qpn": qpn, "paths": len(paths.evs)}
 
     def _post(self, qp: Qp, size: int, now: float) -> int:
@@ -465,18 +464,19 @@ def _message_data(qp: Qp, msn_hint: int, size: int) -> bytes | memoryview:
     return (qp.pattern[:PATTERN_BYTES] * reps)[start:start + size]
 
 
-def _positive_int(req: dict, name: str, maximum: int) -> int:
-    value = req.get(name)
-    if not isinstance(value, int) or isinstance(value, bool) or not 0 < value <= maximum:
-        raise ControlError(f"{name} must be a whole number in 1..{maximum}, got {value!r}")
-    return value
+MAX_SECONDS = 86_400.0  # a stream's length
+MAX_SEED = 2**63 - 1
 
 
-def _positive_float(req: dict, name: str) -> float:
-    value = req.get(name)
-    if not isinstance(value, (int, float)) or isinstance(value, bool) or not value > 0:
-        raise ControlError(f"{name} must be a number > 0, got {value!r}")
-    return float(value)
+def _number(req: dict, name: str, lo: float, hi: float, real: bool = False,
+            default: object = None) -> Any:
+    """Field `name` of a request through the one validator (topologies.model.check_number):
+    a whole number in [lo, hi], or with `real` a finite number in (lo, hi]."""
+    value = req.get(name, default)
+    try:
+        return check_number(name, value, lo, hi, integral=not real, lo_open=real)
+    except FabricError as exc:
+        raise ControlError(str(exc)) from None
 
 
 def main(argv: list[str] | None = None) -> int:

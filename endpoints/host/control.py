@@ -17,38 +17,105 @@ import time
 from collections.abc import Callable
 from typing import BinaryIO
 
-MAX_LINE = 1 << 20
+MAX_LINE = 64 * 1024  # a request is an object of a few fields: far below this
+MAX_OUT = 4 << 20  # unread reply bytes one connection may hold before it is dropped
+MAX_CONNECTIONS = 16  # the runner keeps one; more would only exhaust descriptors
 
 
 class ControlError(ValueError):
     """A request the agent refuses; the message goes back to the caller."""
 
 
+def _no_constant(name: str) -> object:
+    raise ValueError(f"{name} is not a number in strict JSON")
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if value - value != 0.0:  # inf (1e400 overflows to it)
+        raise ValueError(f"{text} is out of range")
+    return value
+
+
+def parse_request(line: bytes) -> dict:
+    """One request line as a JSON object, strictly: no NaN or Infinity, no number that
+    overflows, and no nesting beyond one level (`"config": {"ev_set_size": 8}`); a deep one
+    would exhaust the recursion limit, and no command takes more. ValueError else."""
+    try:
+        req = json.loads(line, parse_constant=_no_constant, parse_float=_finite)
+    except RecursionError:
+        raise ValueError("request is nested too deeply") from None
+    except ValueError as exc:
+        raise ValueError(f"request is not strict JSON: {exc}") from None
+    if not isinstance(req, dict):
+        raise ValueError("request must be a JSON object with a \"cmd\"")
+    for value in req.values():
+        inner = value.values() if isinstance(value, dict) else ()
+        if isinstance(value, list) or any(isinstance(v, (dict, list)) for v in inner):
+            raise ValueError("request is nested too deeply: a field is a plain value or an "
+                             "object of plain values")
+    return req
+
+
+class _Conn:
+    __slots__ = ("sock", "inbuf", "out")
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.inbuf = b""
+        self.out = bytearray()  # replies not yet taken by the kernel
+
+
 class ControlServer:
+    """Serves requests from the agent's select loop without ever blocking it: replies are
+    written as the client reads them (a client that stops reading is dropped once
+    `MAX_OUT` bytes wait for it), at most `MAX_CONNECTIONS` clients, strict JSON."""
+
     def __init__(self, path: str, selector: selectors.BaseSelector,
                  handler: Callable[[dict], dict]) -> None:
         self.path = path
         self.selector = selector
         self.handler = handler
-        if os.path.exists(path):
+        if os.path.lexists(path):
             os.unlink(path)
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.sock.bind(path)
+        old = os.umask(0o177)  # the socket file is its owner's only (0600) from the start
+        try:
+            self.sock.bind(path)
+        finally:
+            os.umask(old)
         self.sock.listen(8)
         self.sock.setblocking(False)
-        self.buffers: dict[socket.socket, bytes] = {}
+        self.conns: dict[socket.socket, _Conn] = {}
         selector.register(self.sock, selectors.EVENT_READ, self._accept)
 
     def _accept(self, key: selectors.SelectorKey) -> None:
-        conn, _ = self.sock.accept()
-        conn.setblocking(False)
-        self.buffers[conn] = b""
-        self.selector.register(conn, selectors.EVENT_READ, self._read)
-
-    def _read(self, key: selectors.SelectorKey) -> None:
-        conn: socket.socket = key.fileobj  # type: ignore[assignment]
         try:
-            chunk = conn.recv(65536)
+            sock, _ = self.sock.accept()
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            return  # out of descriptors: the client sees its connection refused or reset
+        if len(self.conns) >= MAX_CONNECTIONS:
+            sock.close()
+            return
+        sock.setblocking(False)
+        self.conns[sock] = _Conn(sock)
+        self.selector.register(sock, selectors.EVENT_READ, self._ready)
+
+    def _ready(self, key: selectors.SelectorKey) -> None:
+        conn = self.conns.get(key.fileobj)  # type: ignore[call-overload]
+        if conn is None:
+            return
+        if key.events & selectors.EVENT_WRITE or conn.out:
+            self._flush(conn)
+            if conn.sock not in self.conns:
+                return
+        self._read(conn)
+
+    def _read(self, conn: _Conn) -> None:
+        try:
+            chunk = conn.sock.recv(65536)
         except (BlockingIOError, InterruptedError):
             return
         except OSError:
@@ -56,46 +123,60 @@ class ControlServer:
         if not chunk:
             self._drop(conn)
             return
-        buf = self.buffers[conn] + chunk
-        if len(buf) > MAX_LINE:
-            self._reply(conn, {"ok": False, "error": f"request longer than {MAX_LINE} bytes"})
+        buf = conn.inbuf + chunk
+        *lines, rest = buf.split(b"\n")
+        if len(rest) > MAX_LINE or any(len(line) > MAX_LINE for line in lines):
+            self._queue(conn, {"ok": False, "error": f"request longer than {MAX_LINE} bytes"})
+            self._flush(conn)
             self._drop(conn)
             return
-        *lines, rest = buf.split(b"\n")
-        self.buffers[conn] = rest
+        conn.inbuf = rest
         for line in lines:
             if line.strip():
-                self._reply(conn, self._answer(line))
+                self._queue(conn, self._answer(line))
+                if conn.sock not in self.conns:
+                    return
+        self._flush(conn)
 
     def _answer(self, line: bytes) -> dict:
         try:
-            req = json.loads(line)
+            req = parse_request(line)
         except ValueError as exc:
-            return {"ok": False, "error": f"request is not JSON: {exc}"}
-        if not isinstance(req, dict):
-            return {"ok": False, "error": "request must be a JSON object with a \"cmd\""}
+            return {"ok": False, "error": str(exc)}
         try:
             return {"ok": True, **self.handler(req)}
-        except (ControlError, ValueError, KeyError, TypeError) as exc:
+        except (ControlError, ValueError, KeyError, TypeError, ArithmeticError) as exc:
             return {"ok": False, "error": str(exc).strip("'\"")}
 
-    def _reply(self, conn: socket.socket, reply: dict) -> None:
-        data = (json.dumps(reply) + "\n").encode()
-        conn.setblocking(True)  # replies are small; a blocked reader only blocks its own reply
-        try:
-            conn.sendall(data)
-        except OSError:
-            pass
-        finally:
-            conn.setblocking(False)
+    def _queue(self, conn: _Conn, reply: dict) -> None:
+        conn.out += (json.dumps(reply) + "\n").encode()
+        if len(conn.out) > MAX_OUT:
+            self._drop(conn)  # it does not read what it asks for: it is not waited for
 
-    def _drop(self, conn: socket.socket) -> None:
-        self.selector.unregister(conn)
-        self.buffers.pop(conn, None)
-        conn.close()
+    def _flush(self, conn: _Conn) -> None:
+        if conn.sock not in self.conns:
+            return
+        try:
+            while conn.out:
+                sent = conn.sock.send(conn.out)
+                del conn.out[:sent]
+        except (BlockingIOError, InterruptedError):
+            pass
+        except OSError:
+            self._drop(conn)
+            return
+        want = selectors.EVENT_READ | (selectors.EVENT_WRITE if conn.out else 0)
+        if self.selector.get_key(conn.sock).events != want:
+            self.selector.modify(conn.sock, want, self._ready)
+
+    def _drop(self, conn: _Conn) -> None:
+        if self.conns.pop(conn.sock, None) is None:
+            return
+        self.selector.unregister(conn.sock)
+        conn.sock.close()
 
     def close(self) -> None:
-        for conn in list(self.buffers):
+        for conn in list(self.conns.values()):
             self._drop(conn)
         self.selector.unregister(self.sock)
         self.sock.close()
@@ -136,6 +217,9 @@ class AgentClient:
         try:
             self.sock.sendall((json.dumps({"cmd": cmd, **fields}) + "\n").encode())
             line = self.rfile.readline()
+        except (BrokenPipeError, ConnectionResetError) as exc:
+            self.close()
+            raise ConnectionError(f"agent at {self.path} closed the channel") from exc
         except BaseException:
             # Interrupted between request and reply (Ctrl-C in the CLI, a timeout): the reply
             # may still come, and would be read as the next call's. Start afresh instead.

@@ -89,14 +89,21 @@ class AgentFlow:
 
     def __init__(self, agents: dict[str, AgentClient], transport: str, src: str, dst: str,
                  qpn: int, msg_bytes: int = 256 * 1024, config: dict | None = None,
-                 trace: Path | None = None) -> None:
+                 trace: Path | None = None, psn: int = 0, seed: int | None = None,
+                 number: int | None = None) -> None:
+        """`psn`: the initial PSN of both ends; `seed`: the cores' (by default the agents derive
+        it from the QPN); `number`: the flow's in its testbed (by default its QPN)."""
         self.agents, self.transport, self.src, self.dst = agents, transport, src, dst
         self.qpn, self.msg_bytes, self.trace = qpn, msg_bytes, trace
-        self.number = qpn
+        self.number = qpn if number is None else number
         self.nbytes: int | None = None
         self.closed = False
         self.final: FlowResult | None = None  # kept by `result()`: read after `close()`
-        opts = {"config": config} if config else {}
+        opts: dict[str, object] = {"psn": psn}
+        if seed is not None:
+            opts["seed"] = seed
+        if config:
+            opts["config"] = config
         agents[dst].call("open", qpn=qpn, peer=src, peer_qpn=qpn, transport=transport, role="recv",
                          plane=BASELINE_PLANE, **opts)
         agents[src].call("open", qpn=qpn, peer=dst, peer_qpn=qpn, transport=transport, role="send",

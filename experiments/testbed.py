@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import secrets
 import shutil
 import sys
 import time
@@ -26,6 +27,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from endpoints.host.control import AgentClient
+from endpoints.protocol import wire
 from endpoints.protocol.config import TransportConfig, with_overrides
 from experiments import fidelity
 from experiments.capture import Capture
@@ -129,6 +131,7 @@ class Testbed:
         self.t0 = 0.0  # CLOCK_MONOTONIC when the fabric was up: the origin of `plot`'s time axis
         self._mptcp = False
         self._sampling = False
+        self._qpns: dict[str, set[int]] = {}  # host -> QPNs opened on it
 
     # ----- lifecycle ------------------------------------------------------------------------
     def __enter__(self) -> Testbed:
@@ -222,10 +225,25 @@ class Testbed:
             flow = TcpFlow(self.em, self.workdir, transport, src, dst, FIRST_TCP_PORT + number,
                            number=number)
         else:
-            flow = AgentFlow(self.agents, transport, src, dst, number, config=overrides,
-                             trace=self.workdir / f"{src}-trace.jsonl")
+            # A random QPN and initial PSN; the cores' seed comes from the run's seed and the
+            # flow's number, not from the QPN: a run is as reproducible as with QPNs 1, 2, 3.
+            qpn, psn = self._new_qp(src, dst)
+            flow = AgentFlow(self.agents, transport, src, dst, qpn, config=overrides,
+                             trace=self.workdir / f"{src}-trace.jsonl", psn=psn,
+                             seed=self.seed * 1_000_003 + number, number=number)
         self.flows.append(flow)
         return flow
+
+    def _new_qp(self, src: str, dst: str) -> tuple[int, int]:
+        """A QPN used on neither host and an initial PSN, both random (not seeded): an
+        off-path forger must guess both, 48 bits, to land a datagram in the QP's window."""
+        used = self._qpns.setdefault(src, set()) | self._qpns.setdefault(dst, set())
+        qpn = secrets.randbelow(wire.QPN_MASK) + 1
+        while qpn in used:
+            qpn = secrets.randbelow(wire.QPN_MASK) + 1
+        self._qpns[src].add(qpn)
+        self._qpns[dst].add(qpn)
+        return qpn, secrets.randbelow(wire.PSN_MASK + 1)
 
     def paths(self, src: str, dst: str) -> list[PathState]:
         """Every source route from `src` to `dst` (the EVs an MRC QP sprays over), each with

@@ -242,22 +242,26 @@ class Agent:
             raise ControlError("config must be an object of transport parameters")
         base = with_overrides(self.config, overrides, per_qp=True)  # ValueError names the problem
         paths = self.peer_paths(peer, transport, plane)
-        seed = self.seed * 1_000_003 + qpn
+        # The cores' seed: from the runner (reproducible whatever the QPN), else from the QPN.
+        seed = _number(req, "seed", 0, MAX_SEED, default=self.seed * 1_000_003 + qpn)
+        psn = _number(req, "psn", 0, wire.PSN_MASK, default=0)  # initial PSN, both ends agree
         sender: SenderCore | None = None
         receiver: ReceiverCore | None = None
         if transport in ("mrc", "spray"):
             # spray: the same sender with its per-path state off (what the state machine adds)
             config = base if transport == "mrc" else replace(base, path_state=False)
             if role == "send":
-                sender = MrcSender(qpn, peer_qpn, paths.evs, config, seed)
+                sender = MrcSender(qpn, peer_qpn, paths.evs, config, seed, psn)
             else:
-                receiver = MrcReceiver(qpn, peer_qpn, paths.evs, config, seed)
+                # Per-EV state only for the sender's real paths to us (from the model).
+                forward = [r.ev for r in self.fabric.routes(peer, self.host.name)]
+                receiver = MrcReceiver(qpn, peer_qpn, paths.evs, config, seed, psn, forward)
         else:
             ev = paths.evs[0].ev
             if role == "send":
-                sender = GbnSender(qpn, peer_qpn, ev, base, seed)
+                sender = GbnSender(qpn, peer_qpn, ev, base, seed, psn)
             else:
-                receiver = GbnReceiver(qpn, peer_qpn, ev, base, seed)
+                receiver = GbnReceiver(qpn, peer_qpn, ev, base, seed, psn)
         core: Core = sender if sender is not None else receiver  # type: ignore[assignment]
         self.qps[qpn] = Qp(qpn, peer, peer_qpn, transport, core, paths, sender, receiver,
                            msg_seed=_number(req, "data_seed", 0, MAX_SEED, default=seed))
@@ -288,6 +292,11 @@ class Agent:
                "digests": {str(k): v for k, v in qp.digests.items()}}
         if qp.receiver is not None:
             out["bytes_delivered"] = qp.receiver.bytes_delivered
+        # Tables keyed by a packet's EV hold only the peer's real paths (never attacker-chosen).
+        if isinstance(qp.core, MrcReceiver):
+            out["per_ev_entries"] = len(qp.core.ev_high)
+        elif isinstance(qp.core, MrcSender):
+            out["per_ev_entries"] = len(qp.core.ev_rtt)
         if qp.sender is not None:
             out["bytes_acked"] = qp.sender.bytes_acked
             out["messages_acked"] = qp.completed

@@ -45,9 +45,18 @@ class TransportConfig:
     sack_every: int = 4  # data packets per SACK
     sack_delay: float = 0.0005  # s: a lone packet is still acknowledged promptly
     # Receiver limits (forged or runaway input must not exhaust memory)
-    max_message: int = 1 << 28  # bytes: the largest message either end accepts
+    max_message: int = 1 << 26  # bytes: the largest message either end accepts (64 MiB: the
+    # largest collective step, --step-kb 65536)
     psn_window: int = 1 << 16  # packets beyond cumulative ACK accepted (PSN_OOR_WINDOW past it)
     max_open_messages: int = 64  # incomplete messages ahead of the next one to complete
+    # Payload bytes a receiver holds in messages other than the next to complete (that one is
+    # bounded by its own length); past it, packets are refused with NACK NO_PKT_BUFFER.
+    max_held_bytes: int = 1 << 26
+    # A NO_PKT_BUFFER NACK (receiver not ready, RoCE's RNR) delays that packet's resend by this
+    rnr_delay: float = 0.010
+    # s a transmission stays acknowledgeable: a SACK or NACK must echo one of these (EV, ts)
+    # pairs; longer than any queueing delay the fabric can build
+    echo_keep: float = 2.0
     # Congestion control, in the spirit of UET NSCC (docs/transport.md)
     target_queue_frames: int = 6  # the RTT target allows this many full frames of queueing
     init_cwnd_pkts: float = 16.0  # the starting window
@@ -70,8 +79,9 @@ class TransportConfig:
                 if not isinstance(value, bool):
                     raise ValueError(f"transport parameter {f.name} must be true or false, got {value!r}")
                 continue
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-                raise ValueError(f"transport parameter {f.name} must be a positive number, got {value!r}")
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < float("inf"):
+                raise ValueError(f"transport parameter {f.name} must be a positive finite number, "
+                                 f"got {value!r}")
         if not 0 < self.active_fraction <= 1:
             raise ValueError("active_fraction must be in (0, 1]")
         if self.mtu_payload > 8192:

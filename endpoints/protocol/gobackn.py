@@ -16,6 +16,7 @@ from endpoints.protocol import wire
 from endpoints.protocol.config import TransportConfig
 from endpoints.protocol.congestion import Nscc
 from endpoints.protocol.core import CoreBase
+from endpoints.protocol.echoes import Echoes
 from endpoints.protocol.events import Complete, Event, GoBack, Timeout
 from endpoints.protocol.evset import EvReport
 from endpoints.protocol.rtt import RttEstimator
@@ -42,7 +43,8 @@ class GbnSender(CoreBase):
         self.bytes_acked = 0
         self.bytes_sent = 0  # payload, retransmissions included
         self.stats = {k: 0 for k in ("sent", "retransmitted", "timeouts", "nacks", "acks",
-                                     "malformed", "foreign", "stale_acks")}
+                                     "malformed", "foreign", "stale_acks", "unacceptable")}
+        self.echoes = Echoes(config.echo_keep)  # what an acceptable SACK or NACK echoes
 
     def send_message(self, data: bytes | memoryview, now: float) -> int:
         if not len(data):
@@ -74,6 +76,9 @@ class GbnSender(CoreBase):
         return self.next_seq - self.una < self.c.gbn_window_pkts
 
     def _on_sack(self, s: wire.Sack, now: float) -> None:
+        if not self.echoes.genuine(s.echo_ev, s.echo_ts):
+            self.stats["unacceptable"] += 1  # echoes no packet of ours: forged (or ancient)
+            return
         self._ack_to(wire.psn_unwrap(s.cack, self.una), now)
         self.stats["acks"] += 1
         if s.echo_ts:
@@ -84,6 +89,9 @@ class GbnSender(CoreBase):
     def _on_nack(self, n: wire.Nack, now: float) -> None:
         if n.reason != wire.NACK_SEQUENCE_ERROR:
             self.stats["foreign"] += 1  # MRC's NACKs mean nothing to go-back-N
+            return
+        if not self.echoes.genuine(n.echo_ev, n.echo_ts):
+            self.stats["unacceptable"] += 1
             return
         self.stats["nacks"] += 1
         expected = wire.psn_unwrap(n.psn, self.una)
@@ -118,12 +126,15 @@ class GbnSender(CoreBase):
         flags = (wire.F_RETRANSMIT if retx else 0) | (wire.F_ACK_REQ if last else 0)
         data = self.data[msn]
         self.bytes_sent += length
+        ts = ts_us(now)
+        self.echoes.sent(self.ev, ts, now)
         return self.ev, wire.encode_data(wire.data_opcode(offset == 0, last), flags,
                                          self.peer_qpn, seq, msn, offset, msg_len,
-                                         data[offset:offset + length], ts_us(now))
+                                         data[offset:offset + length], ts)
 
     def poll(self, now: float) -> list[tuple[int, bytes]]:
         out = []
+        self.echoes.expire(now)
         if self.timer is not None and now >= self.timer and self.una < self.next_seq:
             self.stats["timeouts"] += 1
             self.events.append(Timeout(now, self.una, self.rto))
@@ -158,20 +169,28 @@ class GbnSender(CoreBase):
 
 
 class GbnReceiver(CoreBase):
+    """Accepts the next PSN only, and only as the sender packetises: the next offset of the
+    message being received, `min(mtu_payload, msg_len - offset)` bytes, one length per
+    message. Chunks are kept as they arrive and joined when the message completes: memory is
+    what arrived, never a length a header claims."""
+
     def __init__(self, qpn: int, peer_qpn: int, ev: int, config: TransportConfig, seed: int,
                  initial_psn: int = 0) -> None:
         self.qpn, self.peer_qpn, self.ev, self.c = qpn, peer_qpn, ev, config
         self.expected = initial_psn
         self.nacked = False  # one NACK per gap, as RoCE does
-        self.buf: dict[int, bytearray] = {}
-        self.got: dict[int, int] = {}
+        self.chunks: list[bytes] = []  # the message being received, in order
+        self.length = 0  # its length (from its first packet)
+        self.got = 0
         self.next_msn = 0
         self.completed: list[tuple[int, bytes]] = []
         self.bytes_delivered = 0
         self.out: list[tuple[int, bytes]] = []
         self.unacked = 0
         self.ack_due: float | None = None
-        self.echo = (0, 0)
+        self.last_ack = -1.0
+        self.echo = (0, 0)  # (ev, tsval) of the newest packet accepted
+        self.dup_echo: tuple[int, int] | None = None
         self.events: list[Event] = []  # none so far: it has no state worth tracing
         self.stats = {k: 0 for k in ("packets", "duplicates", "out_of_order", "malformed",
                                      "foreign", "forged", "acks", "nacks", "messages")}
@@ -182,10 +201,14 @@ class GbnReceiver(CoreBase):
     def _on_data(self, d: wire.Data, ev: int, now: float, ce: bool) -> None:
         self.stats["packets"] += 1
         seq = wire.psn_unwrap(d.psn, self.expected)
-        self.echo = (ev, d.tsval)
         if seq < self.expected:
+            # Answer it (its own echo: a flood of copies cannot displace the last accepted
+            # packet's), at most once per sack_delay.
             self.stats["duplicates"] += 1
-            self.ack_due = now
+            self.dup_echo = (ev, d.tsval)
+            due = max(now, self.last_ack + self.c.sack_delay)
+            if self.ack_due is None or due < self.ack_due:
+                self.ack_due = due
             return
         if seq > self.expected:
             self.stats["out_of_order"] += 1
@@ -196,20 +219,21 @@ class GbnReceiver(CoreBase):
                                                           self.expected)))
                 self.stats["nacks"] += 1
             return
-        if d.msn != self.next_msn or d.msg_len > self.c.max_message or not d.payload or \
-                d.offset != self.got.get(d.msn, 0) or \
-                (d.msn in self.buf and len(self.buf[d.msn]) != d.msg_len):
+        length = d.msg_len if not self.got else self.length
+        if d.msn != self.next_msn or d.msg_len != length or not 0 < length <= self.c.max_message \
+                or d.offset != self.got or len(d.payload) != min(self.c.mtu_payload, length - d.offset):
             self.stats["forged"] += 1
             return
-        buf = self.buf.setdefault(d.msn, bytearray(d.msg_len))
-        buf[d.offset:d.offset + len(d.payload)] = d.payload
-        self.got[d.msn] = self.got.get(d.msn, 0) + len(d.payload)
+        self.length = length
+        self.chunks.append(bytes(d.payload))
+        self.got += len(d.payload)
         self.bytes_delivered += len(d.payload)
         self.expected += 1
         self.nacked = False
-        if self.got[d.msn] >= d.msg_len:
-            self.completed.append((d.msn, bytes(self.buf.pop(d.msn))))
-            del self.got[d.msn]
+        self.echo = (ev, d.tsval)
+        if self.got >= length:
+            self.completed.append((d.msn, b"".join(self.chunks)))
+            self.chunks, self.got = [], 0
             self.next_msn += 1
             self.stats["messages"] += 1
         self.unacked += 1
@@ -220,10 +244,15 @@ class GbnReceiver(CoreBase):
 
     def poll(self, now: float) -> list[tuple[int, bytes]]:
         if self.ack_due is not None and now >= self.ack_due:
-            ev, ts = self.echo
-            self.out.append((self.ev, wire.encode_sack(self.peer_qpn, self.expected,
-                                                       self.expected, 0, ev, ts)))
-            self.stats["acks"] += 1
+            echoes = [self.dup_echo] if self.dup_echo is not None else []
+            if self.unacked or not echoes:
+                echoes.append(self.echo)
+            for ev, ts in echoes:
+                self.out.append((self.ev, wire.encode_sack(self.peer_qpn, self.expected,
+                                                           self.expected, 0, ev, ts)))
+                self.stats["acks"] += 1
+            self.dup_echo = None
+            self.last_ack = now
             self.unacked = 0
             self.ack_due = None
         out, self.out = self.out, []

@@ -8,24 +8,29 @@ replies (`answered`) and the timeouts (`expired`) to whatever keeps the EVs' sta
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable, Iterable
 
 from endpoints.protocol import wire
 
 
 class Prober:
-    def __init__(self, peer_qpn: int, interval: float, timeout: float) -> None:
+    """`rng` draws the probe ids: a reply must name a probe in flight, its EV and its
+    timestamp, so one cannot be forged by counting (ids were 1, 2, 3, ...)."""
+
+    def __init__(self, peer_qpn: int, interval: float, timeout: float,
+                 rng: random.Random | None = None) -> None:
         self.peer_qpn = peer_qpn
         self.interval = interval  # s between rounds
         self.timeout = timeout  # s after which a probe is taken as lost
-        self.pending: dict[int, tuple[int, float]] = {}  # probe id -> (ev, sent)
-        self.probe_id = 0
+        self.pending: dict[int, tuple[int, float, int]] = {}  # probe id -> (ev, sent, tsval)
+        self.rng = rng or random.Random(peer_qpn)
         self.next_round = 0.0
 
     def expired(self, now: float) -> list[int]:
         """The EVs whose probe went unanswered for longer than `timeout` (forgotten now)."""
         lost = []
-        for pid, (ev, sent) in list(self.pending.items()):
+        for pid, (ev, sent, _) in list(self.pending.items()):
             if now - sent > self.timeout:
                 del self.pending[pid]
                 lost.append(ev)
@@ -37,18 +42,24 @@ class Prober:
         if now < self.next_round:
             return []
         self.next_round = now + self.interval
-        busy = {ev for ev, _ in self.pending.values()}
+        busy = {ev for ev, _, _ in self.pending.values()}
         out = []
+        ts = wire.ts_us(now)
         for ev in targets():
             if ev in busy:
                 continue
-            self.probe_id = (self.probe_id + 1) & 0xFFFFFFFF
-            self.pending[self.probe_id] = (ev, now)
-            out.append((ev, wire.encode_probe(wire.OP_EV_PROBE, self.peer_qpn, self.probe_id,
-                                              wire.ts_us(now), ev)))
+            probe_id = self.rng.getrandbits(32)
+            while probe_id in self.pending:
+                probe_id = self.rng.getrandbits(32)
+            self.pending[probe_id] = (ev, now, ts)
+            out.append((ev, wire.encode_probe(wire.OP_EV_PROBE, self.peer_qpn, probe_id, ts, ev)))
         return out
 
-    def answered(self, probe_id: int) -> int | None:
-        """The EV a probe reply is for, or None for a reply to no probe in flight."""
-        entry = self.pending.pop(probe_id, None)
-        return None if entry is None else entry[0]
+    def answered(self, probe_id: int, probed_ev: int, tsval: int) -> int | None:
+        """The EV a probe reply is for, or None for a reply to no probe in flight (or one
+        that does not echo that probe's EV and timestamp)."""
+        entry = self.pending.get(probe_id)
+        if entry is None or entry[0] != probed_ev or entry[2] != tsval:
+            return None
+        del self.pending[probe_id]
+        return entry[0]

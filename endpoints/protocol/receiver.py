@@ -1,10 +1,14 @@
 """MRC receiver, one per QP: sans-IO.
 
-Places every data packet into its message buffer by offset as it arrives, in any order;
-suppresses duplicates by PSN; completes messages in MSN order, each exactly once; acknowledges
-with SACKs (cumulative ACK + 64-bit bitmap + the EV and timestamp of the packet that triggered
-it + ECN echo) every `sack_every` packets or after `sack_delay`; NACKs trimmed packets and
-out-of-window PSNs. SACKs travel on a small reverse EV set (`reverse_evs_per_plane` per plane),
+Places every data packet as it arrives, in any order, once it is consistent with the sender's
+packetisation and with what is already known (`placement.py`: memory is what arrived, a forged
+claim cannot wedge the QP); suppresses duplicates by PSN; completes messages in MSN order, each
+exactly once; acknowledges with SACKs (cumulative ACK + 64-bit bitmap + the EV and timestamp of
+the packet that triggered it + ECN echo) every `sack_every` packets or after `sack_delay`;
+NACKs trimmed packets, out-of-window PSNs, and (NO_PKT_BUFFER: resend later) packets it cannot
+place yet. A duplicate is answered with its own echo, so a flood of forged copies cannot
+displace the genuine trigger; per-EV state is kept for the sender's real paths only.
+SACKs travel on a small reverse EV set (`reverse_evs_per_plane` per plane),
 used round-robin and kept honest by probes: a reverse EV whose probes go unanswered twice is
 swapped for a spare reverse EV (same plane first) when the fabric offers one, else dropped from the
 rotation until a probe gets through again; when every reverse EV looks dead (a probe reply also
@@ -13,36 +17,16 @@ needs a working forward path), SACKs rotate over all of them rather than sit on 
 
 from __future__ import annotations
 
-import bisect
 import random
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 from endpoints.protocol import wire
 from endpoints.protocol.config import TransportConfig
 from endpoints.protocol.core import CoreBase
 from endpoints.protocol.events import ReverseEvState
 from endpoints.protocol.evset import EvInfo, spread_over_planes
+from endpoints.protocol.placement import BUSY, DUPLICATE, FULL, LATE, PLACED, Placement
 from endpoints.protocol.prober import Prober
-
-
-class _Message:
-    __slots__ = ("buf", "got", "starts", "ends")
-
-    def __init__(self, length: int) -> None:
-        self.buf = bytearray(length)
-        self.got = 0
-        self.starts: list[int] = []  # placed byte ranges [start, end), disjoint, sorted
-        self.ends: list[int] = []
-
-    def overlaps(self, offset: int, length: int) -> bool:
-        i = bisect.bisect_right(self.starts, offset)
-        return (i > 0 and self.ends[i - 1] > offset) or \
-            (i < len(self.starts) and self.starts[i] < offset + length)
-
-    def add(self, offset: int, length: int) -> None:
-        i = bisect.bisect_right(self.starts, offset)
-        self.starts.insert(i, offset)
-        self.ends.insert(i, offset + length)
 
 
 class ReverseEvs:
@@ -102,32 +86,43 @@ class ReverseEvs:
 
 class MrcReceiver(CoreBase):
     def __init__(self, qpn: int, peer_qpn: int, reverse_evs: Sequence[EvInfo],
-                 config: TransportConfig, seed: int, initial_psn: int = 0) -> None:
+                 config: TransportConfig, seed: int, initial_psn: int = 0,
+                 forward_evs: Collection[int] | None = None) -> None:
+        """`reverse_evs`: this host's paths to the sender (for SACKs); `forward_evs`: the
+        sender's EVs towards us, the only ones per-EV state is kept for (default: the same
+        values as `reverse_evs`, as the model numbers both directions of a pair alike)."""
         self.qpn, self.peer_qpn, self.c = qpn, peer_qpn, config
         self.rng = random.Random(seed ^ 0x5EED)
         self.rev = ReverseEvs([EvInfo(*e) for e in reverse_evs], config.reverse_evs_per_plane,
                               self.rng)
-        self.rcv_nxt = initial_psn
-        self.ooo: set[int] = set()  # received sequence numbers above rcv_nxt
+        self.forward_evs = frozenset(forward_evs if forward_evs is not None
+                                     else (EvInfo(*e).ev for e in reverse_evs))
+        self.place = Placement(config.mtu_payload, config.max_message, config.max_open_messages,
+                               config.max_held_bytes, initial_psn)
         self.highest = initial_psn - 1
-        self.messages: dict[int, _Message] = {}
-        self.next_msn = 0
-        self.done_ahead: dict[int, bytes] = {}
         self.completed: list[tuple[int, bytes]] = []
         self.bytes_delivered = 0
         self.out: list[tuple[int, bytes]] = []
         self.unacked = 0
         self.sack_due: float | None = None
-        self.trigger = (0, 0, 0)  # (seq, ev, tsval) of the newest data packet
+        self.last_sack = -1.0
+        self.trigger = (0, 0, 0)  # (seq, ev, tsval) of the newest data packet placed
+        self.dup_echo: tuple[int, int] | None = None  # (ev, tsval) of a duplicate to answer
         self.ce_pending = 0
         self.ce_on_trigger = False
         # The reverse EVs' liveness: answered probes keep them in the SACK rotation.
-        self.prober = Prober(peer_qpn, config.reverse_probe_interval, config.probe_timeout)
+        self.prober = Prober(peer_qpn, config.reverse_probe_interval, config.probe_timeout,
+                             random.Random(self.rng.getrandbits(64)))
         self.events: list[ReverseEvState] = []
         self.stats = {k: 0 for k in ("packets", "duplicates", "malformed", "foreign",
-                                     "out_of_window", "forged", "trimmed", "sacks", "nacks",
-                                     "ce_marked", "messages", "probe_replies", "ev_reordered")}
-        self.ev_high: dict[int, int] = {}  # EV -> highest first-transmission PSN seen on it
+                                     "out_of_window", "forged", "busy", "no_buffer", "evicted",
+                                     "trimmed", "sacks", "nacks", "ce_marked", "messages",
+                                     "probe_replies", "ev_reordered", "unknown_ev")}
+        self.ev_high: dict[int, int] = {}  # forward EV -> highest first-transmission PSN on it
+
+    @property
+    def rcv_nxt(self) -> int:
+        return self.place.rcv_nxt
 
     # ----- API ------------------------------------------------------------------------------
     def next_deadline(self) -> float | None:
@@ -140,7 +135,7 @@ class MrcReceiver(CoreBase):
 
     def poll(self, now: float) -> list[tuple[int, bytes]]:
         if self.sack_due is not None and now >= self.sack_due:
-            self._send_sack()
+            self._send_sack(now)
         self._probe_reverse(now)
         out, self.out = self.out, []
         return out
@@ -148,81 +143,64 @@ class MrcReceiver(CoreBase):
     # ----- data -----------------------------------------------------------------------------
     def _on_data(self, d: wire.Data, ev: int, now: float, ce: bool) -> None:
         self.stats["packets"] += 1
-        seq = wire.psn_unwrap(d.psn, self.rcv_nxt)
-        if ce:
-            self.stats["ce_marked"] += 1
-            self.ce_pending += 1
+        seq = wire.psn_unwrap(d.psn, self.place.rcv_nxt)
         if d.flags & wire.F_TRIMMED:
             self.stats["trimmed"] += 1
             reason = wire.NACK_TRIMMED_LASTHOP if d.flags & wire.F_TRIMMED_LASTHOP else wire.NACK_TRIMMED
             self._nack(seq, reason, ev, d.tsval)
             return
-        if not d.flags & wire.F_RETRANSMIT:
-            # An EV is one source route: first transmissions on it should arrive in PSN order.
-            # Counting the exceptions tells whether the emulated paths really are FIFO (the
-            # sender's path-order loss rule relies on it).
-            if seq < self.ev_high.get(ev, -1):
-                self.stats["ev_reordered"] += 1
-            else:
-                self.ev_high[ev] = seq
-        if seq >= self.rcv_nxt + self.c.psn_window:
+        if seq >= self.place.rcv_nxt + self.c.psn_window:
             self.stats["out_of_window"] += 1
             self._nack(seq, wire.NACK_PSN_OOR_WINDOW, ev, d.tsval)
             return
-        self.trigger = (seq, ev, d.tsval)
-        self.ce_on_trigger = ce
-        if seq < self.rcv_nxt or seq in self.ooo:
-            self.stats["duplicates"] += 1
-            self._ack_soon(now, urgent=True)  # the sender may have missed our SACK
+        verdict = self.place.offer(seq, d.msn, d.offset, d.msg_len, d.payload)
+        if verdict != PLACED:
+            self._refused(verdict, seq, ev, d.tsval, now)
             return
-        if not self._place(d):
-            return
-        if seq == self.rcv_nxt:
-            self.rcv_nxt += 1
-            while self.rcv_nxt in self.ooo:
-                self.ooo.discard(self.rcv_nxt)
-                self.rcv_nxt += 1
+        if ev in self.forward_evs:
+            if not d.flags & wire.F_RETRANSMIT:
+                # An EV is one source route: first transmissions on it should arrive in PSN
+                # order. Counting the exceptions tells whether the emulated paths really are
+                # FIFO (the sender's path-order loss rule relies on it).
+                if seq < self.ev_high.get(ev, -1):
+                    self.stats["ev_reordered"] += 1
+                else:
+                    self.ev_high[ev] = seq
+            # The SACK echoes the newest packet placed: only one on a real path (a forgery on
+            # an EV the sender never uses must not make the next SACK unacceptable to it).
+            self.trigger = (seq, ev, d.tsval)
+            self.ce_on_trigger = ce
         else:
-            self.ooo.add(seq)
+            self.stats["unknown_ev"] += 1  # not one of the sender's paths: no per-EV state
+        if ce:
+            self.stats["ce_marked"] += 1
+            self.ce_pending += 1
+        self.bytes_delivered += len(d.payload)
         if seq > self.highest:
             self.highest = seq
+        if self.place.completed:
+            self.stats["messages"] += len(self.place.completed)
+            self.completed += self.place.completed
+            self.place.completed = []
+        self.stats["evicted"] = self.place.evicted
         self._ack_soon(now, urgent=bool(d.flags & (wire.F_ACK_REQ | wire.F_RETRANSMIT)))
 
-    def _place(self, d: wire.Data) -> bool:
-        msn = d.msn
-        if msn < self.next_msn or msn in self.done_ahead:
-            self.stats["forged"] += 1  # new PSN for a message already complete
-            return False
-        if msn >= self.next_msn + self.c.max_open_messages:
-            self.stats["out_of_window"] += 1
-            return False
-        msg = self.messages.get(msn)
-        if msg is None:
-            if d.msg_len > self.c.max_message or d.msg_len == 0:
-                self.stats["forged"] += 1
-                return False
-            msg = self.messages[msn] = _Message(d.msg_len)
-        elif len(msg.buf) != d.msg_len:
-            self.stats["forged"] += 1  # disagrees with the message's first packet
-            return False
-        length = len(d.payload)
-        if length == 0 or msg.overlaps(d.offset, length):
-            # Empty, or over bytes already placed: the same offset twice, or a range no sender
-            # produces. Placing it would overwrite good bytes and count them twice toward `got`.
-            self.stats["forged"] += 1
-            return False
-        msg.buf[d.offset:d.offset + length] = d.payload
-        msg.add(d.offset, length)
-        msg.got += length
-        self.bytes_delivered += length
-        if msg.got >= len(msg.buf):
-            del self.messages[msn]
-            self.done_ahead[msn] = bytes(msg.buf)
-            while self.next_msn in self.done_ahead:
-                self.completed.append((self.next_msn, self.done_ahead.pop(self.next_msn)))
-                self.stats["messages"] += 1
-                self.next_msn += 1
-        return True
+    def _refused(self, verdict: str, seq: int, ev: int, tsval: int, now: float) -> None:
+        """A data packet not placed: nothing about it is marked received."""
+        if verdict == DUPLICATE:
+            # The sender may have missed our SACK: answer it, echoing this copy (not the
+            # trigger, which a flood of copies must not displace), at most once per sack_delay.
+            self.stats["duplicates"] += 1
+            self.dup_echo = (ev, tsval)
+            due = max(now, self.last_sack + self.c.sack_delay)
+            if self.sack_due is None or due < self.sack_due:
+                self.sack_due = due
+        elif verdict in (BUSY, FULL):
+            # Plausible but not placeable now: ask for it again later (RNR), unmarked.
+            self.stats["busy" if verdict == BUSY else "no_buffer"] += 1
+            self._nack(seq, wire.NACK_NO_PKT_BUFFER, ev, tsval)
+        else:
+            self.stats["out_of_window" if verdict == LATE else "forged"] += 1
 
     # ----- acknowledgements -----------------------------------------------------------------
     def _ack_soon(self, now: float, urgent: bool) -> None:
@@ -232,27 +210,36 @@ class MrcReceiver(CoreBase):
         elif self.sack_due is None:
             self.sack_due = now + self.c.sack_delay
 
-    def _send_sack(self) -> None:
+    def _send_sack(self, now: float) -> None:
         seq, ev, tsval = self.trigger
-        if self.highest - self.rcv_nxt < 64:
-            base = self.rcv_nxt
+        rcv_nxt, ooo = self.place.rcv_nxt, self.place.ooo
+        if self.highest - rcv_nxt < 64:
+            base = rcv_nxt
         else:
-            base = max(self.rcv_nxt, seq - 63)
+            base = max(rcv_nxt, seq - 63)
         bitmap = 0
-        for i in range(64):
-            if base + i in self.ooo:
+        for i in range(64):  # base >= rcv_nxt: what is received there is in `ooo`
+            if base + i in ooo:
                 bitmap |= 1 << i
-        flags = wire.F_ECN_ECHO if self.ce_on_trigger else 0
-        self.out.append((self.rev.next(), wire.encode_sack(
-            self.peer_qpn, self.rcv_nxt, base, bitmap, ev, tsval, self.ce_pending, flags=flags)))
-        self.stats["sacks"] += 1
+        echoes = []
+        if self.dup_echo is not None:
+            echoes.append((*self.dup_echo, 0))
+            self.dup_echo = None
+        if self.unacked or not echoes:
+            echoes.append((ev, tsval, wire.F_ECN_ECHO if self.ce_on_trigger else 0))
+        for echo_ev, echo_ts, flags in echoes:
+            self.out.append((self.rev.next(), wire.encode_sack(
+                self.peer_qpn, rcv_nxt, base, bitmap, echo_ev, echo_ts,
+                self.ce_pending if flags else 0, flags=flags)))
+            self.stats["sacks"] += 1
+        self.last_sack = now
         self.unacked = 0
         self.ce_pending = 0
         self.sack_due = None
 
     def _nack(self, seq: int, reason: int, ev: int, tsval: int) -> None:
         self.out.append((self.rev.next(), wire.encode_nack(
-            self.peer_qpn, seq, reason, ev, tsval, self.rcv_nxt)))
+            self.peer_qpn, seq, reason, ev, tsval, self.place.rcv_nxt)))
         self.stats["nacks"] += 1
 
     # ----- probes ---------------------------------------------------------------------------
@@ -262,7 +249,7 @@ class MrcReceiver(CoreBase):
             self.out.append((self.rev.next(), wire.encode_probe(
                 wire.OP_EV_PROBE_REPLY, self.peer_qpn, p.probe_id, p.tsval, p.probed_ev)))
             return
-        ev = self.prober.answered(p.probe_id)
+        ev = self.prober.answered(p.probe_id, p.probed_ev, p.tsval)
         if ev is None:
             return
         self.stats["probe_replies"] += 1

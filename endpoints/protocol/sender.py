@@ -20,6 +20,7 @@ from endpoints.protocol import wire
 from endpoints.protocol.config import TransportConfig
 from endpoints.protocol.congestion import Nscc
 from endpoints.protocol.core import CoreBase
+from endpoints.protocol.echoes import Echoes
 from endpoints.protocol.events import Complete, EvState, Retx, Rtt
 from endpoints.protocol.evset import ASSUMED_BAD, DENIED, GOOD, SKIP, EvInfo, EvReport, EvSet
 from endpoints.protocol.prober import Prober
@@ -77,7 +78,10 @@ class MrcSender(CoreBase):
         self.suspects: dict[int, tuple[float, int]] = {}  # seq -> (when path order first said
         # that transmission was lost, its tx number)
         self.last_progress = 0.0
-        self.prober = Prober(peer_qpn, config.probe_interval, config.probe_timeout)  # bad EVs
+        self.prober = Prober(peer_qpn, config.probe_interval, config.probe_timeout,
+                             random.Random(self.rng.getrandbits(64)))  # bad EVs
+        self.echoes = Echoes(config.echo_keep)  # what an acceptable SACK or NACK echoes
+        self.deferred: dict[int, tuple[float, _Pkt]] = {}  # seq -> (resend at, packet): RNR
         self.replies: list[tuple[int, bytes]] = []  # probe replies owed to the receiver
         self.proven_ev: int | None = None  # forward EV that most recently delivered (ack, probe reply)
         self.events: list[Complete | Rtt | Retx | EvState] = []
@@ -85,7 +89,8 @@ class MrcSender(CoreBase):
         self.stats = {k: 0 for k in ("sent", "retransmitted", "lost", "timeouts", "trimmed_nacks",
                                      "ecn_echoes", "probes_sent", "probe_replies", "sacks",
                                      "nacks", "malformed", "foreign", "stale_acks", "bad_evs",
-                                     "resurrected", "floor_holds", "delay_skips", "stranded_resent")}
+                                     "resurrected", "floor_holds", "delay_skips", "stranded_resent",
+                                     "unacceptable", "rnr")}
 
     # ----- API ------------------------------------------------------------------------------
     def send_message(self, data: bytes | memoryview, now: float) -> int:
@@ -122,7 +127,8 @@ class MrcSender(CoreBase):
 
     @property
     def idle(self) -> bool:
-        return not self.outstanding and not self.retx_queue and not self.messages
+        return not self.outstanding and not self.retx_queue and not self.messages and \
+            not self.deferred
 
     def next_deadline(self) -> float | None:
         deadlines = []
@@ -135,6 +141,8 @@ class MrcSender(CoreBase):
             deadlines.append(min(first for first, _ in self.suspects.values()) + self.c.reorder_slack)
         if self.prober.pending or self.evs.bad():
             deadlines.append(self.prober.next_round)
+        if self.deferred:
+            deadlines.append(min(due for due, _ in self.deferred.values()))
         if self.retx_queue or self.replies or self._can_send_new():
             deadlines.append(0.0)
         return min(deadlines) if deadlines else None
@@ -142,6 +150,8 @@ class MrcSender(CoreBase):
     # ----- receiving ------------------------------------------------------------------------
     def _ack_seq(self, seq: int, now: float) -> _Pkt | None:
         p = self.outstanding.pop(seq, None)
+        if p is None and seq in self.deferred:
+            p = self.deferred.pop(seq)[1]  # refused once (RNR), placed since from another copy
         if p is None:
             if seq not in self.retx_seqs:
                 return None
@@ -169,6 +179,9 @@ class MrcSender(CoreBase):
         return p
 
     def _on_sack(self, s: wire.Sack, now: float) -> None:
+        if not self.echoes.genuine(s.echo_ev, s.echo_ts):
+            self.stats["unacceptable"] += 1  # echoes no packet of ours: forged (or ancient)
+            return
         self.stats["sacks"] += 1
         ref = self.una
         cack = wire.psn_unwrap(s.cack, ref)
@@ -252,26 +265,34 @@ class MrcSender(CoreBase):
 
     def _advance_una(self) -> None:
         while self.una < self.next_seq and self.una not in self.outstanding and \
-                self.una not in self.retx_seqs:
+                self.una not in self.retx_seqs and self.una not in self.deferred:
             self.recent.pop(self.una, None)
             self.una += 1
 
     def _on_nack(self, n: wire.Nack, now: float) -> None:
-        self.stats["nacks"] += 1
         seq = wire.psn_unwrap(n.psn, self.una)
         p = self.outstanding.get(seq)
+        if p is None or p.ev != n.echo_ev or p.ts != n.echo_ts:
+            # Not about the latest transmission of a packet in flight: a PSN never sent, one
+            # already acknowledged or resent, or a forgery. Ignored, never a window decrease.
+            self.stats["unacceptable"] += 1
+            return
+        self.stats["nacks"] += 1
         if n.reason in (wire.NACK_TRIMMED, wire.NACK_TRIMMED_LASTHOP):
             self.stats["trimmed_nacks"] += 1
-            if p is not None:
-                self.outstanding.pop(seq)
-                self._queue_retx(p, now, "trimmed")
-                if n.reason == wire.NACK_TRIMMED:
-                    self.evs.skip(p.ev)  # congestion on that path, not failure
+            self.outstanding.pop(seq)
+            self._queue_retx(p, now, "trimmed")
+            if n.reason == wire.NACK_TRIMMED:
+                self.evs.skip(p.ev)  # congestion on that path, not failure
             self.cc.on_trim(now)
-        elif n.reason in (wire.NACK_NO_PKT_BUFFER, wire.NACK_PSN_OOR_WINDOW, wire.NACK_NO_BITMAP):
-            if p is not None:
-                self.outstanding.pop(seq)
-                self._queue_retx(p, now, f"nack{n.reason}")
+        elif n.reason == wire.NACK_NO_PKT_BUFFER:
+            # Receiver not ready (RoCE's RNR): resend after rnr_delay, no penalty for the path.
+            self.stats["rnr"] += 1
+            self.outstanding.pop(seq)
+            self.deferred[seq] = (now + self.c.rnr_delay, p)
+        elif n.reason in (wire.NACK_PSN_OOR_WINDOW, wire.NACK_NO_BITMAP):
+            self.outstanding.pop(seq)
+            self._queue_retx(p, now, f"nack{n.reason}")
         self._drain_changes(now)
 
     def _on_probe(self, p: wire.Probe, now: float) -> None:
@@ -285,7 +306,7 @@ class MrcSender(CoreBase):
                 ev = self.evs.next_ev()
             self.replies.append((ev, reply))
             return
-        ev = self.prober.answered(p.probe_id)
+        ev = self.prober.answered(p.probe_id, p.probed_ev, p.tsval)
         if ev is None:
             self.stats["stale_acks"] += 1
             return
@@ -434,6 +455,7 @@ class MrcSender(CoreBase):
         self.ev_bytes[ev] = self.ev_bytes.get(ev, 0) + p.length
         p.sent = now
         p.ts = ts = ts_us(now)
+        self.echoes.sent(p.ev, ts, now)
         p.missing = False  # only a SACK generated after this transmission may say it is missing
         self.tx_count += 1
         p.tx = self.tx_count
@@ -452,9 +474,15 @@ class MrcSender(CoreBase):
         if self.replies:
             out += self.replies
             self.replies = []
+        self.echoes.expire(now)
         self._detect_losses(now)
         self._check_rto(now)
         self._probe(now, out)
+        if self.deferred:
+            for seq, (due, p) in list(self.deferred.items()):
+                if due <= now:
+                    del self.deferred[seq]
+                    self._queue_retx(p, now, "rnr")
         while self.retx_queue:
             p = self.retx_queue.popleft()
             self.retx_seqs.discard(p.seq)

@@ -197,7 +197,7 @@ class MrcCli(CLI):
         cc = report.get("congestion")
         window = (f"cwnd {cc['cwnd_pkts']} pkts, srtt {cc['srtt_ms']} ms, target {cc['target_ms']} ms, "
                   if cc else "")
-        self._say(f"QP {flow.number} {flow.transport} {flow.src}->{flow.dst}: {window}"
+        self._say(f"flow {flow.number} {flow.transport} {flow.src}->{flow.dst}: {window}"
                   f"{fmt_bytes(report['bytes_acked'])} acknowledged")
         routes = {r.ev: r for r in self.fabric.routes(flow.src, flow.dst)}
         rows: list[tuple] = [("EV", "plane", "spine", "state", "set", "skips", "benched", "rtt ms", "sent")]

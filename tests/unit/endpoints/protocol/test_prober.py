@@ -15,8 +15,11 @@ def test_one_probe_per_target_per_round_and_replies_matched():
     assert probe.probed_ev == 0x1C000 and probe.tsval == wire.ts_us(0.0)
     assert prober.due(0.001, lambda: [0x1C000]) == []  # not a new round yet
     assert prober.due(0.006, lambda: [0x1C000, 0x2C000]) == []  # both still in flight
-    assert prober.answered(probe.probe_id) == 0x1C000
-    assert prober.answered(probe.probe_id) is None  # a second reply answers nothing
+    # A reply must echo the probe's EV and timestamp too.
+    assert prober.answered(probe.probe_id, 0x2C000, probe.tsval) is None
+    assert prober.answered(probe.probe_id, 0x1C000, probe.tsval + 1) is None
+    assert prober.answered(probe.probe_id, 0x1C000, probe.tsval) == 0x1C000
+    assert prober.answered(probe.probe_id, 0x1C000, probe.tsval) is None  # answers nothing now
     assert [ev for ev, _ in prober.due(0.011, lambda: [0x1C000, 0x2C000])] == [0x1C000]
 
 
@@ -34,3 +37,16 @@ def test_targets_are_asked_only_when_a_round_is_due():
     for t in (0.0, 0.01, 0.02, 0.1):
         prober.due(t, lambda t=t: asked.append(t) or [])
     assert asked == [0.0, 0.1]
+
+
+def test_probe_ids_cannot_be_guessed_by_counting():
+    prober = Prober(peer_qpn=1, interval=0.05, timeout=5.0)
+    ids = []
+    for i in range(50):
+        for _, probe in prober.due(i * 0.1, lambda i=i: [i]):
+            ids.append(wire.decode(probe).probe_id)
+    assert len(set(ids)) == 50
+    # A forger counting 0, 1, 2, ... (what ids used to be) answers none of them.
+    assert all(prober.answered(n, ev, wire.ts_us(ev * 0.1)) is None for ev in range(50)
+               for n in range(1, 200))
+    assert len(prober.pending) == 50

@@ -141,7 +141,7 @@ def test_many_qps_share_the_network():
 
 
 def test_forged_and_out_of_window_datagrams_are_counted_and_dropped():
-    rcv = MrcReceiver(2, 1, sim_fabric(1, 1).evs, CFG, 1)
+    rcv = MrcReceiver(2, 1, sim_fabric(1, 1).evs, KB, 1)  # 1 KB packets, as the sender cuts them
     good = wire.encode_data(wire.OP_DATA_FIRST, 0, 2, 0, 0, 0, 2048, b"a" * 1024)
     rcv.on_datagram(good, 1, 0.0)
     cases = [
@@ -383,7 +383,7 @@ def test_forged_overlapping_range_cannot_overwrite_placed_bytes():
     """Bug: the receiver only refused a second packet at the very same offset; a forged packet
     with a fresh PSN whose range overlapped bytes already placed overwrote them, and its bytes
     were counted twice, so the message could complete with wrong bytes."""
-    rcv = MrcReceiver(2, 1, sim_fabric(1, 1).evs, CFG, 1)
+    rcv = MrcReceiver(2, 1, sim_fabric(1, 1).evs, KB, 1)
     a, c = b"a" * 1024, b"c" * 1024
     rcv.on_datagram(wire.encode_data(wire.OP_DATA_FIRST, 0, 2, 0, 0, 0, 2048, a), 1, 0.0)
     rcv.on_datagram(wire.encode_data(wire.OP_DATA_MIDDLE, 0, 2, 2, 0, 512, 2048, b"X" * 1024), 1, 0.001)

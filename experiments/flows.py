@@ -7,10 +7,12 @@
 * `mptcp`: Linux MPTCP, one subflow per plane (the server announces its other planes'
   addresses; see `topologies.hostnet.configure_mptcp`).
 
-Every flow reports delivered bytes in goodput bins on CLOCK_MONOTONIC and `data_ok`: the
-receiver's bytes match what the sender wrote (SHA-256 per message for the agents, a
-deterministic byte pattern for TCP/MPTCP). A flow runs for a time (`start(seconds)`) or carries
-a set number of bytes (`start(nbytes=...)`); `progress()` and `goodput()` read it live.
+Every flow reports delivered bytes in goodput bins on CLOCK_MONOTONIC, `data_ok` (the
+receiver's bytes match what the sender wrote, SHA-256 per message for the agents, a
+deterministic byte pattern for TCP/MPTCP; and for the agents, every message the sender saw
+acknowledged arrived) and `delivered` (anything arrived at all). A flow runs for a time
+(`start(seconds)`) or carries a set number of bytes (`start(nbytes=...)`); `progress()` and
+`goodput()` read it live.
 """
 
 from __future__ import annotations
@@ -77,9 +79,10 @@ class FlowResult:
     src: str
     dst: str
     bins: dict[int, int]  # goodput bin (endpoints.host.goodput.bin_of) -> bytes delivered
-    data_ok: bool
+    data_ok: bool  # no wrong byte, and everything the sender saw acknowledged arrived
     bytes_delivered: int
     detail: dict = field(default_factory=dict)
+    delivered: bool = True  # anything arrived at all (a scenario says whether it had to)
 
 
 class AgentFlow:
@@ -172,12 +175,15 @@ class AgentFlow:
         sent = self.agents[self.src].call("stats", qpn=self.qpn)
         got = self.agents[self.dst].call("stats", qpn=self.qpn)
         digests = got["digests"]
-        # Every message the receiver completed has the sender's SHA-256. A flow starved of all
-        # goodput (a crowd sender in an incast) completes none: that is no wrong byte, and
-        # `messages_completed` says how much was checked.
-        data_ok = all(sent["digests"].get(m) == d for m, d in digests.items())
+        acked = int(sent.get("messages_acked", 0))
+        # End to end, both ways: every message the receiver completed has the sender's SHA-256,
+        # and every message the sender saw acknowledged (MSNs 0 .. acked-1: completions are in
+        # order) was completed by the receiver with that SHA-256. Whether a flow that completed
+        # nothing fails is its scenario's call (`delivered`): an incast crowd may be starved.
+        data_ok = all(sent["digests"].get(m) == d for m, d in digests.items()) and \
+            all(digests.get(str(m)) == sent["digests"].get(str(m)) for m in range(acked))
         detail = {"sender_stats": sent.get("stats", {}), "receiver_stats": got.get("stats", {}),
-                  "messages_completed": len(digests)}
+                  "messages_completed": len(digests), "messages_acked": acked}
         if "ev_states" in sent:
             states = sent["ev_states"]
             detail["ev_states_at_end"] = {s: sum(1 for v in states.values() if v == s)
@@ -186,7 +192,7 @@ class AgentFlow:
             detail["congestion_at_end"] = sent["congestion"]
         self.final = FlowResult(self.transport, self.src, self.dst,
                                 {int(k): v for k, v in got["bins"].items()}, data_ok,
-                                got.get("bytes_delivered", 0), detail)
+                                got.get("bytes_delivered", 0), detail, delivered=bool(digests))
         return self.final
 
 
@@ -261,7 +267,8 @@ class TcpFlow:
         # The stream matched the pattern; a connection that carried nothing (starved) has no
         # wrong byte either, but one that never connected is a failure.
         ok = bool(data.get("data_ok")) or (received == 0 and "error" not in data)
-        return FlowResult(self.transport, self.src, self.dst, bins, ok, received, detail)
+        return FlowResult(self.transport, self.src, self.dst, bins, ok, received, detail,
+                          delivered=received > 0)
 
 
 Flow = AgentFlow | TcpFlow

@@ -70,7 +70,8 @@ class Collective(Kind):
         record.timeline += [{**e, "t": e["t"] - t_start, "transport": label}
                             for e in faults.timeline[first:]]
         out: dict = {"ring": names, "step_bytes": opts.step_kb * 1024, "cut": link,
-                     "data_ok": all(r.data_ok for r in results)}
+                     # Every ring step moves data over every link of the ring: all must deliver.
+                     "data_ok": all(r.data_ok and r.delivered for r in results)}
         for phase, times in phases.items():
             ok = sorted(t for t in times if t is not None)
             suffix = "" if phase == "fault" else "_no_fault"

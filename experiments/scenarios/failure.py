@@ -165,10 +165,12 @@ def fault_metrics(opts: Options, fabric: Fabric, res: FlowResult, t0: float, eve
     width = metrics.steady_width(mbps, warm, fault_i, metrics.THRESHOLD * before) or 20
     return {
         "src": res.src, "dst": res.dst,
-        "recovery_ms": metrics.recovery_ms(mbps, fault_i, target, end_i, width),
+        # No goodput before the fault: nothing to recover to (not an instant recovery).
+        "recovery_ms": metrics.recovery_ms(mbps, fault_i, target, end_i, width) if before > 0 else None,
         "recovery_smoothing_ms": round(width * metrics.BIN_S * 1000),
         "stall_ms": metrics.longest_stall_ms(mbps, fault_i, min(end_i + round(1 / metrics.BIN_S), n)),
-        "data_ok": res.data_ok,
+        "data_ok": res.data_ok and res.delivered,  # a long flow that delivered nothing failed
+        "delivered": res.delivered,
         "goodput_before_mbps": round(before, 2),
         "goodput_during_mbps": round(during, 2),
         "goodput_after_mbps": None if after is None else round(after, 2),

@@ -87,7 +87,10 @@ class Incast(Kind):
             "incast_fraction_of_receiver_link": round(crowd_mbps / cap, 3),
             "timeouts": sum(s.get("timeouts", 0) for s in stats),
             "evs_marked_bad": sum(s.get("bad_evs", 0) for s in stats),
-            "data_ok": vres.data_ok and all(r.data_ok for r in cres),
+            # The victim must deliver; a crowd flow may be starved by the incast itself (that
+            # is what is measured): reported, not failed. No flow may deliver a wrong byte.
+            "data_ok": vres.data_ok and vres.delivered and all(r.data_ok for r in cres),
+            "crowd_flows_starved": sum(not r.delivered for r in cres),
             "switch_ports": fidelity.dataplane_totals(em),
             "victim_sender": {k: v for k, v in vres.detail.get("sender_stats", {}).items()
                               if k in VICTIM_SENDER_COUNTERS},

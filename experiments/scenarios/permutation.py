@@ -61,7 +61,8 @@ class Permutation(Kind):
             "flow_fraction_mean": round(sum(fractions) / len(fractions), 3),
             "flow_goodput_mbps": [round(g, 2) for g in per_flow],
             "jain_fairness": round(metrics.jain(per_flow), 3),
-            "data_ok": all(r.data_ok for r in results),
+            "data_ok": all(r.data_ok and r.delivered for r in results),  # every flow must deliver
+            "flows_delivered": sum(r.delivered for r in results),
             "permutation": perm,
         }
         record.keep_trace(label, flows[0])

@@ -17,7 +17,7 @@ from experiments import outdir
 from experiments.outdir import OutDirError
 from topologies.cleanup import CLEAN_HINT
 from topologies.model import FabricError, FabricParams, build
-from topologies.preflight import PreflightError
+from topologies.preflight import EmulationError, PreflightError
 
 RESULTS = Path(__file__).resolve().parent.parent / "results"
 SWITCH_CHOICES = ("auto", "ovs", "linux")  # topologies.switches.CHOICES (not imported: fast --help)
@@ -225,6 +225,9 @@ def main(argv: list[str] | None = None) -> int:
     except (CliError, FabricError, PreflightError, OutDirError) as exc:
         print(f"mrclab: error: {exc}", file=sys.stderr)
         return 2
+    except EmulationError as exc:  # the run failed (a process of it died, OVS stalled)
+        print(f"mrclab: error: {exc}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print(f"mrclab: {_after_interrupt()}", file=sys.stderr)
         return 130
@@ -254,8 +257,12 @@ def _dispatch(args: argparse.Namespace) -> int:
         from experiments.runner import run_scenario
         summary = run_scenario(opts, out, progress=lambda m: print(f"[{args.scenario}] {m}", flush=True))
         from experiments.report import format_summary
+        from experiments.runner import failure_line
         print(format_summary(summary, out))
-        return 0 if all(t.get("data_ok") for t in summary["transports"].values()) else 1
+        failed = failure_line(summary, out)
+        if failed:
+            print(f"mrclab: error: {failed}", file=sys.stderr)
+        return 0 if all(t.get("data_ok") for t in summary["transports"].values()) and not failed else 1
     if args.command == "docs":
         from experiments.docs_gen import update
         for path in update(args.results):
@@ -305,7 +312,11 @@ def _dispatch(args: argparse.Namespace) -> int:
         summary = run_demo(fabric, demo_out, duration=args.duration, cut_at=args.cut_at,
                            restore_at=args.restore_at, detect_ms=detect_ms, seed=args.seed,
                            datapath=args.datapath, dataplane=args.dataplane, switch=args.switch)
-        return 0 if summary["ok"] else 1
+        from experiments.runner import failure_line
+        failed = failure_line(summary, demo_out)
+        if failed:
+            print(f"mrclab: error: {failed}", file=sys.stderr)
+        return 0 if summary["ok"] and not failed else 1
     raise CliError(f"unknown command {args.command}")
 
 

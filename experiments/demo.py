@@ -76,7 +76,8 @@ def _demo_view(run: Run, summary: dict, staging: Path) -> None:
     fid["link_measured"] = "the MRC receiver's plane-0 link, before the cut"
     summary["scenario"] = "demo"
     summary["ok"] = bool(all(t["data_ok"] for t in transports.values())
-                         and transports["mrc"]["recovery_ms"] is not None)
+                         and transports["mrc"]["recovery_ms"] is not None
+                         and "controller_died" not in summary)
     curves = {t: run.record.curves[t] for t in ("mrc", "roce")}
     n = min(len(c) for c in curves.values())
     files.write_text(staging / "goodput.csv", "t_s,mrc_mbps,roce_mbps\n" + "".join(

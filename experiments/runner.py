@@ -52,8 +52,14 @@ def execute(opts: Options, workdir: Path, say: Progress) -> tuple[Record, dict]:
             if trim is not None:
                 em.set_trimming(trim)
             say(f"{label}: running")
-            kind.run(bed, opts, transport, label, record)
+            try:
+                kind.run(bed, opts, transport, label, record)
+            except OSError:  # the agents' channels included (ConnectionError, timeouts)
+                bed.check_alive()  # a dead agent: one line naming it rather than a traceback
+                raise
+            bed.check_alive()
             say(f"{label}: {_brief(record.transports[label])}")
+        bed.check_alive()
         info = {"setup_seconds": round(em.setup_seconds, 2), "datapath": em.datapath,
                 "switches": em.backend.info(),
                 "dataplane": {**em.dataplane_info, "totals": fidelity.dataplane_totals(em)},
@@ -62,8 +68,34 @@ def execute(opts: Options, workdir: Path, say: Progress) -> tuple[Record, dict]:
         if captures:
             info["captures"] = {c.target: {"file": f"{c.target}.pcap", "packets": c.stop()}
                                 for c in captures}
-    info["fidelity"] = _fidelity(opts, record, bed.cpu, em.datapath)
+        death = em.controller_death()
+        if death is not None:
+            info["controller_died"] = _when(record, death)
+    died = info.get("controller_died")
+    info["fidelity"] = _fidelity(opts, record, bed.cpu, em.datapath,
+                                 died if isinstance(died, dict) else None)
     return record, info
+
+
+def _when(record: Record, death: tuple[float, int]) -> dict:
+    """Where in the run the controller died: the transport whose run it fell in (or the last
+    one before it) and the seconds since that transport started."""
+    t, code = death
+    label, start = "", 0.0
+    for name, (t0, _) in record.windows.items():
+        if t0 <= t:
+            label, start = name, t0
+    return {"transport": label, "t": round(t - start, 2), "exit_status": code}
+
+
+def failure_line(summary: dict, out: Path) -> str | None:
+    """The one line a run that completed but cannot be trusted ends with, or None."""
+    died = summary.get("controller_died")
+    if died is None:
+        return None
+    return (f"controller died at {died['t']} s into {died['transport'] or 'the run'} (exit status "
+            f"{died['exit_status']}): see {out / 'traces' / 'controller.log'}; the results are "
+            f"marked not faithful")
 
 
 def _brief(t: dict) -> str:
@@ -104,8 +136,13 @@ def run_scenario(opts: Options, out: Path, progress: Progress = print,
         cleanup.release_lock()
 
 
-def _fidelity(opts: Options, record: Record, cpu: fidelity.CpuSampler, datapath: str) -> dict:
+def _fidelity(opts: Options, record: Record, cpu: fidelity.CpuSampler, datapath: str,
+              controller_died: dict | None = None) -> dict:
     problems: list[str] = []  # the numbers do not mean what they say
+    if controller_died is not None:
+        problems.append(f"the controller died {controller_died['t']} s into "
+                        f"{controller_died['transport'] or 'the run'}: the baseline's routing "
+                        f"plane stopped reacting (see traces/controller.log)")
     warnings: list[str] = []  # at the edge: the links still kept their rate
     per_transport = {}
     for transport, (t0, t1) in record.windows.items():
@@ -156,6 +193,7 @@ def _summarise(run: Run, info: dict) -> dict:
         "transports": record.transports,
         "fidelity": info["fidelity"],
         **({"captures": info["captures"]} if "captures" in info else {}),
+        **({"controller_died": info["controller_died"]} if "controller_died" in info else {}),
     }
 
 

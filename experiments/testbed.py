@@ -20,6 +20,7 @@ import dataclasses
 import json
 import secrets
 import shutil
+import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterable
@@ -36,6 +37,7 @@ from experiments.flows import TRANSPORTS, AgentFlow, Flow, TcpFlow
 from topologies import files, hostnet
 from topologies.emulation import Emulation
 from topologies.model import Fabric, FabricError, Route
+from topologies.preflight import EmulationError
 
 REPO = Path(__file__).resolve().parent.parent
 AGENT_TRANSPORTS = frozenset({"mrc", "roce", "spray"})  # run by the host agents
@@ -51,9 +53,11 @@ def transport_overrides(config: TransportConfig, base: TransportConfig | None = 
 
 
 def start_agents(em: Emulation, hosts: Iterable[str], workdir: Path, seed: int,
-                 transport: dict | None = None, packet_log: int = 0) -> dict[str, AgentClient]:
+                 transport: dict | None = None, packet_log: int = 0,
+                 procs: dict[str, subprocess.Popen] | None = None) -> dict[str, AgentClient]:
     """One agent process per host (`python -m endpoints.host.agent`), connected to.
-    `packet_log`: each agent logs the first N datagrams it sends and receives in its trace."""
+    `packet_log`: each agent logs the first N datagrams it sends and receives in its trace;
+    each process is put in `procs` (by host) when given."""
     clients = {}
     for host in hosts:
         control = str(workdir / f"{host}.sock")
@@ -63,8 +67,10 @@ def start_agents(em: Emulation, hosts: Iterable[str], workdir: Path, seed: int,
         config = workdir / f"agent-{host}.json"
         config.write_text(json.dumps(settings))
         log = open(workdir / f"agent-{host}.log", "w")
-        em.popen(host, [sys.executable, "-m", "endpoints.host.agent", "--config", str(config)],
-                 stdout=log, stderr=log, cwd=str(REPO))
+        proc = em.popen(host, [sys.executable, "-m", "endpoints.host.agent", "--config", str(config)],
+                        stdout=log, stderr=log, cwd=str(REPO))
+        if procs is not None:
+            procs[host] = proc
         clients[host] = AgentClient(control)
     wait_for_agents(clients, lambda host: workdir / f"agent-{host}.log")
     return clients
@@ -129,6 +135,7 @@ class Testbed:
         self.flows: list[Flow] = []  # every flow opened, in order; flow N is flows[N - 1]
         self.captures: list[Capture] = []
         self.t0 = 0.0  # CLOCK_MONOTONIC when the fabric was up: the origin of `plot`'s time axis
+        self.agent_procs: dict[str, subprocess.Popen] = {}
         self._mptcp = False
         self._sampling = False
         self._qpns: dict[str, set[int]] = {}  # host -> QPNs opened on it
@@ -196,11 +203,27 @@ class Testbed:
         if wanted & AGENT_TRANSPORTS and not self.agents:
             self.agents = start_agents(self.em, [h.name for h in self.fabric.hosts], self.workdir,
                                        self.seed, transport_overrides(self.transport),
-                                       self.packet_log)
+                                       self.packet_log, self.agent_procs)
         if "mptcp" in wanted and not self._mptcp:
             for host in self.fabric.hosts:
                 hostnet.configure_mptcp(self.fabric, host, self.em.pid(host.name))
             self._mptcp = True
+
+    # ----- liveness -------------------------------------------------------------------------
+    def check_alive(self) -> None:
+        """EmulationError, one line naming the host and the tail of its log, if an agent
+        died. A dead controller is not raised here (`em.controller_death()` has it): the
+        switches keep their tables, only the baseline's routing stops reacting, and the run's
+        summary says so and is marked not faithful."""
+        for host, proc in self.agent_procs.items():
+            if proc.poll() is not None:
+                log = self.workdir / f"agent-{host}.log"
+                try:
+                    tail = " | ".join(log.read_text().strip().splitlines()[-3:])[-300:]
+                except OSError:
+                    tail = ""
+                raise EmulationError(f"agent on {host} died (exit status {proc.returncode})"
+                                     + (f": {tail}" if tail else f": see {log}"))
 
     # ----- traffic --------------------------------------------------------------------------
     def flow(self, transport: str, src: str, dst: str,

@@ -16,6 +16,7 @@ import os
 import signal
 import socket
 import subprocess
+import threading
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
@@ -28,6 +29,7 @@ from topologies.dataplane import encap as host_encap
 from topologies.dataplane.attach import DataPlane
 from topologies.dataplane.ports import PortSpec, switch_ports
 from topologies.model import LINK_MTU, Fabric
+from topologies.preflight import EmulationError
 from topologies.switches import SwitchBackend
 
 
@@ -72,6 +74,8 @@ class Emulation:
         self.timings: dict[str, float] = {}
         self._pids: dict[str, int] = {}
         self._stopped = False  # teardown completed
+        self._stopping = False  # teardown began: processes dying now are being killed
+        self.controller_died: tuple[float, int] | None = None
         self.teardown_errors: list[str] = []
         self._locked = False
 
@@ -143,11 +147,27 @@ class Emulation:
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             if self.controller.poll() is not None:
-                raise RuntimeError(f"controller exited at start: see {self.workdir / 'controller.log'}")
+                raise EmulationError(f"controller exited at start: see {self.workdir / 'controller.log'}")
             if self.backend.controller_listening():
+                threading.Thread(target=self._watch_controller, args=(self.controller,),
+                                 daemon=True).start()
                 return
             time.sleep(0.05)
-        raise RuntimeError("controller did not listen within 30 s")
+        raise EmulationError("controller did not listen within 30 s")
+
+    def _watch_controller(self, proc: subprocess.Popen) -> None:
+        """Note when the controller dies on its own (not at teardown): a run without it no
+        longer has the routing plane it describes."""
+        code = proc.wait()
+        if not self._stopping:
+            self.controller_died = (time.monotonic(), code)
+
+    def controller_death(self) -> tuple[float, int] | None:
+        """(monotonic time, exit status) if the controller died while the emulation ran."""
+        if self.controller_died is None and self.controller is not None and not self._stopping \
+                and self.controller.poll() is not None:
+            self.controller_died = (time.monotonic(), self.controller.returncode)
+        return self.controller_died
 
     def _build_mininet(self) -> None:
         from mininet.log import setLogLevel
@@ -267,7 +287,7 @@ class Emulation:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.controller is not None and self.controller.poll() is not None:
-                raise RuntimeError(f"controller died: see {self.workdir / 'controller.log'}")
+                raise EmulationError(f"controller died: see {self.workdir / 'controller.log'}")
             try:
                 status = json.loads(self.status_path.read_text())
                 if len(status["ready_dpids"]) >= want:
@@ -275,7 +295,7 @@ class Emulation:
             except (OSError, ValueError, KeyError):
                 pass
             time.sleep(0.05)
-        raise RuntimeError(f"flows not installed on all {want} switches within {timeout:.0f} s")
+        raise EmulationError(f"flows not installed on all {want} switches within {timeout:.0f} s")
 
     def stop(self) -> None:
         """Tear everything down. Idempotent; a second Ctrl-C cannot abort it (it prints "still
@@ -288,6 +308,7 @@ class Emulation:
             return
         t0 = time.monotonic()
         failed: list[str] = []
+        self._stopping = True
         with cleanup.teardown_shield():
             if not self._locked:  # a retry after a failed teardown released the lock
                 try:
@@ -403,7 +424,7 @@ class Emulation:
     def wait_link_state(self, name: str, up: bool, timeout: float = 10.0) -> float:
         """Block until the switches themselves report the switch-side ends of link `name` up
         (or down): carrier changes reach them asynchronously, later on a busy machine. Returns
-        the seconds waited; raises RuntimeError after `timeout`."""
+        the seconds waited; raises EmulationError after `timeout`."""
         link = self.fabric.link(name)
         ends = [(link.b, link.b_ifname)] + ([(link.a, link.a_ifname)] if link.kind == "fabric" else [])
         want = "up" if up else "down"
@@ -413,7 +434,7 @@ class Emulation:
             if all(s == want for s in states):
                 return time.monotonic() - t0
             if time.monotonic() - t0 > timeout:
-                raise RuntimeError(f"the switches still report {name} as {states} after {timeout:.0f} s")
+                raise EmulationError(f"the switches still report {name} as {states} after {timeout:.0f} s")
             time.sleep(0.02)
 
 

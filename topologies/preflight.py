@@ -16,6 +16,10 @@ class PreflightError(RuntimeError):
     """The emulation cannot start; the message names the problem and the fix."""
 
 
+class EmulationError(RuntimeError):
+    """The emulation failed (at start or while running); the message is one line for the user."""
+
+
 def require_root() -> None:
     if os.geteuid() != 0:
         raise PreflightError("mrclab needs root to build namespaces and switches: run it with sudo")

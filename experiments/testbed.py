@@ -297,8 +297,8 @@ class Testbed:
         if host not in self.agents:
             return {}
         stats = self.agents[host].call("agent_stats")
-        return {k: stats[k] for k in ("counters", "raw_send_dropped", "send_errors", "backlog")
-                if k in stats}
+        keys = ("counters", "send_dropped", "send_errors", "backlog", "backlog_overflow")
+        return {k: stats[k] for k in keys if k in stats}
 
     # ----- observation ----------------------------------------------------------------------
     def capture(self, target: str, path: Path | str, snaplen: int = 0) -> Capture:

@@ -112,7 +112,7 @@ class Agent:
         self.selector.register(self.rx, selectors.EVENT_READ, "rx")
         self.control = ControlServer(settings["control"], self.selector, self.handle_command)
         self.qps: dict[int, Qp] = {}
-        self.backlog: collections.deque[tuple[netio.TxPath, bytes]] = collections.deque()
+        self.backlog = netio.Backlog(self.tx)  # backpressure: per path, bounded
         self.trace = open(settings["trace"], "a") if settings.get("trace") else None
         # Datagrams still to log (0: off); the hot paths test it once per burst.
         self.packet_log = int(settings.get("packet_log", 0)) if self.trace is not None else 0
@@ -200,7 +200,8 @@ class Agent:
                     "posted": len(qp.digests), "streaming": qp.stream_until > now}
         if cmd == "agent_stats":
             return {"counters": dict(self.stats), "backlog": len(self.backlog),
-                    "raw_send_dropped": self.tx.dropped, "send_errors": dict(self.tx.errors),
+                    "backlog_overflow": self.backlog.overflow,
+                    "send_dropped": self.tx.dropped, "send_errors": dict(self.tx.errors),
                     "qps": sorted(self.qps),
                     "kernel_checksum_paths": sum(p.sock is not None for p in self.tx.paths.values()),
                     "raw_paths": sum(p.sock is None for p in self.tx.paths.values())}
@@ -316,8 +317,7 @@ class Agent:
     # ----- data path ------------------------------------------------------------------------
     def _transmit(self, qp: Qp, items: list[tuple[int, bytes]]) -> None:
         paths = qp.paths.tx
-        send = self.tx.send
-        backlog = self.backlog
+        send = self.backlog.send  # NIC backpressure is queued per path, not lost
         log = self.packet_log > 0
         for ev, payload in items:
             path = paths.get(ev)
@@ -326,8 +326,7 @@ class Agent:
                 tclass = netio.ECN_ECT0 if qp.transport == "roce" else wire.DATA_TCLASS
                 path = paths[ev] = self.tx.path(*qp.paths.dst[ev], ev, tclass=tclass,
                                                 mark=ev if qp.paths.encap else 0)
-            if backlog or not send(path, payload):
-                backlog.append((path, payload))  # NIC backpressure, not loss
+            send(path, payload)
             if log:
                 self._log_packet("tx", qp.qpn, ev, payload, None)
 
@@ -349,14 +348,6 @@ class Agent:
         if self.packet_log == 0:
             record["log_full"] = True  # the last one: what follows was not logged
         self.trace.write(json.dumps(record) + "\n")
-
-    def _flush_backlog(self) -> None:
-        while self.backlog:
-            path, payload = self.backlog[0]
-            if not self.tx.send(path, payload):
-                self.tx.dropped -= 1  # a retry later, not a drop
-                return
-            self.backlog.popleft()
 
     def _receive(self, now: float) -> None:
         # The per-datagram work is inlined (netio.parse_ancillary, the EV from the source port
@@ -443,7 +434,8 @@ class Agent:
                     self._receive(time.monotonic())
                 else:
                     key.data(key)
-            self._flush_backlog()
+            if self.backlog:
+                self.backlog.flush()
             deadline = self._service(time.monotonic())
         self.close()
 

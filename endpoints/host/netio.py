@@ -30,6 +30,7 @@ EV layout: low 16 bits in the UDP source port, high 16 bits in the low 16 bits o
 
 from __future__ import annotations
 
+import collections
 import errno
 import ipaddress
 import socket
@@ -112,6 +113,12 @@ def open_path_socket(src: bytes, dst: bytes, ev: int, tclass: int = ECN_ECT0,
     return sock
 
 
+# The kernel's queue is full: retry the same datagram later. Every other error is permanent
+# for that datagram (no route, too big, NIC down): it is lost on its path, as on a dead link.
+BACKPRESSURE = frozenset({errno.EAGAIN, errno.EWOULDBLOCK, errno.ENOBUFS, errno.EINTR})
+PATH_BACKLOG = 64  # datagrams one path may hold while its queue is full (about a window's share)
+
+
 class TxPath:
     """One path's sending state: its connected socket, or None to use the raw fallback; the
     mark (an MRC path's EV, 0 for destination routing) goes with every raw packet."""
@@ -128,13 +135,26 @@ class Transmitter:
 
     def __init__(self, sndbuf: int = 4 << 20, max_paths: int = MAX_PATH_SOCKETS,
                  kernel_checksum: bool = True) -> None:
-        self.raw = RawSender(sndbuf)
+        self.sndbuf = sndbuf
+        # Opened here, so in the network namespace the transmitter is made in (paths may be
+        # used from elsewhere); without the privilege, on first use instead.
+        self._raw: RawSender | None = None
+        try:
+            self._raw = RawSender(sndbuf)
+        except PermissionError:
+            pass
         self.errors: dict[str, int] = {}  # errno name -> send attempts that raised it
         self.max_paths = max_paths
         self.kernel_checksum = kernel_checksum
         self.paths: dict[tuple[bytes, bytes, int, int, int], TxPath] = {}
         self.refused = 0  # paths the kernel would not open a socket for (raw instead)
-        self.dropped = 0  # sends that failed (local queue full): counted like a NIC drop
+        self.dropped = 0  # datagrams lost to a permanent send error (counted by errno too)
+
+    @property
+    def raw(self) -> RawSender:
+        if self._raw is None:
+            self._raw = RawSender(self.sndbuf)
+        return self._raw
 
     def path(self, src: bytes, dst: bytes, dst_text: str, ev: int,
              tclass: int = ECN_ECT0, mark: int = 0) -> TxPath:
@@ -153,7 +173,9 @@ class Transmitter:
         return path
 
     def send(self, path: TxPath, payload: bytes) -> bool:
-        """False (counted in `dropped`) when the packet could not be queued, like RawSender."""
+        """True when the datagram is done with: sent, or lost for good to a permanent error
+        (counted in `dropped` and by errno; the transport sees a loss on that path). False on
+        backpressure (the kernel's queue is full): the caller keeps it for later."""
         sock = path.sock
         try:
             if sock is None:
@@ -168,17 +190,56 @@ class Transmitter:
                     sock.send(payload)
             return True
         except OSError as exc:
-            self.dropped += 1  # local queue full (EAGAIN) or no route: the caller retries
             name = errno.errorcode.get(exc.errno or 0, str(exc.errno))
             self.errors[name] = self.errors.get(name, 0) + 1
-            return False
+            if exc.errno in BACKPRESSURE:
+                return False
+            self.dropped += 1
+            return True
 
     def close(self) -> None:
         for path in self.paths.values():
             if path.sock is not None:
                 path.sock.close()
         self.paths.clear()
-        self.raw.close()
+        if self._raw is not None:
+            self._raw.close()
+
+
+class Backlog:
+    """Datagrams the kernel could not take yet, queued per path: a path whose queue is full
+    waits alone (the others keep sending), and holds at most `per_path` datagrams; past that
+    they are lost on that path (`overflow`), as a full NIC queue drops them."""
+
+    def __init__(self, tx: Transmitter, per_path: int = PATH_BACKLOG) -> None:
+        self.tx, self.per_path = tx, per_path
+        self.queues: dict[TxPath, collections.deque[bytes]] = {}
+        self.overflow = 0
+
+    def send(self, path: TxPath, payload: bytes) -> None:
+        queue = self.queues.get(path)
+        if queue is None:
+            if self.tx.send(path, payload):
+                return
+            queue = self.queues[path] = collections.deque()
+        if len(queue) >= self.per_path:
+            self.overflow += 1
+            return
+        queue.append(payload)  # behind the ones this path already holds: its order is kept
+
+    def flush(self) -> None:
+        send = self.tx.send
+        for path, queue in list(self.queues.items()):
+            while queue and send(path, queue[0]):
+                queue.popleft()
+            if not queue:
+                del self.queues[path]
+
+    def __len__(self) -> int:
+        return sum(len(q) for q in self.queues.values())
+
+    def __bool__(self) -> bool:
+        return bool(self.queues)
 
 
 class RawSender:

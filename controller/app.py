@@ -30,7 +30,7 @@ from controller.tables import (
     baseline_groups,
     switch_tables,
 )
-from topologies import files
+from topologies import files, procnet
 from topologies.model import Fabric, FabricParams
 
 LOG = logging.getLogger("mrclab.controller")
@@ -56,6 +56,8 @@ class MrcFabricController(app_manager.OSKenApp):
         self.generation = 0  # bumps on every port change; a stale timer does nothing
         self.switches_down: set[str] = set()  # switches that stopped forwarding (BFD would see)
         Path(self.events_path).write_text("")
+        if SETTINGS.get("switch_pids") is None:
+            LOG.warning("no ovs-vswitchd pid given: any local process may connect as a switch")
         self._write_status()
         if SETTINGS.get("notify"):
             threading.Thread(target=self._notify_loop, args=(SETTINGS["notify"],), daemon=True).start()
@@ -65,10 +67,14 @@ class MrcFabricController(app_manager.OSKenApp):
         """A switch that silently stops forwarding keeps its ports up: nothing in OpenFlow says
         so. BFD sessions over its links would; the fault injector tells us what they would
         see, on a Unix datagram socket, and the same detection delay applies."""
-        if os.path.exists(path):
+        if os.path.lexists(path):
             os.unlink(path)
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-        sock.bind(path)
+        old = os.umask(0o177)  # root's only, in the run's private (0700) folder besides
+        try:
+            sock.bind(path)
+        finally:
+            os.umask(old)
         while True:
             try:
                 msg = json.loads(sock.recv(4096))
@@ -105,13 +111,38 @@ class MrcFabricController(app_manager.OSKenApp):
         }, indent=None)
 
     # ----- switch start-up ------------------------------------------------------------------
+    def _refusal(self, dp) -> str | None:
+        """Why an OpenFlow connection is not one of the run's switches, or None. The peer
+        socket must belong to the run's ovs-vswitchd (anyone local can reach the loopback
+        port), its datapath id must be one of the fabric's, and not connected already."""
+        switch = self.fabric.switch_by_dpid(dp.id)
+        if switch is None:
+            return f"datapath {dp.id:016x} is not one of the fabric's"
+        old = self.datapaths.get(dp.id)
+        if old is not None and old is not dp and old.is_active:
+            return f"{switch.name} is already connected"
+        pids = SETTINGS.get("switch_pids")
+        if pids is not None:
+            owner = procnet.peer_owner(int(dp.address[1]), int(SETTINGS["port"]), pids)
+            if owner is None:
+                return f"the peer ({dp.address[0]}:{dp.address[1]}) is not the run's ovs-vswitchd"
+        return None
+
+    def _ours(self, dp) -> bool:
+        """A datapath whose connection was accepted (see `_refusal`)."""
+        return dp.id is not None and self.datapaths.get(dp.id) is dp
+
     @set_ev_cls(ofp_event.EventOFPSwitchFeatures, CONFIG_DISPATCHER)
     def on_features(self, ev) -> None:
         dp = ev.msg.datapath
-        switch = self.fabric.switch_by_dpid(dp.id)
-        if switch is None:
-            LOG.warning("ignoring unknown datapath %016x", dp.id)
+        why = self._refusal(dp)
+        if why is not None:
+            LOG.warning("refused an OpenFlow connection: %s", why)
+            self._log_event("refused_connection", reason=why)
+            dp.close()
             return
+        switch = self.fabric.switch_by_dpid(dp.id)
+        assert switch is not None
         self.datapaths[dp.id] = dp
         parser, ofp = dp.ofproto_parser, dp.ofproto
         # Start from empty tables: a reconnecting switch must not keep stale state.
@@ -127,6 +158,8 @@ class MrcFabricController(app_manager.OSKenApp):
 
     @set_ev_cls(ofp_event.EventOFPBarrierReply, MAIN_DISPATCHER)
     def on_barrier(self, ev) -> None:
+        if not self._ours(ev.msg.datapath):
+            return
         with self.lock:
             if ev.msg.datapath.id not in self.ready:
                 self.ready.add(ev.msg.datapath.id)
@@ -179,7 +212,7 @@ class MrcFabricController(app_manager.OSKenApp):
     def on_port_status(self, ev) -> None:
         msg = ev.msg
         switch = self.fabric.switch_by_dpid(msg.datapath.id)
-        if switch is None:
+        if switch is None or not self._ours(msg.datapath):
             return
         ofp = msg.datapath.ofproto
         port = msg.desc.port_no

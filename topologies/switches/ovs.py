@@ -61,7 +61,9 @@ class OvsBackend(SwitchBackend):
     # ----- controller ------------------------------------------------------------------------
     def controller_config(self) -> dict[str, Any]:
         self.controller_port = _free_port()
-        return {"port": self.controller_port}
+        # Only these processes' connections are the run's switches (the controller accepts no
+        # other; without a pid it cannot check, and its log says so).
+        return {"port": self.controller_port, "switch_pids": self.forwarding_pids() or None}
 
     def controller_command(self, config: Path) -> list[str]:
         return [sys.executable, "-m", "controller.run", "--config", str(config)]
@@ -101,10 +103,13 @@ class OvsBackend(SwitchBackend):
         return None  # the system OVS: ports in this process's (the root) namespace
 
     def forwarding_pids(self) -> list[int]:
-        try:
-            return [int(PIDFILE.read_text().strip())]
+        try:  # a stale pid file may name another process by now
+            pid = int(PIDFILE.read_text().strip())
+            if Path(f"/proc/{pid}/comm").read_text().strip() == "ovs-vswitchd":
+                return [pid]
         except (OSError, ValueError):
-            return []
+            pass
+        return []
 
     # ----- OVS's own tools, pointed at the switch's instance ----------------------------------
     def ofctl(self, command: str, switch: str, *args: str, check: bool = True) -> str:

@@ -4,6 +4,7 @@ MRCLAB := $(PY) -m experiments.cli
 SCENARIOS := link-failure switch-failure link-flap lossy-link permutation incast collective
 
 .PHONY: setup demo cli test unit integration lint experiment check-fabric bench report validate docs clean \
+	soak fuzz \
 	$(addprefix experiment-,$(SCENARIOS))
 
 setup:
@@ -46,6 +47,14 @@ experiment: setup
 	  n=$$((n+1)); echo "=== [$$n/$$total] $$s"; \
 	  $(MRCLAB) run $$s || exit $$?; \
 	done; $(MRCLAB) report
+
+# The proofs of issue 11 (docs/security.md): 20 runs with faults injected into the testbed
+# itself (about 15-25 minutes), and 100k forged datagrams against live agents (a few minutes).
+soak: setup
+	$(PY) -m experiments.tools.soak
+
+fuzz: setup
+	$(PY) -m experiments.tools.fuzz
 
 report: setup
 	$(MRCLAB) report

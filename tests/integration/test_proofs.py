@@ -1,0 +1,26 @@
+"""Short versions of `make soak` and `make fuzz` (the full ones are not in CI: about 20 minutes)."""
+
+from __future__ import annotations
+
+import pytest
+
+from experiments.tools import fuzz, soak
+
+pytestmark = pytest.mark.usefixtures("emulation_ready")
+
+
+def test_a_short_soak_leaves_nothing_and_keeps_earlier_results(tmp_path):
+    report = soak.run(out=tmp_path, schedule=[("link-failure", "none"), ("link-failure", "kill_run"),
+                                              ("link-failure", "double_sigint"),
+                                              ("permutation", "kill_agent")], say=lambda m: None)
+    bad = [r for r in report["records"] if not r["ok"]]
+    assert not bad, bad
+    assert report["leftovers_after_all"] == {}
+    assert report["records"][0]["completed"] and report["records"][1]["earlier_result_intact"]
+
+
+def test_a_short_fuzz_holds_every_bound(tmp_path):
+    report = fuzz.run(datagrams=3000, rate=1000.0, seed=3, out=tmp_path, say=lambda m: None)
+    assert report["checks"] == {k: True for k in report["checks"]}, report
+    assert report["datagrams"] >= 2900
+    assert (tmp_path / "report.md").exists()

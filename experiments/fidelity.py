@@ -141,7 +141,7 @@ def dataplane_totals(em: Emulation) -> dict[str, int]:
     `fifo_drops`: what the ports' real queues (HTB leaves) dropped, whichever data plane ran."""
     totals: dict[str, int] = {}
     for counters in em.dataplane_counters().values():
-        for key in ("packets", "marked", "trimmed", "dropped", "control"):
+        for key in ("packets", "marked", "trimmed", "dropped", "control", "demoted"):
             totals[key] = totals.get(key, 0) + counters.get(key, 0)
     totals["fifo_drops"] = qdisc_drops(em)
     totals["switch_port_drops"] = switch_port_drops(em)

@@ -161,13 +161,42 @@ def test_drop_only_what_cannot_be_trimmed(prog):
 
 def test_control_always_high_priority_never_dropped(prog):
     controls = [wire.encode_sack(1, 2, 2, 3, 4, 5), wire.encode_nack(1, 2, wire.NACK_TRIMMED),
-                wire.encode_probe(wire.OP_EV_PROBE, 1, 2, 3, 4), data(flags=wire.F_TRIMMED)]
+                wire.encode_probe(wire.OP_EV_PROBE, 1, 2, 3, 4), data(0, flags=wire.F_TRIMMED)]
     for payload in controls:
         f = frame(payload)
         for vq in (0, SPEC.trim_bytes, 10 * SPEC.drop_bytes):
             assert run_at(prog, f, vq) == (ref.TC_ACT_OK, f, shaping.CLASS_CONTROL, 0)
             c = prog.counters(1)
             assert (c["control"], c["dropped"], c["marked"]) == (1, 0, 0)
+
+
+def test_control_labels_do_not_buy_priority(prog):
+    """Issue 11, item 10: a 3 KB "trimmed" data packet, a 3 KB probe, opcode 0xFF rode the
+    strict-priority class untouched. Now the wire format's sizes are required: they are
+    handled as data (queued, dropped at capacity, never trimmed) and counted."""
+    bad = [data(3000, flags=wire.F_TRIMMED),
+           wire.encode_probe(wire.OP_EV_PROBE, 1, 2, 3, 4) + b"p" * 3000,
+           wire.COMMON.pack(0xFF, 0, wire.PKEY_DEFAULT, 5, 9, 0, wire.VERSION, 0) + b"u" * 3000]
+    for payload in bad:
+        f = frame(payload)
+        res = run_at(prog, f, 0)
+        assert res == (ref.TC_ACT_OK, f, shaping.CLASS_DATA, 0), payload[:4].hex()
+        c = prog.counters(1)
+        assert (c["control"], c["demoted"]) == (0, 1)
+        assert run_at(prog, f, SPEC.drop_bytes).verdict == ref.TC_ACT_SHOT
+
+
+def test_control_beyond_the_ports_budget_is_demoted(prog):
+    sack = frame(wire.encode_sack(1, 2, 2, 3, 4, 5))
+    prog.configure(1, SPEC)
+    prog.set_queue(1, 0, frozen=True)
+    prog.set_control_budget(1, 2 * len(sack) + 10, frozen=True)
+    got = [prog.run(sack).priority for _ in range(3)]
+    assert got == [shaping.CLASS_CONTROL, shaping.CLASS_CONTROL, shaping.CLASS_DATA]
+    c = prog.counters(1)
+    assert (c["control"], c["demoted"]) == (2, 1)
+    want, _ = ref.reference(sack, 0, SPEC, control_budget=10)
+    assert want.priority == shaping.CLASS_DATA
 
 
 def test_unparsed_frames_pass_untouched_and_uncounted(prog):
@@ -204,11 +233,11 @@ def test_virtual_queue_drains_at_the_port_rate(prog):
     f = frame(data(0, flags=0))
     prog.configure(1, SPEC)  # 10 Mbit/s: 1.25 bytes per microsecond
     start = 30000
-    prog.state.update(1, 0, 0, start << ports.RATE_SHIFT, time.monotonic_ns() - 10_000_000)
+    prog.state.update(1, 0, 0, start << ports.RATE_SHIFT, time.monotonic_ns() - 10_000_000, 0, 0)
     prog.run(f)
     drained = start + len(f) - prog.counters(1)["vq_bytes"]
     assert 12500 <= drained < 12500 + 2500  # 10 ms plus up to 2 ms of test overhead
-    prog.state.update(1, 0, 0, start << ports.RATE_SHIFT, time.monotonic_ns() - 10**9)
+    prog.state.update(1, 0, 0, start << ports.RATE_SHIFT, time.monotonic_ns() - 10**9, 0, 0)
     prog.run(f)
     assert prog.counters(1)["vq_bytes"] == len(f)  # empty after a long idle time
 
@@ -426,6 +455,24 @@ def test_trimmed_header_is_charged_its_own_length(veth, encap):
     assert sorted(p.psn for p in pkts) == list(range(n))
     assert all(p.flags & wire.F_TRIMMED and p.payload == b"" for p in pkts)
     assert _csum_errors(NS_B) == errors_before
+
+
+def test_a_flood_of_forged_control_rides_the_data_class(veth):
+    """One host labelling big datagrams as control (here 1 KB "probes") used to take the
+    strict-priority class and starve everyone's data; they go to the data class now."""
+    pid_a, pid_b = veth
+    rx = Receiver(pid_b)
+    sent_before = _class_packets("1:2")
+    try:
+        with _attach(pid_a) as plane:
+            _burst(pid_a, [wire.encode_probe(wire.OP_EV_PROBE, 5, i, 0, 0) + b"p" * 1000
+                           for i in range(60)])  # within the veth's 1500-byte MTU
+            rx.drain()
+            c = plane.counters()[IF_A]
+    finally:
+        rx.close()
+    assert _class_packets("1:2") - sent_before == 0, "forged control took the priority class"
+    assert c["demoted"] == 60 and c["control"] == 0 and c["dropped"] > 0  # dropped as data
 
 
 def test_burst_without_trimming_drops_at_capacity(veth):

@@ -113,11 +113,12 @@ class _Map:
         os.close(self.fd)
 
 
-# Value layouts of the C structs port_cfg, port_state (lock, pad, vq_fp, last_ns), port_counters.
-CFG_FMT = "=QIIII"
-STATE_FMT = "=IIQQ"
+# Value layouts of the C structs port_cfg, port_state (lock, pad, vq_fp, last_ns, ctl_tokens_fp,
+# ctl_last_ns), port_counters.
+CFG_FMT = "=QIIIIQII"
+STATE_FMT = "=IIQQQQ"
 COUNTER_NAMES = ("packets", "bytes", "marked", "trimmed", "dropped", "control", "vq_max",
-                 "other_packets", "other_bytes")
+                 "other_packets", "other_bytes", "demoted")
 COUNTERS_FMT = "=" + "Q" * len(COUNTER_NAMES)
 FROZEN = (1 << 64) - 1  # last_ns in the future: the vq stops draining (deterministic tests)
 _SKB_CTX = 192  # sizeof(struct __sk_buff); mark at 8, priority at 32, ifindex at 40
@@ -163,7 +164,9 @@ class Program:
 
     def configure(self, ifindex: int, spec: PortSpec) -> None:
         spec.validate()
-        self.state.update(ifindex, 0, 0, 0, 0)
+        # An empty queue and a full control budget, refilling from now.
+        self.state.update(ifindex, 0, 0, 0, 0, spec.control_burst_bytes << RATE_SHIFT,
+                          time.monotonic_ns())
         self.ctr.update(ifindex, *([0] * len(COUNTER_NAMES)))
         self.cfg.update(ifindex, *spec.config_values())  # last: the program needs all three
 
@@ -179,9 +182,17 @@ class Program:
         return out
 
     def set_queue(self, ifindex: int, vq_bytes: int, frozen: bool = False) -> None:
-        """Set a port's virtual backlog; `frozen` stops it draining (for deterministic tests)."""
+        """Set a port's virtual backlog; `frozen` stops it draining (for deterministic tests).
+        The control budget is left as it is."""
         last = FROZEN if frozen else time.monotonic_ns()  # bpf_ktime_get_ns is CLOCK_MONOTONIC
-        self.state.update(ifindex, 0, 0, vq_bytes << RATE_SHIFT, last)
+        old = self.state.lookup(ifindex) or (0, 0, 0, 0, 0, time.monotonic_ns())
+        self.state.update(ifindex, 0, 0, vq_bytes << RATE_SHIFT, last, old[4], old[5])
+
+    def set_control_budget(self, ifindex: int, tokens_bytes: int, frozen: bool = False) -> None:
+        """Set a port's control budget; `frozen` stops it refilling (for deterministic tests)."""
+        last = FROZEN if frozen else time.monotonic_ns()
+        old = self.state.lookup(ifindex) or (0, 0, 0, time.monotonic_ns(), 0, 0)
+        self.state.update(ifindex, 0, 0, old[2], old[3], tokens_bytes << RATE_SHIFT, last)
 
     def reset_counters(self, ifindex: int) -> None:
         self.ctr.update(ifindex, *([0] * len(COUNTER_NAMES)))

@@ -11,9 +11,12 @@
  *   q > drop_bytes: MRC data that was not trimmed is dropped.
  * MRC packets are RoCEv2 packets (UDP, RoCEv2's port) whose BTH opcode is in the
  * manufacturer-specific range (top three bits 111), with MRC's version in the MRCETH; another
- * vendor's RoCEv2 packet is not MRC. Control (opcode above the data range, or an already trimmed header) always takes
- * the control class. Anything this program cannot parse passes untouched: only its bytes enter
- * the vq.
+ * vendor's RoCEv2 packet is not MRC. Control (opcode above the data range, or an already
+ * trimmed header) takes the control class only if it has the size the wire format gives it and
+ * fits the port's control budget (a token bucket at a share of the link, `police_control`): a
+ * sender's label alone does not buy strict priority. Control that fails either is demoted:
+ * queued, marked and dropped as data, never trimmed, and counted. Anything this program cannot
+ * parse passes untouched: only its bytes enter the vq.
  *
  * A trimmed header is sent through the port's egress once more (bpf_redirect to its own
  * ifindex): the qdisc took the packet's length before this program ran (qdisc_pkt_len_init runs
@@ -43,7 +46,9 @@
 	!defined(MRC_FLAGS_OFF) || !defined(MRC_PADCNT_OFF) || !defined(MRC_PADCNT_MASK) || \
 	!defined(MRC_VERSION_OFF) || !defined(MRC_OPCODE_VENDOR_MASK) || !defined(MRC_VERSION) || \
 	!defined(MRC_F_TRIMMED) || !defined(MRC_F_TRIMMED_LASTHOP) || !defined(MRC_TRIM_DSCP) || \
-	!defined(MRC_DATA_OPCODE_MAX) || !defined(CLASS_CONTROL) || \
+	!defined(MRC_DATA_OPCODE_MAX) || !defined(CLASS_CONTROL) || !defined(MRC_SACK_LEN) || \
+	!defined(MRC_NACK_LEN) || !defined(MRC_PROBE_LEN) || !defined(MRC_OP_SACK) || \
+	!defined(MRC_OP_NACK) || !defined(MRC_OP_PROBE) || !defined(MRC_OP_PROBE_REPLY) || \
 	!defined(CLASS_DATA) || !defined(RATE_SHIFT) || !defined(FLAG_LAST_HOP) || \
 	!defined(FLAG_TRIM) || !defined(REINJECT_MARK)
 #error "build with `python -m topologies.dataplane build`: constants come from endpoints/protocol/wire.py"
@@ -68,7 +73,7 @@ _Static_assert(MRC_FLAGS_OFF < MRC_COMMON_LEN && MRC_VERSION_OFF < MRC_COMMON_LE
 #define ECN_MASK 0x30                      /* ECN = low 2 bits of traffic class = byte 1 bits 5:4 */
 #define ECN_CE 0x30
 
-enum kind { OTHER, CONTROL, DATA };
+enum kind { OTHER, CONTROL, DATA, DEMOTED };  /* DEMOTED: labelled control, handled as data */
 enum action { PASS, MARK, TRIM, DROP };
 
 struct port_cfg {
@@ -77,6 +82,9 @@ struct port_cfg {
 	__u32 trim_bytes;
 	__u32 drop_bytes;
 	__u32 flags;       /* FLAG_LAST_HOP | FLAG_TRIM */
+	__u64 ctl_rate_fp; /* control budget refill, bytes per ns << RATE_SHIFT (a share of rate_fp) */
+	__u32 ctl_burst_bytes;  /* control budget cap */
+	__u32 pad;
 };
 
 struct port_state {
@@ -84,6 +92,8 @@ struct port_state {
 	__u32 pad;
 	__u64 vq_fp;       /* backlog, bytes << RATE_SHIFT: keeps sub-byte drain between packets */
 	__u64 last_ns;     /* last drain; a value in the future freezes the queue (tests use it) */
+	__u64 ctl_tokens_fp;  /* control budget left, bytes << RATE_SHIFT */
+	__u64 ctl_last_ns;    /* last refill; in the future: frozen (tests) */
 };
 
 struct port_counters {  /* packets/bytes count MRC only (bytes as they arrived, before a trim) */
@@ -96,6 +106,7 @@ struct port_counters {  /* packets/bytes count MRC only (bytes as they arrived, 
 	__u64 vq_max;      /* bytes */
 	__u64 other_packets;
 	__u64 other_bytes;
+	__u64 demoted;     /* labelled control, sent as data: wrong size, or over the budget */
 };
 
 /* Keyed by ifindex: one loaded program (and these maps) per network namespace. Not pinned by
@@ -127,6 +138,25 @@ static __always_inline __u16 csum_fold(__u64 sum)
 	sum = (sum & 0xffff) + (sum >> 16);
 	sum = (sum & 0xffff) + (sum >> 16);
 	return (__u16)~sum;
+}
+
+/* The UDP payload size the wire format gives a control datagram: a trimmed header (any data
+ * opcode) keeps exactly its headers and the ICRC field (TRIM_KEEP); SACK, NACK and probes have
+ * fixed sizes. Any other opcode above the data range is no control the wire format knows. */
+static __always_inline int control_shape_ok(__u8 opcode, __u32 mrc_len)
+{
+	if (opcode <= MRC_DATA_OPCODE_MAX)
+		return mrc_len == MRC_TRIM_KEEP;
+	switch (opcode) {
+	case MRC_OP_SACK:
+		return mrc_len == MRC_SACK_LEN;
+	case MRC_OP_NACK:
+		return mrc_len == MRC_NACK_LEN;
+	case MRC_OP_PROBE:
+	case MRC_OP_PROBE_REPLY:
+		return mrc_len == MRC_PROBE_LEN;
+	}
+	return 0;
 }
 
 /* What the packet is. Reads only what is linear after a bounded pull; anything inconsistent is
@@ -173,7 +203,7 @@ static __always_inline enum kind classify(struct __sk_buff *skb, int encap, int 
 	__u8 ecn = outer[1] & ECN_MASK;
 	*ect = ecn != 0 && ecn != ECN_CE;
 	if (mrc[MRC_OPCODE_OFF] > MRC_DATA_OPCODE_MAX || (mrc[MRC_FLAGS_OFF] & MRC_F_TRIMMED))
-		return CONTROL;
+		return control_shape_ok(mrc[MRC_OPCODE_OFF], udp_len - 8) ? CONTROL : DEMOTED;
 	/* Trimming is a per-class switch feature: only the MRC data class (its DSCP) is cut; the
 	 * RoCE baseline's class sees plain drop-tail, as RoCE without PFC would. */
 	*trimmable = udp_len > 8 + MRC_TRIM_KEEP &&
@@ -195,6 +225,31 @@ static __always_inline void drain(struct port_state *st, const struct port_cfg *
 		st->vq_fp = 0;
 	else
 		st->vq_fp -= elapsed * cfg->rate_fp;
+}
+
+/* The control class's budget: a token bucket per port, refilled at ctl_rate_fp up to
+ * ctl_burst_bytes. True (tokens taken) if a control packet of `len` bytes fits; false, and it is
+ * demoted to the data class, when a host sends more control than genuine SACKs, NACKs, probes
+ * and trimmed headers need. Called under the port's lock. Overflow-free as drain(). */
+static __always_inline int police_control(struct port_state *st, const struct port_cfg *cfg,
+					  __u64 now, __u32 len)
+{
+	__u64 cap = (__u64)cfg->ctl_burst_bytes << RATE_SHIFT;
+	if (st->ctl_tokens_fp > cap)
+		st->ctl_tokens_fp = cap;
+	if (now > st->ctl_last_ns) {
+		__u64 elapsed = now - st->ctl_last_ns;
+		st->ctl_last_ns = now;
+		if (cfg->ctl_rate_fp && elapsed >= (cap - st->ctl_tokens_fp) / cfg->ctl_rate_fp)
+			st->ctl_tokens_fp = cap;
+		else
+			st->ctl_tokens_fp += elapsed * cfg->ctl_rate_fp;
+	}
+	__u64 need = (__u64)len << RATE_SHIFT;
+	if (st->ctl_tokens_fp < need)
+		return 0;
+	st->ctl_tokens_fp -= need;
+	return 1;
 }
 
 /* Cut a data packet to TRIM_LEN, zero its ICRC field (no CRC here: the agents do not check it,
@@ -290,12 +345,14 @@ static __always_inline int egress(struct __sk_buff *skb, int encap)
 
 	bpf_spin_lock(&st->lock);
 	drain(st, cfg, now);
+	if (kind == CONTROL && !police_control(st, cfg, now, len))
+		kind = DEMOTED;
 	__u64 q = st->vq_fp + ((__u64)len << RATE_SHIFT);
 	__u64 admitted = len;
 	if (kind == OTHER) {
 		if (q > drop_fp)
 			admitted = 0;  /* the real FIFO will tail-drop it */
-	} else if (kind == DATA) {
+	} else if (kind == DATA || kind == DEMOTED) {  /* only DATA can be trimmable */
 		if (q > trim_fp && (flags & FLAG_TRIM) && trimmable) {
 			action = TRIM;
 			admitted = TRIM_LEN(encap);
@@ -321,6 +378,8 @@ static __always_inline int egress(struct __sk_buff *skb, int encap)
 	}
 	__sync_fetch_and_add(&ctr->packets, 1);
 	__sync_fetch_and_add(&ctr->bytes, len);
+	if (kind == DEMOTED)
+		__sync_fetch_and_add(&ctr->demoted, 1);
 	if (kind == CONTROL) {
 		__sync_fetch_and_add(&ctr->control, 1);
 		skb->priority = CLASS_CONTROL;

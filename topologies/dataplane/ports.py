@@ -19,6 +19,14 @@ TRIM_PACKETS = 15  # well past NSCC's target: cut payloads before the FIFO gets 
 # The drop threshold is the data FIFO's capacity (queue_packets full frames): the vq decides
 # drops before the real pfifo would, so what the FIFO tail-drops is never trimmable MRC data.
 
+# The control class's budget (strict priority) on every port: SACKs, NACKs, probes and trimmed
+# headers beyond it are demoted to the data class. Trimmed headers of a 7:1 incast into one
+# 10 Mbit/s last hop take about 17% of it (7 x 10 Mbit/s of 4 KB frames arriving, one ~100-byte
+# header each), SACKs and probes a few percent: a quarter leaves them room, and three quarters
+# of the link to data whatever one host labels as control.
+CONTROL_SHARE = 0.25
+CONTROL_BURST_BYTES = 16 * 1024  # about 150 headers at once
+
 FLAG_LAST_HOP = 1  # port faces a host: no ECN marks (the MRC paper marks everywhere else)
 FLAG_TRIM = 2
 # skb->mark of a trimmed header the program sends through its port once more (so that HTB sizes
@@ -63,16 +71,23 @@ class PortSpec:
     drop_bytes: int
     last_hop: bool = False  # faces a host: never ECN-mark
     trim: bool = True  # False: drop-tail above drop_bytes, as a switch without trimming
+    control_share: float = CONTROL_SHARE  # of rate_bps: the control class's budget
+    control_burst_bytes: int = CONTROL_BURST_BYTES
 
     def validate(self) -> None:
         rate_fp(self.rate_bps)
+        if not 0 < self.control_share <= 1 or not 0 < self.control_burst_bytes < VQ_CAP_BYTES:
+            raise ValueError(f"{self.ifname}: control_share must be in (0, 1] and the burst "
+                             f"positive, got {self.control_share}, {self.control_burst_bytes}")
         if not 0 <= self.mark_bytes <= self.trim_bytes <= self.drop_bytes < VQ_CAP_BYTES:
             raise ValueError(f"{self.ifname}: need 0 <= mark <= trim <= drop < {VQ_CAP_BYTES} "
                              f"bytes, got {self.mark_bytes}/{self.trim_bytes}/{self.drop_bytes}")
 
-    def config_values(self) -> tuple[int, int, int, int, int]:
+    def config_values(self) -> tuple[int, int, int, int, int, int, int, int]:
+        """The C struct port_cfg's fields, in order (the last one is padding)."""
         flags = (FLAG_LAST_HOP if self.last_hop else 0) | (FLAG_TRIM if self.trim else 0)
-        return rate_fp(self.rate_bps), self.mark_bytes, self.trim_bytes, self.drop_bytes, flags
+        return (rate_fp(self.rate_bps), self.mark_bytes, self.trim_bytes, self.drop_bytes, flags,
+                rate_fp(self.rate_bps * self.control_share), self.control_burst_bytes, 0)
 
 
 def switch_ports(ports: Iterable[tuple[str, bool]], link_mbps: float, queue_packets: int,

@@ -52,9 +52,15 @@ def layout(frame: bytes) -> Layout:
     return ENCAP if len(frame) > _L3 + 6 and frame[_L3 + 6] == IPPROTO_IPV6 else PLAIN
 
 
+# The UDP payload size the wire format gives each control opcode (C: control_shape_ok).
+CONTROL_LEN = {wire.OP_SACK: wire.SACK_LEN, wire.OP_NACK: wire.NACK_LEN,
+               wire.OP_EV_PROBE: wire.PROBE_LEN, wire.OP_EV_PROBE_REPLY: wire.PROBE_LEN}
+
+
 def classify(frame: bytes) -> tuple[str, bool, bool]:
     """(kind, trimmable, ect) as the C program sees an Ethernet frame: kind is "data",
-    "control" or "other" (anything it does not parse, which it never changes)."""
+    "control", "demoted" (labelled control, but not the size the wire format gives it: handled
+    as data, never trimmed) or "other" (anything it does not parse, which it never changes)."""
     n, lay = len(frame), layout(frame)
     if n < lay.mrc + wire.COMMON.size or frame[12:14] != b"\x86\xdd" or frame[lay.ip] >> 4 != 6 \
             or frame[lay.ip + 6] != _NEXT_UDP:
@@ -71,8 +77,10 @@ def classify(frame: bytes) -> tuple[str, bool, bool]:
         return "other", False, False
     ecn = (frame[_L3 + 1] >> 4) & 3
     ect = ecn in (1, 2)
-    if mrc[wire.OPCODE_OFF] > wire.DATA_OPCODE_MAX or mrc[wire.FLAGS_OFF] & wire.F_TRIMMED:
-        return "control", False, ect
+    opcode = mrc[wire.OPCODE_OFF]
+    if opcode > wire.DATA_OPCODE_MAX or mrc[wire.FLAGS_OFF] & wire.F_TRIMMED:
+        want = wire.TRIM_KEEP if opcode <= wire.DATA_OPCODE_MAX else CONTROL_LEN.get(opcode)
+        return ("control" if udp_len - 8 == want else "demoted"), False, ect
     dscp = ((frame[_L3] & 0x0F) << 2) | (frame[_L3 + 1] >> 6)
     return "data", udp_len > 8 + wire.TRIM_KEEP and dscp == wire.TRIM_DSCP, ect
 
@@ -106,14 +114,17 @@ def mark_ce(frame: bytes) -> bytes:
 
 
 def reference(frame: bytes, vq_bytes: int, spec: PortSpec, priority: int = 0,
-              mark: int = 0) -> tuple[RunResult, int]:
+              mark: int = 0, control_budget: int | None = None) -> tuple[RunResult, int]:
     """What the program does to `frame` (arriving with skb->priority and skb->mark) on a port
-    with backlog `vq_bytes` and no draining: (result, backlog afterwards). The integration tests
-    hold the kernel to this model. A trimmed header is redirected to the same port with
-    REINJECT_MARK and passes the second time untouched and uncounted."""
+    with backlog `vq_bytes` and no draining, and `control_budget` bytes left for the control
+    class (None: plenty): (result, backlog afterwards). The integration tests hold the kernel to
+    this model. A trimmed header is redirected to the same port with REINJECT_MARK and passes
+    the second time untouched and uncounted."""
     if mark == REINJECT_MARK:
         return RunResult(TC_ACT_OK, frame, CLASS_CONTROL, 0), vq_bytes
     kind, trimmable, ect = classify(frame)
+    if kind == "control" and control_budget is not None and control_budget < len(frame):
+        kind = "demoted"  # over the port's control budget
     q = vq_bytes + len(frame)
     admitted, out, prio = len(frame), frame, priority
     if kind == "other":

@@ -8,6 +8,7 @@ from dataclasses import replace
 
 from endpoints.host import netio
 from endpoints.protocol import wire
+from endpoints.protocol.config import TransportConfig
 from topologies import shaping
 from topologies.dataplane import ports
 from topologies.dataplane import reference as ref
@@ -49,7 +50,7 @@ def test_classify():
     assert ref.classify(frame(data(), tclass=netio.ECN_ECT0)) == ("data", False, True)
     assert ref.classify(frame(data(), tclass=netio.ECN_CE))[2] is False
     assert ref.classify(frame(data(), tclass=0b01))[2] is True  # ECT(1)
-    assert ref.classify(frame(data(flags=wire.F_TRIMMED)))[0] == "control"
+    assert ref.classify(frame(data(0, flags=wire.F_TRIMMED)))[0] == "control"  # a real header
     assert ref.classify(frame(wire.encode_sack(1, 2, 2, 0, 0, 0)))[0] == "control"
     assert ref.classify(frame(wire.encode_nack(1, 2, wire.NACK_TRIMMED)))[0] == "control"
     assert ref.classify(frame(data(), dport=4792))[0] == "other"
@@ -146,3 +147,35 @@ def test_encapsulated_mark_and_trim():
         assert isinstance(pkt, wire.Data) and pkt.payload == b"" and pkt.flags & wire.F_TRIMMED
         assert bool(pkt.flags & wire.F_TRIMMED_LASTHOP) is last_hop
         assert udp_ok(out) and ref.classify(out)[0] == "control"  # a trimmed header is control
+
+
+def test_control_labels_must_have_the_wire_formats_sizes():
+    """A sender's label alone does not buy strict priority (issue 11, item 10): a 3 KB
+    "trimmed" data packet, a padded probe or SACK, an unknown opcode are handled as data,
+    encapsulated or not."""
+    probe = wire.encode_probe(wire.OP_EV_PROBE, 1, 2, 3, 4)
+    for payload in (data(3000, flags=wire.F_TRIMMED), data(1, flags=wire.F_TRIMMED),
+                    probe + b"p" * 3000, probe[:-1], wire.encode_sack(1, 2, 2, 0, 0, 0) + b"s",
+                    wire.COMMON.pack(0xFF, 0, wire.PKEY_DEFAULT, 1, 2, 0, wire.VERSION, 0) + b"u" * 64):
+        f = frame(payload)
+        assert ref.classify(f) == ("demoted", False, True)
+        res, vq = ref.reference(f, 0, SPEC)
+        assert res == (ref.TC_ACT_OK, f, shaping.CLASS_DATA, 0) and vq == len(f)
+        assert ref.reference(f, SPEC.drop_bytes, SPEC)[0].verdict == ref.TC_ACT_SHOT
+        assert ref.classify(frame(payload, encap=True)) == ("demoted", False, True)
+    for payload in (probe, wire.encode_probe(wire.OP_EV_PROBE_REPLY, 1, 2, 3, 4),
+                    wire.encode_nack(1, 2, wire.NACK_TRIMMED), wire.encode_sack(1, 2, 2, 0, 0, 0)):
+        assert ref.classify(frame(payload))[0] == "control"
+
+
+def test_control_beyond_the_budget_is_demoted():
+    ctl = frame(wire.encode_sack(1, 2, 2, 0, 0, 0))
+    assert ref.reference(ctl, 0, SPEC, control_budget=len(ctl))[0].priority == shaping.CLASS_CONTROL
+    assert ref.reference(ctl, 0, SPEC, control_budget=len(ctl) - 1)[0].priority == shaping.CLASS_DATA
+
+
+def test_the_control_budget_is_a_stated_share_of_the_link():
+    spec = ports.switch_ports([("x", False)], 10.0, 50, TransportConfig())[0]
+    rate, *_, ctl_rate, burst, _ = spec.config_values()
+    assert ctl_rate == ports.rate_fp(10e6 * ports.CONTROL_SHARE) and burst == ports.CONTROL_BURST_BYTES
+    assert 0 < ports.CONTROL_SHARE < 1

@@ -34,7 +34,7 @@ from experiments import fidelity
 from experiments.capture import Capture
 from experiments.faults import FaultInjector
 from experiments.flows import TRANSPORTS, AgentFlow, Flow, TcpFlow
-from topologies import files, hostnet
+from topologies import cleanup, files, hostnet
 from topologies.emulation import Emulation
 from topologies.model import Fabric, FabricError, Route
 from topologies.preflight import EmulationError
@@ -139,6 +139,7 @@ class Testbed:
         self._mptcp = False
         self._sampling = False
         self._qpns: dict[str, set[int]] = {}  # host -> QPNs opened on it
+        self._locked = False  # holds the run lock (between start and close)
 
     # ----- lifecycle ------------------------------------------------------------------------
     def __enter__(self) -> Testbed:
@@ -151,14 +152,29 @@ class Testbed:
     def start(self) -> None:
         """Bring the fabric up: controller, switches, hosts, links, the switches' data plane.
         A failure tears down whatever had started, then raises."""
+        # The run lock first (the emulation takes it again: it is re-entrant), so that a
+        # folder of our own is registered with the run: after a kill -9 the next run or
+        # `mrclab clean` removes it with everything else (a folder given to us is not ours).
+        try:
+            cleanup.take_lock()
+        except BaseException:  # another run holds the machine: nothing of ours to leave
+            if self._own_workdir:
+                shutil.rmtree(self.workdir, ignore_errors=True)
+            raise
+        self._locked = True
+        if self._own_workdir:
+            cleanup.track_dir(self.workdir)
         try:
             self.em.start()
             self.cpu.__enter__()
             self._sampling = True
         except BaseException:
-            self.em.stop()  # what had started (nothing else had yet)
-            if self._own_workdir:
-                shutil.rmtree(self.workdir, ignore_errors=True)
+            try:
+                self.em.stop()  # what had started (nothing else had yet)
+                if self._own_workdir:
+                    shutil.rmtree(self.workdir, ignore_errors=True)
+            finally:
+                self._release()
             raise
         self._show_baseline_addresses()
         self.t0 = time.monotonic()
@@ -178,9 +194,17 @@ class Testbed:
                     self._sampling = False
                     self.cpu.__exit__()
             finally:
-                self.em.stop()
-                if self._own_workdir:
-                    shutil.rmtree(self.workdir, ignore_errors=True)
+                try:
+                    self.em.stop()
+                    if self._own_workdir:
+                        shutil.rmtree(self.workdir, ignore_errors=True)
+                finally:
+                    self._release()
+
+    def _release(self) -> None:
+        if self._locked:
+            self._locked = False
+            cleanup.release_lock()
 
     @property
     def net(self):  # -> mininet.net.Mininet

@@ -11,6 +11,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 
 import pytest
@@ -154,3 +155,24 @@ def test_a_live_holder_is_named_with_a_command_that_clears_it():
     assert proc.returncode == 2
     lines = stderr.strip().splitlines()
     assert len(lines) == 1 and f"sudo kill {os.getpid()}" in lines[0], stderr
+
+
+def test_clean_removes_what_a_killed_cli_session_left():
+    """`mrclab cli` takes the same lock and registers its folder like a run: after a kill -9
+    of the session, `mrclab clean` removes its processes, switches and folder too."""
+    pattern = os.path.join(tempfile.gettempdir(), "mrclab-testbed-*")
+    before = set(glob.glob(pattern))
+    session = _mrclab("cli", *TINY, stdin=subprocess.PIPE)
+    try:
+        _wait_for(lambda: "*** up in" in _peek(session) or session.poll() is not None, 120,
+                  "the session")
+        assert session.poll() is None, session.communicate()[1][-2000:]
+    finally:
+        session.kill()
+        session.communicate()
+    left = sorted(set(glob.glob(pattern)) - before)
+    assert left, "the killed session had made no work folder"
+    clean = subprocess.run([sys.executable, "-m", "experiments.cli", "clean"], cwd=REPO,
+                           capture_output=True, text=True, timeout=120)
+    assert clean.returncode == 0, clean.stdout + clean.stderr
+    assert_nothing_left(left)

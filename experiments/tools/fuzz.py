@@ -75,40 +75,46 @@ class Forger:
 
     def make(self, kind: str, qpn: int) -> bytes:
         r = self.rng
+
+        def psn() -> int:
+            return r.getrandbits(wire.PSN_BITS)
+
+        def word() -> int:  # a 32-bit field: timestamps, echoed EVs, probe ids
+            return r.getrandbits(32)
+
         if kind == "random":
             return r.randbytes(r.randrange(0, 200))
         if kind == "truncated":
-            full = wire.encode_data(wire.OP_DATA_MIDDLE, 0, qpn, r.getrandbits(24), r.randrange(64),
-                                    0, 64, b"t" * 64, r.getrandbits(32))
+            full = wire.encode_data(wire.OP_DATA_MIDDLE, 0, qpn, psn(), r.randrange(64), 0, 64,
+                                    b"t" * 64, word())
             return full[:r.randrange(len(full))]
-        if kind == "opcode":
+        if kind == "opcode":  # any opcode, any BTH byte 1, flags and AckReq/PSN word
             return wire.COMMON.pack(r.randrange(256), r.randrange(256), wire.PKEY_DEFAULT, qpn,
-                                    r.getrandbits(32), r.randrange(256), wire.VERSION, 0) + \
+                                    word(), r.randrange(256), wire.VERSION, 0) + \
                 r.randbytes(r.randrange(0, 80))
         if kind == "wrong_qpn":
-            return wire.encode_sack(r.getrandbits(24), r.getrandbits(24), r.getrandbits(24),
-                                    r.getrandbits(64), r.getrandbits(32), r.getrandbits(32))
+            return wire.encode_sack(r.randrange(wire.QPN_MASK + 1), psn(), psn(),
+                                    r.getrandbits(64), word(), word())
         if kind == "data":  # consistent with the packetisation: a message's last, short packet
             index, tail = r.randrange(64), r.randrange(1, 120)
             return wire.encode_data(wire.OP_DATA_LAST, r.choice([0, wire.F_RETRANSMIT]), qpn,
-                                    r.getrandbits(24), r.randrange(64), index * self.mtu,
-                                    index * self.mtu + tail, r.randbytes(tail), r.getrandbits(32))
+                                    psn(), r.randrange(64), index * self.mtu,
+                                    index * self.mtu + tail, r.randbytes(tail), word())
         if kind == "huge_first":  # a first packet claiming a message of up to 4 GiB
-            return wire.encode_data(wire.OP_DATA_FIRST, 0, qpn, r.getrandbits(24), r.randrange(64),
-                                    0, r.randrange(1 << 20, 1 << 32), b"h" * r.randrange(1, 64),
-                                    r.getrandbits(32))
+            return wire.encode_data(wire.OP_DATA_FIRST, 0, qpn, psn(), r.randrange(64), 0,
+                                    r.randrange(1 << 20, 1 << 32), b"h" * r.randrange(1, 64),
+                                    word())
         if kind == "trimmed":  # a header as a switch leaves it, payload cut
-            return wire.encode_data(wire.OP_DATA_MIDDLE, wire.F_TRIMMED, qpn, r.getrandbits(24),
-                                    r.randrange(64), self.mtu, 1 << 20, b"", r.getrandbits(32))
+            return wire.encode_data(wire.OP_DATA_MIDDLE, wire.F_TRIMMED, qpn, psn(),
+                                    r.randrange(64), self.mtu, 1 << 20, b"", word())
         if kind == "sack":
-            return wire.encode_sack(qpn, r.getrandbits(24), r.getrandbits(24), r.getrandbits(64),
-                                    r.getrandbits(32), r.getrandbits(32), r.randrange(1 << 16),
-                                    flags=r.choice([0, wire.F_ECN_ECHO]))
+            return wire.encode_sack(qpn, psn(), psn(), r.getrandbits(64), word(), word(),
+                                    r.randrange(1 << 16), flags=r.choice([0, wire.F_ECN_ECHO]))
         if kind == "nack":
-            return wire.encode_nack(qpn, r.getrandbits(24), r.randrange(1, 7), r.getrandbits(32),
-                                    r.getrandbits(32), r.getrandbits(24))
+            return wire.encode_nack(qpn, psn(), r.choice(sorted(wire.NACK_REASONS)), word(),
+                                    word(), psn())
         op = wire.OP_EV_PROBE if kind == "probe" else wire.OP_EV_PROBE_REPLY
-        return wire.encode_probe(op, qpn, r.getrandbits(32), r.getrandbits(32), r.getrandbits(32))
+        return wire.encode_probe(op, qpn, word(), word(), word())
 
 
 def run(datagrams: int = 100_000, rate: float = RATE, seed: int = 1, out: Path | None = None,

@@ -23,6 +23,9 @@ from experiments.simnet import Simulation, run_transfer, sim_fabric
 CFG = TransportConfig()
 MTU = CFG.mtu_payload
 HUGE = 1 << 28  # what a forged header claimed: the former max_message
+# What a forger would claim in a NACK: trimmed (at the last hop or not), no buffer, out of window.
+FORGED_NACK_REASONS = [wire.NACK_TRIMMED, wire.NACK_TRIMMED_LASTHOP, wire.NACK_NO_PKT_BUFFER,
+                       wire.NACK_PSN_OOR_WINDOW]
 
 
 def _peak_alloc(fn) -> int:
@@ -204,7 +207,7 @@ def test_per_ev_tables_do_not_grow_with_attacker_chosen_evs():
     rng = random.Random(3)
     for i in range(20_000):
         ev = rng.getrandbits(32)
-        rcv.on_datagram(wire.encode_data(wire.OP_DATA_MIDDLE, 0, 2, rng.randrange(1 << 24),
+        rcv.on_datagram(wire.encode_data(wire.OP_DATA_MIDDLE, 0, 2, rng.randrange(wire.PSN_MASK + 1),
                                          rng.randrange(64), 0, MTU, b"e" * MTU), ev, i * 1e-4)
     assert len(rcv.ev_high) <= len(fab.evs), f"{len(rcv.ev_high)} per-EV entries"
 
@@ -229,16 +232,19 @@ def test_forgeries_with_the_real_qpn_never_corrupt_stall_or_bench(psn0, seed, co
     def forge(now: float) -> None:
         if rng.random() > count / 100:
             return
+
+        def psn() -> int:  # a guess: the attacker does not know the initial PSN
+            return rng.randrange(wire.PSN_MASK + 1)
+
         length = rng.choice(sizes)
         index = rng.randrange(-(-length // MTU))
-        rcv.on_datagram(wire.encode_data(wire.OP_DATA_MIDDLE, 0, 2, rng.randrange(1 << 24),
+        rcv.on_datagram(wire.encode_data(wire.OP_DATA_MIDDLE, 0, 2, psn(),
                                          rng.randrange(len(msgs) + 2), index * MTU, length,
                                          b"F" * min(MTU, length - index * MTU)),
                         rng.choice(fab.evs).ev, now)
-        snd.on_datagram(wire.encode_sack(1, rng.randrange(1 << 24), rng.randrange(1 << 24),
-                                         rng.getrandbits(64), rng.choice(fab.evs).ev,
-                                         rng.getrandbits(32)), 0, now)
-        snd.on_datagram(wire.encode_nack(1, rng.randrange(1 << 24), rng.choice([1, 2, 4, 5]),
+        snd.on_datagram(wire.encode_sack(1, psn(), psn(), rng.getrandbits(64),
+                                         rng.choice(fab.evs).ev, rng.getrandbits(32)), 0, now)
+        snd.on_datagram(wire.encode_nack(1, psn(), rng.choice(FORGED_NACK_REASONS),
                                          rng.choice(fab.evs).ev, rng.getrandbits(32)), 0, now)
 
     sim.add_pair(snd, rcv, fab.fwd, fab.rev)

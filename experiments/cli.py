@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import signal
+import stat
 import sys
 from pathlib import Path
 from typing import NoReturn
@@ -89,7 +91,7 @@ def make_parser() -> argparse.ArgumentParser:
     shell.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
                        help="a transport parameter for the session, e.g. ev_set_size=16 (repeatable)")
     shell.add_argument("--seed", type=int, default=1)
-    shell.add_argument("--workdir", type=Path, default=None,
+    shell.add_argument("--workdir", default=None,
                        help="keep the agents' logs and traces here (default: a temporary folder)")
     shell.add_argument("--script", type=Path, default=None,
                        help="run the commands in FILE instead of reading them, then tear down")
@@ -143,6 +145,27 @@ def make_parser() -> argparse.ArgumentParser:
     sub.add_parser("bench", help="the agent's packet rate per CPU core (results/bench/agent.json)")
     sub.add_parser("clean", help="remove bridges, interfaces and processes left by a killed run")
     return parser
+
+
+def _check_workdir(text: str) -> Path:
+    """`mrclab cli --workdir`: a new folder (created 0700) or a private one of root's; never an
+    empty name, `/`, the repository or a parent of it, nor a folder open to others (its mode
+    would have to change)."""
+    if not text.strip():
+        raise CliError("--workdir is empty: name a folder for the session's logs, like /tmp/mine")
+    path = Path(text)
+    where = path.resolve()
+    what = "/" if where == Path(where.anchor) else \
+        "the repository or a parent of it" if outdir.REPO.is_relative_to(where) else None
+    if what:
+        raise CliError(f"--workdir {text} is {what}: name a folder of its own, like /tmp/mine")
+    if os.path.lexists(path):
+        st = os.lstat(path)
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o077:
+            raise CliError(f"--workdir {text} exists and is not a private folder of this user (a "
+                           f"file, a symlink, someone else's or open to others): name a new folder "
+                           f"(it is created 0700)")
+    return path
 
 
 # `mrclab run` flags that set one Options field each (None: not given, the default applies).
@@ -290,11 +313,12 @@ def _dispatch(args: argparse.Namespace) -> int:
             raise CliError(f"--detect-ms must be in (0, 60000], got {args.detect_ms}")
         if args.script is not None and not args.script.is_file():
             raise CliError(f"--script {args.script}: no such file")
+        workdir = None if args.workdir is None else _check_workdir(args.workdir)
         switches.check(args.switch)
         from experiments.shell.session import run_cli
 
         return run_cli(fabric, transport, args.seed, args.datapath, args.dataplane, args.detect_ms,
-                       args.workdir, args.script, switch=args.switch)
+                       workdir, args.script, switch=args.switch)
     demo_out = outdir.check(args.out) if args.command == "demo" else None
     switches.check(args.switch)
     if args.command == "check-fabric":

@@ -42,8 +42,9 @@ def write_json(path: Path | str, data: Any, indent: int | None = 2, mode: int = 
 
 def ensure_private(path: Path | str) -> Path:
     """`path` as a directory only its owner can enter: created 0700 if missing (its parents as
-    needed), tightened to 0700 if it is ours. Refused (OSError) if it is a symlink, not a
-    directory or someone else's: never follow or write into what another user prepared."""
+    needed). One that exists must already be a private (no access for group or others)
+    directory of this user: a symlink, a file, someone else's or a folder open to others is
+    refused (OSError), never changed (`--workdir /` must not make the machine root's only)."""
     path = Path(path)
     if not os.path.lexists(path):
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -54,7 +55,8 @@ def ensure_private(path: Path | str) -> Path:
         raise OSError(f"{path} is not a directory of this user (a symlink, a file, or someone "
                       f"else's): refusing to work in it")
     if st.st_mode & 0o077:
-        os.chmod(path, 0o700)
+        raise OSError(f"{path} is open to others (mode {stat.S_IMODE(st.st_mode):04o}): name a "
+                      f"new folder (it is created 0700) or a private one")
     return path
 
 

@@ -22,3 +22,26 @@ def test_private_dir_is_its_owners_only(tmp_path):
     path = files.private_dir("x-", parent=tmp_path)
     assert path.parent == tmp_path and path.name.startswith("x-")
     assert stat.S_IMODE(path.stat().st_mode) == 0o700
+
+
+def test_a_work_folder_is_created_private(tmp_path):
+    path = files.ensure_private(tmp_path / "new" / "work")
+    assert stat.S_IMODE(path.stat().st_mode) == 0o700
+
+
+def test_an_existing_folder_open_to_others_is_refused_not_changed(tmp_path):
+    """`mrclab cli --workdir /` (or the checkout, or a home folder) used to chmod it 0700 as
+    root: a work folder that exists must already be private; its mode is never changed."""
+    shared = tmp_path / "shared"
+    shared.mkdir(mode=0o755)
+    os.chmod(shared, 0o755)
+    try:
+        files.ensure_private(shared)
+    except OSError as exc:
+        assert "open to others" in str(exc)
+    else:
+        raise AssertionError("a folder open to others was accepted")
+    assert stat.S_IMODE(shared.stat().st_mode) == 0o755
+    private = tmp_path / "private"
+    private.mkdir(mode=0o700)
+    assert files.ensure_private(private) == private

@@ -4,9 +4,11 @@ clean runs' figures agree.
 
     python -m experiments.tools.soak [--runs 20] [--seed 1] [--out results/soak]
 
-Each run is `mrclab run` as a user starts it, with short durations. Faults, at a random moment
-while traffic flows (seeded): none, kill -9 of the run, SIGINT, SIGINT twice (the second during
-the teardown), kill -9 of the controller, kill -9 of an agent. After a kill -9 of the run, half
+Each run is `mrclab run` as a user starts it, with short durations (one of them keeping a
+capture), or an `mrclab cli` session running a script (a loss rule and a transfer). Faults, at
+a random moment while traffic flows (seeded): none, kill -9 of the run, SIGINT, SIGINT twice
+(the second during the teardown), kill -9 of the controller, kill -9 of an agent; a session
+meets none, kill -9, SIGTERM, or SIGHUP then SIGTERM during its teardown. After a kill -9 of the run, half
 the time `mrclab clean` removes what it left, the other half the next run's start does (checked
 after that run). After each run: no bridge, interface, namespace, nftables table, stale BPF
 pin, process of a run, registered or staging folder, or held lock (`topologies.cleanup.
@@ -39,14 +41,24 @@ from topologies import cleanup, files
 REPO = Path(__file__).resolve().parents[2]
 RESULTS = REPO / "results" / "soak"
 FAULTS = ("none", "kill_run", "sigint", "double_sigint", "kill_controller", "kill_agent")
-# Short runs of three scenarios (a fault, random loss, many flows): seconds each.
+# Short runs of three scenarios (a fault, random loss, many flows): seconds each; one keeps a
+# capture (its tcpdump is a process of the run too, and its pcap moves into the result).
 SCENARIOS: dict[str, list[str]] = {
     "link-failure": ["--transports", "mrc,roce", "--duration", "3", "--fault-at", "1",
-                     "--fault-end", "2"],
+                     "--fault-end", "2", "--capture", "h0-eth0"],
     "lossy-link": ["--transports", "mrc,roce", "--duration", "3", "--fault-at", "1.5",
                    "--fault-end", "2.8"],
     "permutation": ["--transports", "mrc", "--duration", "2.5"],
 }
+# And an interactive session, `mrclab cli` running a script: a loss rule (the nftables table a
+# killed run must not leave to the next fabric) and a transfer through it. The console ends on
+# SIGTERM or SIGHUP (Ctrl-C stops one command, not the session): those replace SIGINT.
+CLI = "cli"
+CLI_ARGS = ["--planes", "1", "--leaves", "2", "--spines", "2", "--hosts-per-leaf", "1"]
+CLI_SCRIPT = "loss p0l0-p0s0 0.2\nsend h0 h1 4M\n"
+CLI_SIGNALS = {"sigint": signal.SIGTERM, "double_sigint": signal.SIGHUP}
+CLI_FAULT_NAMES = {"sigint": "sigterm", "double_sigint": "sighup_then_sigterm"}  # in the report
+CLI_FAULTS = ("none", "kill_run", "sigint", "double_sigint")
 # Headline figures clean runs must agree on (relative to their median), per scenario.
 FIGURES = {"link-failure": [("mrc", "goodput_before_mbps"), ("roce", "goodput_before_mbps")],
            "lossy-link": [("mrc", "goodput_before_mbps"), ("roce", "goodput_before_mbps")],
@@ -76,8 +88,11 @@ class RunRecord:
 
 
 def plan(runs: int, rng: random.Random) -> list[tuple[str, str]]:
-    """(scenario, fault) for each run: every fault kind, and at least two clean runs of each
-    scenario, in a seeded order."""
+    """(scenario, fault) for each run: every fault kind, at least two clean runs of each
+    scenario, and (from 5 runs) `mrclab cli` sessions, one per kind of end they can meet, spread
+    over the soak, in a seeded order."""
+    sessions = min(len(CLI_FAULTS), runs // 5)
+    runs -= sessions
     names = list(SCENARIOS)
     faults = ["none"] * max(2 * len(names), runs // 3)
     faults += [FAULTS[1 + i % (len(FAULTS) - 1)] for i in range(runs - len(faults))]
@@ -90,6 +105,10 @@ def plan(runs: int, rng: random.Random) -> list[tuple[str, str]]:
             name = min(names, key=lambda n: (clean_seen[n], names.index(n)))
             clean_seen[name] += 1
         out.append((name, fault))
+    cli = [(CLI, fault) for fault in CLI_FAULTS[:sessions]]
+    rng.shuffle(cli)
+    for k, session in enumerate(cli):
+        out.insert(k * (len(out) + 1) // len(cli) + k // 2, session)
     return out
 
 
@@ -132,20 +151,26 @@ def one_run(index: int, scenario: str, fault: str, out: Path, rng: random.Random
             clean_after_kill: bool) -> RunRecord:
     folder = out / "runs" / (scenario if fault != "kill_controller" else f"{scenario}-controller-killed")
     before = _digest(folder)
-    argv = [sys.executable, "-m", "experiments.cli", "run", scenario, *SCENARIOS[scenario],
-            "--out", str(folder)]
+    session = scenario == CLI
+    if session:  # a session writes no result: `folder` must simply stay as it was (absent)
+        script = out / "cli-script.txt"
+        script.write_text(CLI_SCRIPT)
+        argv = [sys.executable, "-m", "experiments.cli", "cli", *CLI_ARGS, "--script", str(script)]
+    else:
+        argv = [sys.executable, "-m", "experiments.cli", "run", scenario, *SCENARIOS[scenario],
+                "--out", str(folder)]
     rec = RunRecord(index, scenario, fault, None)
     t0 = time.monotonic()
     proc = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+                            start_new_session=True, stdin=subprocess.DEVNULL)
     if fault != "none":
         rec.inject_after_s = round(rng.uniform(0.3, 2.0), 2)
-        _inject(proc, fault, rec.inject_after_s)
+        _inject(proc, fault, rec.inject_after_s, session)
     try:
-        _, stderr = proc.communicate(timeout=600)
+        stdout, stderr = proc.communicate(timeout=600)
     except subprocess.TimeoutExpired:
         proc.kill()
-        _, stderr = proc.communicate()
+        stdout, stderr = proc.communicate()
     rec.seconds = round(time.monotonic() - t0, 1)
     rec.exit_status = proc.returncode
     lines = [line for line in stderr.strip().splitlines() if line]
@@ -155,7 +180,8 @@ def one_run(index: int, scenario: str, fault: str, out: Path, rng: random.Random
         words = "controller died" if fault == "kill_controller" else "agent on h"
         rec.error_line_ok = len(lines) == 1 and words in lines[0] and "Traceback" not in stderr
     elif fault in ("sigint", "double_sigint"):
-        rec.error_line_ok = "Traceback" not in stderr and "the emulation was torn down" in stderr
+        said = "the session ended and was torn down" if session else "the emulation was torn down"
+        rec.error_line_ok = "Traceback" not in stderr and said in stderr
     summary_path = folder / "summary.json"
     rec.completed = proc.returncode in (0, 1) and summary_path.exists() and _digest(folder) != before
     if fault == "kill_run":
@@ -170,20 +196,25 @@ def one_run(index: int, scenario: str, fault: str, out: Path, rng: random.Random
     rec.leftovers = _left(folder) if rec.cleaned_by != "next start" else {}
     # An interrupted run leaves the earlier result as it was; a completed one replaced it.
     rec.earlier_result_intact = None if rec.completed else _digest(folder) == before
-    if rec.completed and fault == "none":
+    if session and fault == "none":  # the script ran to its end: the transfer's own check
+        rec.completed = proc.returncode == 0
+        rec.figures = {"data_ok": "data ok" in stdout and "Traceback" not in stderr}
+    elif rec.completed and fault == "none":
         summary = json.loads(summary_path.read_text())
         rec.figures = {f"{t}.{k}": summary["transports"].get(t, {}).get(k)
                        for t, k in FIGURES[scenario]}
         rec.figures["data_ok"] = all(t.get("data_ok") for t in summary["transports"].values())
         rec.figures["faithful"] = summary["fidelity"]["faithful"]
+    if session:
+        rec.fault = CLI_FAULT_NAMES.get(fault, fault)
     rec.ok = rec.expected_exit and rec.error_line_ok and not rec.leftovers and \
         rec.earlier_result_intact is not False and (fault != "none" or rec.figures.get("data_ok", False))
     return rec
 
 
-def _inject(proc: subprocess.Popen, fault: str, after: float) -> None:
+def _inject(proc: subprocess.Popen, fault: str, after: float, session: bool = False) -> None:
     """Wait until the run's traffic flows (its agents or TCP peers are up), `after` seconds
-    more, then inject `fault`."""
+    more, then inject `fault` (to a `session`, SIGTERM and SIGHUP instead of SIGINT)."""
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and proc.poll() is None:
         if _run_pids("endpoints.host.agent") or _run_pids("endpoints.host.tcpflow"):
@@ -194,13 +225,13 @@ def _inject(proc: subprocess.Popen, fault: str, after: float) -> None:
         return
     if fault == "kill_run":
         os.kill(proc.pid, signal.SIGKILL)
-    elif fault == "sigint":
-        os.kill(proc.pid, signal.SIGINT)
-    elif fault == "double_sigint":
-        os.kill(proc.pid, signal.SIGINT)
-        time.sleep(0.3)  # into the teardown
-        if proc.poll() is None:
-            os.kill(proc.pid, signal.SIGINT)
+    elif fault in ("sigint", "double_sigint"):
+        sig = CLI_SIGNALS[fault] if session else signal.SIGINT
+        os.kill(proc.pid, sig)
+        if fault == "double_sigint":
+            time.sleep(0.3)  # into the teardown
+            if proc.poll() is None:
+                os.kill(proc.pid, signal.SIGINT if not session else signal.SIGTERM)
     else:
         module = "controller.run" if fault == "kill_controller" else "endpoints.host.agent"
         pids = _run_pids(module)

@@ -12,7 +12,8 @@ pytestmark = pytest.mark.usefixtures("emulation_ready")
 def test_a_short_soak_leaves_nothing_and_keeps_earlier_results(tmp_path):
     report = soak.run(out=tmp_path, schedule=[("link-failure", "none"), ("link-failure", "kill_run"),
                                               ("link-failure", "double_sigint"),
-                                              ("permutation", "kill_agent")], say=lambda m: None)
+                                              ("permutation", "kill_agent"),
+                                              (soak.CLI, "double_sigint")], say=lambda m: None)
     bad = [r for r in report["records"] if not r["ok"]]
     assert not bad, bad
     assert report["leftovers_after_all"] == {}

@@ -104,6 +104,7 @@ ICRC_LEN = 4
 BTH_LEN = BTH.size  # 12
 OPCODE_OFF = 0
 PADCNT_OFF = 1
+PKEY_OFF = 2  # 16-bit partition key: bytes 2..3
 QPN_OFF = 5  # 24-bit destination QP: bytes 5..7
 ACKREQ_OFF = 8  # the AckReq bit's byte (ACKREQ_BIT)
 PSN_OFF = 9  # 24-bit PSN: bytes 9..11

@@ -5,7 +5,8 @@
 A 6-host fabric runs an MRC flow h0 -> h3 and a RoCE (go-back-N) flow h1 -> h4, first for a
 control window without the attack, then with it. From h5's namespace an attacker sends
 datagrams to every agent of both flows: random bytes, truncated
-headers, every opcode, data packets forged with the real QPN (an attacker who knows it: the
+headers, every opcode, data packets wrong in one BTH or MRCETH field (version, P_Key, PadCnt,
+TVer, payload length), data packets forged with the real QPN (an attacker who knows it: the
 worst case; it does not see the traffic, so not the random initial PSN), first packets
 claiming huge messages, trimmed headers, forged SACKs, NACKs, probes and probe replies, each
 on an attacker-chosen EV (UDP source port and flow label). Small datagrams, paced, so that the
@@ -53,8 +54,8 @@ STALL_BOUND_MS = 250.0  # the MRC flow's longest goodput gap while attacked
 # Datagrams per second: the attack must test the agents, not overload the emulation (the
 # userspace OVS datapath forwards every hop in one thread; the report records its load).
 RATE = 1000.0
-KINDS = ("random", "truncated", "opcode", "wrong_qpn", "data", "huge_first", "trimmed", "sack",
-         "nack", "probe", "probe_reply")
+KINDS = ("random", "truncated", "opcode", "wrong_qpn", "data", "bth", "huge_first", "trimmed",
+         "sack", "nack", "probe", "probe_reply")
 
 
 def _rss_mib(pid: int) -> float | None:
@@ -88,9 +89,10 @@ class Forger:
             full = wire.encode_data(wire.OP_DATA_MIDDLE, 0, qpn, psn(), r.randrange(64), 0, 64,
                                     b"t" * 64, word())
             return full[:r.randrange(len(full))]
-        if kind == "opcode":  # any opcode, any BTH byte 1, flags and AckReq/PSN word
-            return wire.COMMON.pack(r.randrange(256), r.randrange(256), wire.PKEY_DEFAULT, qpn,
-                                    word(), r.randrange(256), wire.VERSION, 0) + \
+        if kind == "opcode":  # any opcode, BTH byte 1 (valid half the time), flags, AckReq/PSN
+            byte1 = r.choice([r.randrange(256), wire.BTH_TVER])
+            return wire.COMMON.pack(r.randrange(256), byte1, wire.PKEY_DEFAULT, qpn, word(),
+                                    r.randrange(256), wire.VERSION, 0) + \
                 r.randbytes(r.randrange(0, 80))
         if kind == "wrong_qpn":
             return wire.encode_sack(r.randrange(wire.QPN_MASK + 1), psn(), psn(),
@@ -100,6 +102,23 @@ class Forger:
             return wire.encode_data(wire.OP_DATA_LAST, r.choice([0, wire.F_RETRANSMIT]), qpn,
                                     psn(), r.randrange(64), index * self.mtu,
                                     index * self.mtu + tail, r.randbytes(tail), word())
+        if kind == "bth":  # a data packet true in all but one BTH or MRCETH field
+            buf = bytearray(self.make("data", qpn))
+            field = r.randrange(5)
+            if field == 0:  # another MRC version
+                buf[wire.VERSION_OFF] = (wire.VERSION + r.randrange(1, 256)) & 0xFF
+            elif field == 1:  # another partition
+                buf[wire.PKEY_OFF:wire.PKEY_OFF + 2] = \
+                    ((wire.PKEY_DEFAULT + r.randrange(1, 1 << 16)) & 0xFFFF).to_bytes(2, "big")
+            elif field == 2:  # PadCnt disagreeing with the payload length
+                buf[wire.PADCNT_OFF] ^= r.randrange(1, 4) << wire.PADCNT_SHIFT
+            elif field == 3:  # a transport header version IBTA does not define
+                buf[wire.PADCNT_OFF] |= r.randrange(1, 16)
+            else:  # a payload length disagreeing with the datagram's size
+                length = int.from_bytes(buf[wire.PAYLOAD_LEN_OFF:wire.PAYLOAD_LEN_OFF + 2], "big")
+                buf[wire.PAYLOAD_LEN_OFF:wire.PAYLOAD_LEN_OFF + 2] = \
+                    ((length + r.randrange(1, 1 << 16)) & 0xFFFF).to_bytes(2, "big")
+            return bytes(buf)
         if kind == "huge_first":  # a first packet claiming a message of up to 4 GiB
             return wire.encode_data(wire.OP_DATA_FIRST, 0, qpn, psn(), r.randrange(64), 0,
                                     r.randrange(1 << 20, 1 << 32), b"h" * r.randrange(1, 64),

@@ -18,7 +18,7 @@ from typing import NoReturn
 from experiments import outdir
 from experiments.outdir import OutDirError
 from topologies.cleanup import CLEAN_HINT
-from topologies.model import FabricError, FabricParams, build
+from topologies.model import FabricError, FabricParams, build, check_number
 from topologies.preflight import EmulationError, PreflightError
 
 RESULTS = Path(__file__).resolve().parent.parent / "results"
@@ -309,8 +309,7 @@ def _dispatch(args: argparse.Namespace) -> int:
             transport = with_overrides(TransportConfig(), parse_overrides(args.param))
         except ValueError as exc:
             raise CliError(f"--param {exc}") from None
-        if not 0 < args.detect_ms <= 60_000:
-            raise CliError(f"--detect-ms must be in (0, 60000], got {args.detect_ms}")
+        check_number("--detect-ms", args.detect_ms, 0, 60_000, lo_open=True)  # as `run`'s
         if args.script is not None and not args.script.is_file():
             raise CliError(f"--script {args.script}: no such file")
         workdir = None if args.workdir is None else _check_workdir(args.workdir)

@@ -52,6 +52,7 @@ def _mrclab(*args, env=None, user=None):
     (["cli", "--param", "mtu_payload=99999"], "would not fit a jumbo frame"),
     (["cli", "--param", "ev_set_size=many"], "ev_set_size takes a whole number"),
     (["cli", "--script", "/no/such/file"], "no such file"),
+    (["cli", "--detect-ms", "nan"], "--detect-ms must be a finite number"),
     (["cli", "--workdir", "/"], "--workdir / is /"),
     (["cli", "--workdir", "."], "the repository or a parent of it"),
     (["cli", "--workdir", ""], "--workdir is empty"),

@@ -55,7 +55,7 @@ SCENARIOS: dict[str, list[str]] = {
 # SIGTERM or SIGHUP (Ctrl-C stops one command, not the session): those replace SIGINT.
 CLI = "cli"
 CLI_ARGS = ["--planes", "1", "--leaves", "2", "--spines", "2", "--hosts-per-leaf", "1"]
-CLI_SCRIPT = "loss p0l0-p0s0 0.2\nsend h0 h1 4M\n"
+CLI_SCRIPT = "loss p0l0-p0s0 0.2\nsend h0 h1 8M\n"  # ~4 s: faults come within 2 s
 CLI_SIGNALS = {"sigint": signal.SIGTERM, "double_sigint": signal.SIGHUP}
 CLI_FAULT_NAMES = {"sigint": "sigterm", "double_sigint": "sighup_then_sigterm"}  # in the report
 CLI_FAULTS = ("none", "kill_run", "sigint", "double_sigint")

@@ -46,7 +46,7 @@ def _mrclab(*args, env=None, user=None):
     (["run", "collective", "--transports", "tcp"], "agents' transports only"),
     (["run", "link-failure", "--capture", "h0,p9l9-eth1"], "cannot capture 'p9l9-eth1'"),
     (["run", "link-failure", "--capture", ","], "comma-separated targets"),
-    (["run", "link-failure", "--packet-log", "-1"], "--packet-log must be >= 0"),
+    (["run", "link-failure", "--packet-log", "-1"], "--packet-log must be a whole number in [0,"),
     (["cli", "--planes", "0"], "planes must be"),
     (["cli", "--param", "warp=9"], "expected NAME=VALUE"),
     (["cli", "--param", "mtu_payload=99999"], "would not fit a jumbo frame"),

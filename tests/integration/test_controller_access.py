@@ -61,9 +61,10 @@ def test_a_local_impostor_gets_no_flows_and_cannot_withdraw_a_link(tmp_path):
     fabric = build(planes=1, leaves=2, spines=2, hosts_per_leaf=1, link_mbps=10.0)
     leaf = fabric.leaf(0, 0)
     uplink = fabric.params.hosts_per_leaf + 1  # leaf 0's port towards spine 0
-    with Emulation(fabric, tmp_path, detect_ms=300) as em:
+    # The OpenFlow controller is the ovs backend's (topologies/switches/ovs.py).
+    with Emulation(fabric, tmp_path, detect_ms=300, switch="ovs") as em:
         proc = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
-                               "/usr/bin/python3", "-c", IMPOSTOR, str(em.controller_port),
+                               "/usr/bin/python3", "-c", IMPOSTOR, str(em.backend.controller_port),
                                str(leaf.dpid), str(uplink)],
                               capture_output=True, text=True, timeout=30, cwd="/")
         assert proc.returncode == 0, proc.stderr

@@ -30,6 +30,7 @@ import argparse
 import collections
 import json
 import random
+import socket
 import sys
 import time
 from collections.abc import Callable
@@ -154,17 +155,20 @@ def run(datagrams: int = 100_000, rate: float = RATE, seed: int = 1, out: Path |
         time.sleep(0.5)  # both flows running
         control_start = time.monotonic()
         time.sleep(control)  # the baseline: the same transfers, no attack
-        # Every datagram goes to one agent of a flow, over one of the attacker's paths to it.
+        # Every datagram goes to one agent of a flow, over one of the attacker's paths to it:
+        # plain to the agent's NIC (destination-routed, as the RoCE baseline travels) or
+        # IPv6-in-IPv6 to the path's uSID carrier (as MRC travels; decapsulated at the host).
         targets = []
         for flow, host in ((mrc, MRC_PAIR[1]), (mrc, MRC_PAIR[0]), (roce, ROCE_PAIR[1]),
                            (roce, ROCE_PAIR[0])):
             for route in fabric.routes(ATTACKER, host):
-                targets.append((flow.qpn, route.src_addr.packed, route.address.packed,
-                                str(route.address)))
+                targets.append((flow.qpn, route.src_addr.packed, route.dst_addr.packed,
+                                route.address.packed))
         with netns.inside(bed.em.pid(ATTACKER)):
             raw = netio.RawSender()
         forger = Forger(rng, bed.transport.mtu_payload)
         sent: collections.Counter[str] = collections.Counter()
+        encapsulated = 0  # of the datagrams built, sent IPv6-in-IPv6 (the others plain)
         rss: dict[str, float] = {}
         pids = {h: p.pid for h, p in bed.agent_procs.items()}
         attack_start = time.monotonic()
@@ -172,11 +176,15 @@ def run(datagrams: int = 100_000, rate: float = RATE, seed: int = 1, out: Path |
         try:
             for i in range(datagrams):
                 kind = KINDS[i % len(KINDS)] if i < len(KINDS) else rng.choice(KINDS)
-                qpn, src, dst, dst_text = rng.choice(targets)
+                qpn, src, dst, carrier = rng.choice(targets)
                 payload = forger.make(kind, qpn)
                 ev = rng.getrandbits(32)  # an attacker-chosen EV: source port and flow label
                 tclass = rng.choice([wire.DATA_TCLASS, netio.ECN_ECT0, 0, 3])
-                if raw.send(netio.build_packet(src, dst, ev, payload, tclass), dst_text):
+                packet = netio.build_packet(src, dst, ev, payload, tclass)
+                if rng.random() < 0.5:
+                    packet, dst = netio.encapsulate(src, carrier, packet), carrier
+                    encapsulated += 1
+                if raw.send(packet, socket.inet_ntop(socket.AF_INET6, dst)):
                     sent[kind] += 1
                 else:
                     sent["refused_locally"] += 1
@@ -229,7 +237,7 @@ def run(datagrams: int = 100_000, rate: float = RATE, seed: int = 1, out: Path |
         "datagrams": sum(v for k, v in sent.items() if k != "refused_locally"),
         "asked": datagrams, "rate_per_s": rate,
         "attack_seconds": round(attack_end - attack_start, 2),
-        "by_kind": dict(sorted(sent.items())),
+        "by_kind": dict(sorted(sent.items())), "encapsulated": encapsulated,
         "rss_max_mib": {h: round(v, 1) for h, v in sorted(rss.items())},
         "rss_bound_mib": RSS_BOUND_MIB,
         "messages": {name: {"completed": r.detail.get("messages_completed"),
@@ -314,7 +322,8 @@ def _markdown(r: dict) -> str:
               f"{r['mrc_goodput_mbps']} Mbit/s; machine CPU idle "
               f"{r['cpu_idle_mean_pct']}% (mean), ovs-vswitchd {r['ovs_cpu_p90_pct']}% of a core (p90)",
               f"* per-EV entries: {r['per_ev_entries']}",
-              f"* datagrams by kind: {r['by_kind']}",
+              f"* datagrams by kind: {r['by_kind']}; {r['encapsulated']} of those built went "
+              f"IPv6-in-IPv6 to a path's uSID carrier, the others plain to the agent's NIC",
               f"* MRC receiver counters: {r['receiver_counters']}",
               f"* MRC sender counters: {r['sender_counters']}", ""]
     return "\n".join(lines)

@@ -14,6 +14,7 @@ from endpoints.host.control import AgentClient, ControlError
 from experiments import testbed
 from experiments.flows import AgentFlow
 from tests.integration.helpers import assert_nothing_left
+from topologies import netns
 from topologies.model import build
 
 FABRIC = build(planes=2, leaves=2, spines=2, hosts_per_leaf=2, link_mbps=10.0)
@@ -91,14 +92,23 @@ def test_the_control_channel_cannot_crash_or_freeze_an_agent(bed):
     assert bed.agent_procs["h3"].poll() is None
 
 
+def _set_nic(bed, host: str, ifname: str, up: bool) -> None:
+    from pyroute2 import IPRoute
+
+    with netns.inside(bed.em.pid(host)), IPRoute() as ipr:
+        ipr.link("set", index=ipr.link_lookup(ifname=ifname)[0], state="up" if up else "down")
+
+
 def test_one_unroutable_path_does_not_stall_the_agent(bed):
     flow = bed.flow("mrc", "h0", "h2")
     assert isinstance(flow, AgentFlow)
     flow.start(6.0)
     time.sleep(1.0)
     before = flow.completed()
-    # h0's plane-1 NIC goes down: every send on a plane-1 path now fails (no route).
-    bed.em.set_link("h0-p1l0", up=False)
+    # h0's plane-1 NIC goes down, in h0 (a link cut leaves the host's NIC up): its routes go
+    # with it, and every send on a plane-1 path now fails (no route).
+    nic = FABRIC.host("h0").nics[1].ifname
+    _set_nic(bed, "h0", nic, up=False)
     try:
         time.sleep(1.0)
         mid = flow.completed()
@@ -107,7 +117,7 @@ def test_one_unroutable_path_does_not_stall_the_agent(bed):
         after = flow.completed()
         later = bed.agents["h0"].call("agent_stats")
     finally:
-        bed.em.set_link("h0-p1l0", up=True)
+        _set_nic(bed, "h0", nic, up=True)  # its routes stay gone: the last use of this fabric
     result = flow.result()
     flow.stop()
     flow.close()

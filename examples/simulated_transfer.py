@@ -22,7 +22,9 @@ seed = parser.parse_args().seed
 
 fabric = sim_fabric(planes=4, spines=2)  # every link 10 Mbit/s, 0.3 ms, a 55 KB queue
 fabric.links[("up", 0, 0)].down = [(0.5, 1.5)]  # [start, end) in simulated seconds
-config = TransportConfig()
+# What an agent derives from the fabric (RTT target, window ceiling, loss-timer floor, SACK
+# timer); these simulated links mark no ECN.
+config = TransportConfig().for_fabric(link_mbps=10.0, planes=4, ecn=False)
 sender = MrcSender(1, 2, fabric.evs, config, seed)  # QP 1 sends to QP 2
 receiver = MrcReceiver(2, 1, fabric.evs, config, seed)
 messages = [random.Random(seed * 100 + i).randbytes(1 << 20) for i in range(8)]

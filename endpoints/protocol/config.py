@@ -16,7 +16,11 @@ from endpoints.protocol import wire
 
 # Parameters the switches use too (their thresholds count frames of `mtu_payload`, and they
 # mark one frame below `target_queue_frames`): one value per run, never one per QP.
-FABRIC_WIDE = frozenset({"mtu_payload", "target_queue_frames"})
+FABRIC_WIDE = frozenset({"mtu_payload", "target_queue_frames", "trim_queue_frames"})
+# Parameters `for_fabric` derives from the fabric (link rate, planes, whether switches mark)
+# unless the run sets them explicitly.
+FABRIC_DERIVED = ("target_delay_min", "max_cwnd_pkts", "queue_delay_bound", "sack_delay",
+                  "ecn_fabric")
 
 
 @dataclass(frozen=True)
@@ -28,10 +32,25 @@ class TransportConfig:
     # EV set (the MRC paper: 128-256 EVs split evenly over planes, >100 active, rest backups)
     ev_set_size: int = 256  # upper bound; fewer when the fabric has fewer paths
     active_fraction: float = 0.75  # of each plane's EVs; the rest are backups of that plane
+    # A plane keeps backups only with at least this many paths; below it every path is active.
+    # An EV is one path here: with few paths a backup is a path this QP never uses while
+    # healthy, and every QP leaving out the same one idles it for all (issue 10, P2). With
+    # backups, each QP picks its own at random, so none is left out by everyone.
+    backup_min_paths: int = 8  # a plane keeps backups only with at least this many paths
     ev_min_active: int = 2  # floor: never mark EVs bad below this many usable ones
-    skip_rotations: int = 1  # an ECN echo / trimmed NACK skips the EV for about one rotation
+    # An ECN echo / trimmed NACK skips the EV for `skip_rotations` rotations of its plane AND
+    # `skip_rtts` smoothed RTTs, whichever ends later: with a few EVs per plane a rotation is a
+    # couple of packets, far shorter than the RTT the echo describes (with the paper's 128-256
+    # EVs one rotation is hundreds of packets, and the RTT bound changes nothing).
+    skip_rotations: int = 1  # an ECN echo / trimmed NACK skips the EV for this many rotations
+    skip_rtts: float = 8.0  # ... and this many smoothed RTTs, whichever ends later
     # Loss detection and retransmission
     reorder_slack: float = 0.002  # s: added to the loss windows before a missing packet counts lost
+    # No packet is declared lost (RTO, dark path) before it could have waited behind a full
+    # trimming queue at a hop plus the target: a timeout benches the EV, and with trimming that
+    # is the longest a packet legitimately queues (issue 10, I2). `for_fabric` derives it:
+    # (trim_queue_frames + target_queue_frames) frame times at the link rate.
+    queue_delay_bound: float = 0.070  # s: no loss timer fires sooner (derived, `for_fabric`)
     rto_min: float = 0.030  # tails only: SACK-based detection handles losses mid-stream
     rto_max: float = 0.200  # s: cap of the RTO and of its exponential backoff
     rto_initial: float = 0.050  # s: the RTO (and the dark-path window) before any RTT sample
@@ -43,7 +62,15 @@ class TransportConfig:
     reverse_probe_interval: float = 0.100  # s: much more often, the reverse EVs' probes cost a plane of data
     # Acknowledgement cadence
     sack_every: int = 4  # data packets per SACK
-    sack_delay: float = 0.0005  # s: a lone packet is still acknowledged promptly
+    # s: a lone packet is still acknowledged within this; `for_fabric` sets it to
+    # `sack_delay_frames` frame times at the link rate, so that the count (`sack_every`), not
+    # the timer, sets the pace of a busy QP (issue 10, P3: a timer shorter than the gap between
+    # packets sent a SACK every 1-2 packets, 40% of all packets the switches forwarded).
+    sack_delay: float = 0.005  # s: a lone packet is still acknowledged within this (derived)
+    sack_delay_frames: float = 1.5  # sack_delay in frame times at the link rate
+    # A CE-marked packet is acknowledged at once: a coalesced SACK echoes only its newest
+    # packet's EV and mark, so the sender would learn of a hot path only by chance.
+    ack_on_ce: bool = True  # a CE-marked packet is acknowledged at once, its EV echoed
     # Receiver limits (forged or runaway input must not exhaust memory)
     max_message: int = 1 << 26  # bytes: the largest message either end accepts (64 MiB: the
     # largest collective step, --step-kb 65536)
@@ -59,15 +86,34 @@ class TransportConfig:
     echo_keep: float = 2.0
     # Congestion control, in the spirit of UET NSCC (docs/transport.md)
     target_queue_frames: int = 6  # the RTT target allows this many full frames of queueing
+    # The switches trim MRC data above this many full frames of queue (the data plane's
+    # threshold, topologies/dataplane/ports.py); the loss timers' floor follows from it.
+    trim_queue_frames: int = 15  # switches trim MRC data above this many frames of queue
     init_cwnd_pkts: float = 16.0  # the starting window
     min_cwnd_pkts: float = 2.0  # the window's floor
-    max_cwnd_pkts: float = 2048.0  # its ceiling, far inside psn_window and the 24-bit PSN space
+    # Its ceiling, far inside psn_window and the 24-bit PSN space; `for_fabric` sets it to
+    # `max_cwnd_bdp` x the QP's bandwidth-delay product at the target (planes x target frames):
+    # with a NIC that paces, a NIC-limited sender never sees queueing and would grow its window
+    # without bound, then flood the fabric when competition starts.
+    max_cwnd_pkts: float = 2048.0  # the window's ceiling (derived, `for_fabric`)
+    max_cwnd_bdp: float = 1.5  # max_cwnd in bandwidth-delay products at the target
     target_delay_min: float = 0.002  # s: floor of the RTT target (see `for_link`)
     target_over_base: float = 1.5  # target = max(floor, base RTT x this)
     proportional_gain: float = 0.5  # cwnd growth per acked packet at zero queueing delay
     fair_increase_pkts: float = 1.0  # additive growth per RTT when above target, no ECN
-    md_factor: float = 0.5  # strongest multiplicative decrease (ECN and far above target)
-    delay_md_over_target: float = 1.5  # no ECN: median path RTT > this x target decreases the window
+    md_factor: float = 0.5  # a trim's and a loss's decrease (x severity)
+    # NSCC (uet-1.0-nscc): on ECN with the queueing delay above target, the window shrinks by
+    # gamma x (avg - target) / avg of the smoothed queueing delay, at most max_md_jump, once
+    # per RTT; every other quadrant also adds eta packets per RTT, so a QP that cannot move
+    # (one usable path) is not stuck at the window it had.
+    gamma: float = 0.8  # ECN above target: cut gamma x (avg - target) / avg of the queueing delay
+    max_md_jump: float = 0.5  # ... at most this fraction of the window
+    eta: float = 0.15  # packets per RTT added in every quadrant but the decrease
+    # Whether the switches mark ECN (False: `--dataplane droptail`). Only without marks does a
+    # median path RTT beyond `delay_md_over_target` x target decrease the window: with marks,
+    # unmarked delay is in queues no switch marks (host NICs, the emulator), not congestion.
+    ecn_fabric: bool = True  # the switches mark ECN (derived: false on a drop-tail data plane)
+    delay_md_over_target: float = 1.5  # no ECN fabric: median path RTT > this x target decreases
     delay_skip_over_target: float = 2.0  # one RTT sample > this x target skips its EV, like ECN
     # Go-back-N baseline (RoCE-like)
     gbn_window_pkts: int = 8  # about the path BDP at 10 Mbit/s: fills the link, not the queues
@@ -88,6 +134,10 @@ class TransportConfig:
             raise ValueError("mtu_payload above 8192 would not fit a jumbo frame")
         if self.target_queue_frames < 2:
             raise ValueError("target_queue_frames must be 2 or more (ECN marks one frame below it)")
+        if self.trim_queue_frames <= self.target_queue_frames:
+            raise ValueError("trim_queue_frames must be above target_queue_frames (trims come after marks)")
+        if self.max_md_jump >= 1:
+            raise ValueError("max_md_jump must be below 1 (a decrease never empties the window)")
 
     @property
     def ecn_mark_frames(self) -> int:
@@ -106,9 +156,36 @@ class TransportConfig:
         """
         return self.target_queue_frames * wire.frame_bytes(self.mtu_payload) * 8 / (link_mbps * 1e6)
 
+    def frame_time(self, link_mbps: float) -> float:
+        """Seconds a full data frame takes at `link_mbps`."""
+        return wire.frame_bytes(self.mtu_payload) * 8 / (link_mbps * 1e6)
+
     def for_link(self, link_mbps: float) -> TransportConfig:
         """This config with the RTT target floor set for `link_mbps` links."""
         return replace(self, target_delay_min=self.link_target_delay(link_mbps))
+
+    def for_fabric(self, link_mbps: float, planes: int, ecn: bool = True,
+                   keep: Iterable[str] = ()) -> TransportConfig:
+        """This config with what follows from the fabric: the RTT target floor, the window's
+        ceiling, the loss timers' floor, the SACK timer, whether the switches mark; parameters
+        named in `keep` (set explicitly for the run) are left as they are.
+
+        >>> c = TransportConfig().for_fabric(10.0, 2)
+        >>> round(c.target_delay_min, 4), c.max_cwnd_pkts, round(c.queue_delay_bound, 4)
+        (0.0202, 18.0, 0.0707)
+        >>> round(c.sack_delay, 4), c.ecn_fabric
+        (0.005, True)
+        """
+        frame = self.frame_time(link_mbps)
+        derived: dict[str, Any] = {
+            "target_delay_min": self.link_target_delay(link_mbps),
+            "max_cwnd_pkts": self.max_cwnd_bdp * planes * self.target_queue_frames,
+            "queue_delay_bound": (self.trim_queue_frames + self.target_queue_frames) * frame,
+            "sack_delay": self.sack_delay_frames * frame,
+            "ecn_fabric": ecn,
+        }
+        kept = set(keep)
+        return replace(self, **{k: v for k, v in derived.items() if k not in kept})
 
     def as_dict(self) -> dict[str, object]:
         return asdict(self)

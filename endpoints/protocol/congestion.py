@@ -1,20 +1,24 @@
-"""Window congestion control in the spirit of UET NSCC (the one MRC uses).
+"""Window congestion control: UET NSCC as the OCP spec names it (uet-1.0-nscc), the one MRC uses.
 
-Two signals per acknowledged packet: its RTT against a target delay, and whether it was ECN
-marked. NSCC's four quadrants:
+Two signals per acknowledged packet: its queueing delay (RTT minus the base RTT, the smallest
+RTT seen) against the target (`target_delay_min`: `target_queue_frames` frames at the link
+rate), and whether it was ECN marked. NSCC's four quadrants:
 
-| ECN | RTT vs target | action |
+| ECN | queueing delay vs target | action |
 |---|---|---|
 | no  | below | proportional increase: the further below target, the faster |
 | no  | above | fair increase: about one packet per RTT, so flows converge to fairness |
-| yes | above | multiplicative decrease, at most once per RTT |
-| yes | below | no change: the mark came from a transient burst, not a standing queue |
+| yes | above | multiplicative decrease by gamma x (avg - target) / avg of the smoothed queueing
+|     |       | delay, at most `max_md_jump`, at most once per RTT |
+| yes | below | no change: the mark came from a transient burst (the sender skips the EV) |
 
-A fabric may give no ECN at all (`--dataplane droptail`, or queues where nothing marks: host
-NICs, last hops); then a median path RTT beyond `delay_md_over_target` x target is treated as a
-mark above target, so queues stay bounded, while a single hot path is handled by the sender
-skipping its EV (`delay_skip_over_target`).
-A real loss also decreases the window once per RTT.
+and `eta` packets per RTT added in every quadrant but the decrease. A trim is "ECN above target"
+whatever the RTT says (there may be none): a fixed decrease; a loss the strongest one.
+
+A fabric with no ECN at all (`--dataplane droptail`, `ecn_fabric` false) gets one more rule: a
+median path RTT beyond `delay_md_over_target` x target is read as a mark above target. With
+ECN it is off: unmarked delay then sits in queues no switch marks (a host's own NIC queue, the
+emulator), and cutting the window for it throttled an idle fabric (issue 10, P1).
 """
 
 from __future__ import annotations
@@ -22,22 +26,30 @@ from __future__ import annotations
 from endpoints.protocol.config import TransportConfig
 from endpoints.protocol.rtt import RttEstimator
 
+CAUSES = ("ecn", "delay", "trim", "loss", "timeout")  # why a window decreased (trace `cwnd_dec`)
+AVG_GAIN = 1 / 16  # EWMA gain of the smoothed queueing delay and of the marked fraction
+
 
 class Nscc:
     def __init__(self, config: TransportConfig) -> None:
         self.c = config
-        self.cwnd = config.init_cwnd_pkts  # packets
+        self.cwnd = min(config.init_cwnd_pkts, config.max_cwnd_pkts)  # packets
         self.base_rtt = float("inf")
         self.rtt = RttEstimator()  # the QP's RTT over all its paths
         self._last_decrease = -1.0
         self.decreases = 0
-        # Fraction of acknowledgements that echo a CE mark (DCTCP's alpha, g = 1/16): MRC's ECN
-        # marks are per path, so one hot path out of many must trim the window a little, not
-        # halve it; the hot EV itself is skipped by the sender.
+        # Smoothed queueing delay (RTT - base RTT): the decrease's magnitude.
+        self.avg_qdelay = 0.0
+        # Fraction of acknowledgements that echo a CE mark (for the trace): MRC's marks are per
+        # path, and the hot EV itself is skipped by the sender.
         self.ecn_frac = 0.0
+        # Every decrease that took effect, for the trace: (t, cause, cwnd before, after,
+        # severity); drained by the sender.
+        self.log: list[tuple[float, str, float, float, float]] = []
 
     @property
     def target(self) -> float:
+        """The RTT the delay rules compare with (EV delay skips, the ECN-less fallback)."""
         base = self.base_rtt if self.base_rtt != float("inf") else 0.0
         return max(self.c.target_delay_min, base * self.c.target_over_base)
 
@@ -57,38 +69,48 @@ class Nscc:
         fallback; the QP-wide smoothed RTT when not given."""
         if rtt is not None:
             self.rtt_sample(rtt)
-        delay = rtt if rtt is not None else self.srtt
-        if delay <= 0:
+        if rtt is None or self.base_rtt == float("inf"):
             return
-        self.ecn_frac += (float(ecn) - self.ecn_frac) / 16
-        target = self.target
-        above = delay >= target
+        c = self.c
+        qd = max(0.0, rtt - self.base_rtt)
+        self.avg_qdelay += (qd - self.avg_qdelay) * AVG_GAIN
+        self.ecn_frac += (float(ecn) - self.ecn_frac) * AVG_GAIN
+        t = c.target_delay_min
         typical = path_delay if path_delay is not None else self.srtt
-        if not ecn and typical > self.c.delay_md_over_target * target:
-            # A standing queue across most of the QP's paths with no mark to say so (an
-            # ECN-less fabric, or queues where nothing marks: host NICs, last hops): the median
-            # path, not one sample, since one hot path is the EV skip's business.
-            self._decrease(now, max(0.25, min(1.0, (delay - target) / target)))
-        elif not ecn and not above:
-            gain = self.c.proportional_gain * (target - delay) / target
-            self.cwnd += gain * acked_pkts
-        elif not ecn and above:
-            self.cwnd += self.c.fair_increase_pkts * acked_pkts / max(self.cwnd, 1.0)
-        elif ecn and above:
-            self._decrease(now, max(self.ecn_frac, 1 / 16))
-        self.cwnd = min(max(self.cwnd, self.c.min_cwnd_pkts), self.c.max_cwnd_pkts)
+        decrease = ecn and qd >= t
+        if not c.ecn_fabric and not ecn and typical - self.base_rtt > c.delay_md_over_target * t:
+            # No marks anywhere: a standing queue across most of the QP's paths (the median
+            # path, not one sample: one hot path is the EV skip's business).
+            self._decrease(now, max(0.25, min(1.0, (typical - self.base_rtt - t) / t)), "delay")
+            decrease = True
+        elif not ecn and qd < t:
+            self.cwnd += c.proportional_gain * (t - qd) / t * acked_pkts
+        elif not ecn:
+            self.cwnd += c.fair_increase_pkts * acked_pkts / max(self.cwnd, 1.0)
+        elif decrease and self.avg_qdelay > t:
+            avg = self.avg_qdelay
+            self._cut(now, min(c.gamma * (avg - t) / avg, c.max_md_jump), "ecn")
+        if not decrease:
+            self.cwnd += c.eta * acked_pkts / max(self.cwnd, 1.0)
+        self.cwnd = min(max(self.cwnd, c.min_cwnd_pkts), c.max_cwnd_pkts)
 
     def on_trim(self, now: float) -> None:
         """A trimmed packet: its queue passed the trimming threshold, well above any target,
         so this is "ECN and above target" whatever the RTT estimate says (there may be none)."""
-        self._decrease(now, 0.5)
+        self._decrease(now, 0.5, "trim")
 
-    def on_loss(self, now: float) -> None:
-        self._decrease(now, 1.0)
+    def on_loss(self, now: float, cause: str = "loss") -> None:
+        """A loss read as congestion (`cause` loss or timeout): the strongest decrease."""
+        self._decrease(now, 1.0, cause)
 
-    def _decrease(self, now: float, severity: float) -> None:
+    def _decrease(self, now: float, severity: float, cause: str) -> None:
+        self._cut(now, self.c.md_factor * severity, cause)
+
+    def _cut(self, now: float, fraction: float, cause: str) -> None:
         if now - self._last_decrease < max(self.srtt, self.c.target_delay_min):
             return  # once per RTT
         self._last_decrease = now
         self.decreases += 1
-        self.cwnd = max(self.c.min_cwnd_pkts, self.cwnd * (1 - self.c.md_factor * severity))
+        before = self.cwnd
+        self.cwnd = max(self.c.min_cwnd_pkts, self.cwnd * (1 - fraction))
+        self.log.append((now, cause, before, self.cwnd, fraction))

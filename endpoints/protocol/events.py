@@ -54,11 +54,96 @@ class ReverseEvState(NamedTuple):
 
 
 class Timeout(NamedTuple):
-    """Go-back-N: the retransmission timer fired at `psn` with timeout `rto`."""
+    """The retransmission timer fired at `psn` (the oldest packet outstanding) with timeout
+    `rto` (go-back-N and MRC senders)."""
     t: float
     psn: int
     rto: float
     event: Literal["timeout"] = "timeout"
+
+
+class Cc(NamedTuple):
+    """The sender's congestion state, sampled (at most every `cc_sample_interval`): window and
+    packets in flight; smoothed, base and target RTT; the EWMA of ECN-marked acks; the median
+    smoothed RTT over the active EVs (None before samples); the RTO; usable EVs."""
+    t: float
+    cwnd: float
+    inflight: int
+    srtt: float
+    base_rtt: float | None
+    target: float
+    ecn_frac: float
+    path_rtt: float | None
+    rto: float
+    usable: int
+    event: Literal["cc"] = "cc"
+
+
+class CwndDec(NamedTuple):
+    """A window decrease that took effect: `cause` ecn, delay, trim, loss or timeout
+    (congestion.CAUSES); `fraction` of the window cut."""
+    t: float
+    cause: str
+    before: float
+    after: float
+    fraction: float
+    event: Literal["cwnd_dec"] = "cwnd_dec"
+
+
+class EvSkip(NamedTuple):
+    """A forward EV went GOOD -> SKIP: `cause` ecn (echo), trim (TRIMMED NACK) or delay (an
+    RTT sample over `delay_skip_over_target` x target, in `rtt`; None for the others)."""
+    t: float
+    ev: int
+    cause: str
+    rtt: float | None = None
+    event: Literal["ev_skip"] = "ev_skip"
+
+
+class EvBad(NamedTuple):
+    """A forward EV was benched (ASSUMED_BAD) by `rule`: sack (path order), dark (no news on
+    it for its loss window) or rto; `seq` the packet judged lost, `age` s since it was sent."""
+    t: float
+    ev: int
+    rule: str
+    seq: int
+    age: float
+    event: Literal["ev_bad"] = "ev_bad"
+
+
+class FloorHold(NamedTuple):
+    """A loss on an EV that the `ev_min_active` floor kept in use (read as congestion)."""
+    t: float
+    ev: int
+    rule: str
+    event: Literal["floor_hold"] = "floor_hold"
+
+
+class EvLoad(NamedTuple):
+    """Data packets sent per EV over the last `interval` s (the per-EV load plot); keys are
+    the EVs in decimal (JSON object keys are strings)."""
+    t: float
+    interval: float
+    sent: dict[str, int]
+    event: Literal["ev_load"] = "ev_load"
+
+
+class SackCadence(NamedTuple):
+    """A receiver's acknowledgements over the last `interval` s: SACKs sent, the data packets
+    they covered, why each left (`on_count`: sack_every reached, `on_delay`: the sack_delay
+    timer, `on_urgent`: ACK_REQ, a retransmission, a duplicate or a CE mark), the longest gap
+    between two SACKs (s), NACKs sent and CE-marked packets received."""
+    t: float
+    interval: float
+    sacks: int
+    pkts: int
+    on_count: int
+    on_delay: int
+    on_urgent: int
+    max_gap: float
+    nacks: int
+    ce: int
+    event: Literal["sack_cadence"] = "sack_cadence"
 
 
 class GoBack(NamedTuple):
@@ -68,7 +153,8 @@ class GoBack(NamedTuple):
     event: Literal["go_back"] = "go_back"
 
 
-Event = Complete | Rtt | Retx | EvState | ReverseEvState | Timeout | GoBack
+Event = (Complete | Rtt | Retx | EvState | ReverseEvState | Timeout | GoBack | Cc | CwndDec | EvSkip
+         | EvBad | FloorHold | EvLoad | SackCadence)
 
 
 def as_record(qpn: int, event: Event) -> dict[str, object]:

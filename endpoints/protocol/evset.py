@@ -1,6 +1,6 @@
 """The sender's EV set and per-EV state machine.
 
-GOOD ---(ECN echo / TRIMMED NACK)--> SKIP ---(one rotation later)--> GOOD
+GOOD ---(ECN echo / TRIMMED NACK)--> SKIP ---(a rotation and `skip_for` s later)--> GOOD
 GOOD/SKIP ---(real loss or timeout)--> ASSUMED_BAD: leaves the active set at once, a backup of
     the same plane takes its place; probed in the background
 ASSUMED_BAD ---(probes_to_resurrect probe replies in a row)--> GOOD (back as a backup, or active
@@ -9,14 +9,16 @@ any ---(operator)--> DENIED: never used again
 
 Spraying walks the active set in a fresh pseudo-random order each rotation (a shuffled deck), so
 every active EV carries one packet per rotation: an even spread with no coordination, and
-"skip for one rotation" has a precise meaning.
+"skip for one rotation" has a precise meaning. With a NIC that paces (`next_ev(plane_ok)`), the
+plane is chosen first, by which NIC port can take a packet now, and the EV from that plane's
+own deck, so a port never idles while a packet waits for a busy one.
 """
 
 from __future__ import annotations
 
 import random
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
 GOOD, SKIP, ASSUMED_BAD, DENIED = "GOOD", "SKIP", "ASSUMED_BAD", "DENIED"
@@ -55,7 +57,9 @@ def spread_over_planes(evs: Sequence[EvInfo], limit: int) -> list[EvInfo]:
 class EvSet:
     def __init__(self, evs: Sequence[EvInfo], active_fraction: float, min_active: int,
                  skip_rotations: int, rng: random.Random, limit: int = 256,
-                 stateless: bool = False) -> None:
+                 stateless: bool = False, backup_min_paths: int = 0) -> None:
+        """`backup_min_paths`: a plane with fewer EVs keeps no backups (0: backups always);
+        with backups each set picks its own at random (`rng`)."""
         if not evs:
             raise ValueError("an EV set needs at least one EV")
         chosen = spread_over_planes(evs, limit)
@@ -76,12 +80,25 @@ class EvSet:
         for e in chosen:
             by_plane.setdefault(e.plane, []).append(e.ev)
         for plane, plane_evs in sorted(by_plane.items()):
-            n_active = max(1, round(len(plane_evs) * active_fraction))
+            if len(plane_evs) < backup_min_paths:
+                n_active = len(plane_evs)
+            else:
+                n_active = max(1, round(len(plane_evs) * active_fraction))
+                if n_active < len(plane_evs) and backup_min_paths:
+                    rng.shuffle(plane_evs)  # each QP its own backups: no path left out by all
             self.active += plane_evs[:n_active]
             self.backup[plane] = plane_evs[n_active:]
             self._plane_active_target[plane] = n_active
         self.skip_until: dict[int, int] = {}  # ev -> rotation number it may be used again
+        self.skip_until_t: dict[int, float] = {}  # ev -> and not before this time
+        self.now = 0.0  # the caller's clock, set before next_ev (time-bounded skips)
         self.rotation = 0
+        # Paced spraying: one deck and rotation count per plane, planes taken in turn.
+        self._paced = False
+        self._planes = sorted(by_plane)
+        self._plane_cursor = 0
+        self._plane_deck: dict[int, list[int]] = {p: [] for p in self._planes}
+        self._plane_rot: dict[int, int] = dict.fromkeys(self._planes, 0)
         self._deck: list[int] = []
         self.bad_since: dict[int, float] = {}
         self.probe_ok: dict[int, int] = {}
@@ -102,6 +119,9 @@ class EvSet:
         return out
 
     # ----- spraying -------------------------------------------------------------------------
+    def _skip_over(self, ev: int, rotation: int) -> bool:
+        return rotation >= self.skip_until.get(ev, 0) and self.now >= self.skip_until_t.get(ev, 0.0)
+
     def next_ev(self) -> int:
         """The EV for the next packet: the next card of this rotation's shuffled deck."""
         for _ in range(3):
@@ -110,11 +130,59 @@ class EvSet:
                 state = self.state[ev]
                 if state == GOOD:
                     return ev
-                if state == SKIP and self.rotation >= self.skip_until.get(ev, 0):
+                if state == SKIP and self._skip_over(ev, self.rotation):
                     self._set(ev, GOOD)
                     return ev
             self._new_deck()
+        skipped = [ev for ev in self.active if self.state[ev] == SKIP]
+        if skipped:
+            # Every usable EV is skipped: a skip says "prefer the others", and there are none;
+            # spread over the skipped ones rather than pile on one.
+            return self.rng.choice(skipped)
         return self._fallback()
+
+    def next_ev_paced(self, plane_ok: Callable[[int], bool]) -> int | None:
+        """`next_ev` for a NIC that paces (endpoints/protocol/nicpacer.py): the plane is the
+        next in turn among those whose port can take a packet now (`plane_ok`), the EV the next
+        card of that plane's own deck; None when every plane with a usable EV is busy (the
+        caller waits for a port)."""
+        self._paced = True
+        planes = self._planes
+        n = len(planes)
+        blocked = False
+        for k in range(n):
+            plane = planes[(self._plane_cursor + k) % n]
+            if not plane_ok(plane):
+                blocked = blocked or any(self.plane[ev] == plane and self.state[ev] in (GOOD, SKIP)
+                                         for ev in self.active)
+                continue
+            ev = self._deal(plane)
+            if ev is not None:
+                self._plane_cursor = (self._plane_cursor + k + 1) % n
+                return ev
+        return None if blocked else self._fallback()
+
+    def _deal(self, plane: int) -> int | None:
+        """The next card of `plane`'s own deck (one rotation over its usable active EVs)."""
+        deck = self._plane_deck[plane]
+        for _ in range(2):
+            while deck:
+                ev = deck.pop()
+                if ev in self.active and self._dealable(ev, plane):
+                    if self.state[ev] == SKIP:
+                        self._set(ev, GOOD)
+                    return ev
+            self._plane_rot[plane] += 1
+            deck += [ev for ev in self.active if self.plane[ev] == plane and self._dealable(ev, plane)]
+            self.rng.shuffle(deck)
+        # Every usable EV of the plane is skipped: spread over the skipped ones rather than
+        # idle the port or pile on one EV.
+        skipped = [ev for ev in self.active if self.plane[ev] == plane and self.state[ev] == SKIP]
+        return self.rng.choice(skipped) if skipped else None
+
+    def _dealable(self, ev: int, plane: int) -> bool:
+        state = self.state[ev]
+        return state == GOOD or (state == SKIP and self._skip_over(ev, self._plane_rot[plane]))
 
     def _new_deck(self) -> None:
         """One rotation: every plane gets the same number of cards (its usable EVs, repeated up
@@ -124,7 +192,7 @@ class EvSet:
         by_plane: dict[int, list[int]] = {}
         for ev in self.active:
             state = self.state[ev]
-            if state == GOOD or (state == SKIP and self.rotation >= self.skip_until.get(ev, 0)):
+            if state == GOOD or (state == SKIP and self._skip_over(ev, self.rotation)):
                 by_plane.setdefault(self.plane[ev], []).append(ev)
         if not by_plane:
             self._deck = []
@@ -153,12 +221,16 @@ class EvSet:
             self.changes.append((ev, old, new))
             self.entered[ev, new] += 1
 
-    def skip(self, ev: int) -> None:
-        if self.stateless:
-            return
-        if self.state.get(ev) == GOOD:
-            self.skip_until[ev] = self.rotation + self.skip_rotations + 1
-            self._set(ev, SKIP)
+    def skip(self, ev: int, until_t: float = 0.0) -> bool:
+        """Skip `ev` for `skip_rotations` rotations and until `until_t`; True if it was GOOD
+        (the skip took effect)."""
+        if self.stateless or self.state.get(ev) != GOOD:
+            return False
+        rotation = self._plane_rot[self.plane[ev]] if self._paced else self.rotation
+        self.skip_until[ev] = rotation + self.skip_rotations + 1
+        self.skip_until_t[ev] = until_t
+        self._set(ev, SKIP)
+        return True
 
     def mark_bad(self, ev: int, now: float) -> bool:
         """A real loss or a timeout on `ev`. Returns False if the floor kept it in use."""

@@ -4,8 +4,9 @@ Places every data packet as it arrives, in any order, once it is consistent with
 packetisation and with what is already known (`placement.py`: memory is what arrived, a forged
 claim cannot wedge the QP); suppresses duplicates by PSN; completes messages in MSN order, each
 exactly once; acknowledges with SACKs (cumulative ACK + 64-bit bitmap + the EV and timestamp of
-the packet that triggered it + ECN echo) every `sack_every` packets or after `sack_delay`;
-NACKs trimmed packets, out-of-window PSNs, and (NO_PKT_BUFFER: resend later) packets it cannot
+the packet that triggered it + ECN echo) every `sack_every` packets or after `sack_delay`, and
+at once for a CE-marked packet (`ack_on_ce`: a coalesced SACK echoes only its newest packet's EV
+and mark); NACKs trimmed packets, out-of-window PSNs, and (NO_PKT_BUFFER: resend later) packets it cannot
 place yet. A duplicate is answered with its own echo, so a flood of forged copies cannot
 displace the genuine trigger; per-EV state is kept for the sender's real paths only.
 SACKs travel on a small reverse EV set (`reverse_evs_per_plane` per plane),
@@ -23,10 +24,12 @@ from collections.abc import Collection, Sequence
 from endpoints.protocol import wire
 from endpoints.protocol.config import TransportConfig
 from endpoints.protocol.core import CoreBase
-from endpoints.protocol.events import ReverseEvState
+from endpoints.protocol.events import ReverseEvState, SackCadence
 from endpoints.protocol.evset import EvInfo, spread_over_planes
 from endpoints.protocol.placement import BUSY, DUPLICATE, FULL, LATE, PLACED, Placement
 from endpoints.protocol.prober import Prober
+
+CADENCE_INTERVAL = 0.05  # s summed by one `SackCadence` trace event
 
 
 class ReverseEvs:
@@ -113,7 +116,15 @@ class MrcReceiver(CoreBase):
         # The reverse EVs' liveness: answered probes keep them in the SACK rotation.
         self.prober = Prober(peer_qpn, config.reverse_probe_interval, config.probe_timeout,
                              random.Random(self.rng.getrandbits(64)))
-        self.events: list[ReverseEvState] = []
+        self.events: list[ReverseEvState | SackCadence] = []
+        # SACK cadence for the trace, summed over `cadence_interval`: why each SACK left
+        # (count / delay / urgent), the packets it covered, the longest gap between two.
+        self.cadence_interval: float | None = CADENCE_INTERVAL  # None: no `SackCadence`
+        self._cad = dict.fromkeys(("sacks", "pkts", "count", "delay", "urgent", "nacks", "ce"), 0)
+        self._cad_gap = 0.0
+        self._cad_since = 0.0
+        self._last_sack_t: float | None = None
+        self._sack_why = "delay"
         self.stats = {k: 0 for k in ("packets", "duplicates", "malformed", "foreign",
                                      "out_of_window", "forged", "busy", "no_buffer", "evicted",
                                      "trimmed", "sacks", "nacks", "ce_marked", "messages",
@@ -136,6 +147,8 @@ class MrcReceiver(CoreBase):
     def poll(self, now: float) -> list[tuple[int, bytes]]:
         if self.sack_due is not None and now >= self.sack_due:
             self._send_sack(now)
+        if self.cadence_interval is not None and now >= self._cad_since + self.cadence_interval:
+            self._trace_cadence(now)
         self._probe_reverse(now)
         out, self.out = self.out, []
         return out
@@ -183,7 +196,8 @@ class MrcReceiver(CoreBase):
             self.completed += self.place.completed
             self.place.completed = []
         self.stats["evicted"] = self.place.evicted
-        self._ack_soon(now, urgent=bool(d.flags & (wire.F_ACK_REQ | wire.F_RETRANSMIT)))
+        self._ack_soon(now, urgent=bool(d.flags & (wire.F_ACK_REQ | wire.F_RETRANSMIT)) or
+                       (ce and self.c.ack_on_ce))
 
     def _refused(self, verdict: str, seq: int, ev: int, tsval: int, now: float) -> None:
         """A data packet not placed: nothing about it is marked received."""
@@ -195,6 +209,7 @@ class MrcReceiver(CoreBase):
             due = max(now, self.last_sack + self.c.sack_delay)
             if self.sack_due is None or due < self.sack_due:
                 self.sack_due = due
+                self._sack_why = "urgent"
         elif verdict in (BUSY, FULL):
             # Plausible but not placeable now: ask for it again later (RNR), unmarked.
             self.stats["busy" if verdict == BUSY else "no_buffer"] += 1
@@ -206,11 +221,33 @@ class MrcReceiver(CoreBase):
     def _ack_soon(self, now: float, urgent: bool) -> None:
         self.unacked += 1
         if urgent or self.unacked >= self.c.sack_every:
+            if self.sack_due is None or self.sack_due > now:
+                self._sack_why = "urgent" if urgent else "count"
             self.sack_due = now
         elif self.sack_due is None:
             self.sack_due = now + self.c.sack_delay
+            self._sack_why = "delay"
+
+    def _trace_cadence(self, now: float) -> None:
+        c = self._cad
+        if c["sacks"] or c["nacks"]:
+            self.events.append(SackCadence(now, round(now - self._cad_since, 6), c["sacks"], c["pkts"],
+                                           c["count"], c["delay"], c["urgent"], round(self._cad_gap, 6),
+                                           c["nacks"], c["ce"]))
+        for k in c:
+            c[k] = 0
+        self._cad_gap = 0.0
+        self._cad_since = now
 
     def _send_sack(self, now: float) -> None:
+        c = self._cad
+        c["sacks"] += 1
+        c["pkts"] += self.unacked
+        c[self._sack_why] += 1
+        c["ce"] += self.ce_pending
+        if self._last_sack_t is not None:
+            self._cad_gap = max(self._cad_gap, now - self._last_sack_t)
+        self._last_sack_t = now
         seq, ev, tsval = self.trigger
         rcv_nxt, ooo = self.place.rcv_nxt, self.place.ooo
         if self.highest - rcv_nxt < 64:
@@ -238,6 +275,7 @@ class MrcReceiver(CoreBase):
         self.sack_due = None
 
     def _nack(self, seq: int, reason: int, ev: int, tsval: int) -> None:
+        self._cad["nacks"] += 1
         self.out.append((self.rev.next(), wire.encode_nack(
             self.peer_qpn, seq, reason, ev, tsval, self.place.rcv_nxt)))
         self.stats["nacks"] += 1

@@ -7,6 +7,14 @@ older than srtt + 4 rttvar + `reorder_slack`; an RTO with exponential backoff is
 for tails. A lost packet's EV becomes ASSUMED_BAD at once (a backup of its plane takes over) and
 only that packet is resent, on another EV. Trimmed packets (NACK TRIMMED) are resent at once and
 only skip their EV. ASSUMED_BAD EVs are probed until `probes_to_resurrect` replies in a row.
+No loss timer fires before `queue_delay_bound` (the longest a packet may legitimately queue).
+
+With a `NicPacer` (the host's NIC ports, shared by its QPs) a packet is built only when a port
+can take it, so the RTT measures the fabric, not a queue in the sending host.
+
+Trace (`take_events`): besides completions, RTT samples, retransmissions and EV states, a `Cc`
+sample every `cc_sample_interval`, every window decrease with its cause, every EV skip and
+benching with its cause, and the per-EV load every `ev_load_interval`.
 """
 
 from __future__ import annotations
@@ -21,11 +29,27 @@ from endpoints.protocol.config import TransportConfig
 from endpoints.protocol.congestion import Nscc
 from endpoints.protocol.core import CoreBase
 from endpoints.protocol.echoes import Echoes
-from endpoints.protocol.events import Complete, EvState, Retx, Rtt
+from endpoints.protocol.events import (
+    Cc,
+    Complete,
+    CwndDec,
+    EvBad,
+    EvLoad,
+    EvSkip,
+    EvState,
+    FloorHold,
+    Retx,
+    Rtt,
+    Timeout,
+)
 from endpoints.protocol.evset import ASSUMED_BAD, DENIED, GOOD, SKIP, EvInfo, EvReport, EvSet
+from endpoints.protocol.nicpacer import NicPacer
 from endpoints.protocol.prober import Prober
 from endpoints.protocol.rtt import RttEstimator
 from endpoints.protocol.wire import ts_age, ts_us
+
+CC_SAMPLE_INTERVAL = 0.005  # s between `Cc` trace samples: a few per RTT at 10 Mbit/s
+EV_LOAD_INTERVAL = 0.05  # s over which `EvLoad` counts packets per EV
 
 
 class _Pkt:
@@ -46,13 +70,18 @@ class _Pkt:
 
 class MrcSender(CoreBase):
     def __init__(self, qpn: int, peer_qpn: int, evs: Sequence[EvInfo], config: TransportConfig,
-                 seed: int, initial_psn: int = 0) -> None:
+                 seed: int, initial_psn: int = 0, pacer: NicPacer | None = None) -> None:
         self.qpn, self.peer_qpn, self.c = qpn, peer_qpn, config
         self.rng = random.Random(seed)
         self.evs = EvSet([EvInfo(*e) for e in evs], config.active_fraction, config.ev_min_active,
                          config.skip_rotations, self.rng, config.ev_set_size,
-                         stateless=not config.path_state)
+                         stateless=not config.path_state, backup_min_paths=config.backup_min_paths)
         self.cc = Nscc(config)
+        # The host's NIC ports (nicpacer.py), shared with its other QPs; None: every packet the
+        # window allows goes to the caller at once.
+        self.pacer = pacer
+        self._pace_wait: float | None = None  # when a busy port frees, while new data waits
+        self._frame_overhead = wire.DATA_OVERHEAD + wire.FRAME_OVERHEAD  # wire bytes besides payload
         self.next_seq = self.una = initial_psn
         self.outstanding: OrderedDict[int, _Pkt] = OrderedDict()  # in transmission order
         self.retx_queue: deque[_Pkt] = deque()
@@ -84,8 +113,15 @@ class MrcSender(CoreBase):
         self.deferred: dict[int, tuple[float, _Pkt]] = {}  # seq -> (resend at, packet): RNR
         self.replies: list[tuple[int, bytes]] = []  # probe replies owed to the receiver
         self.proven_ev: int | None = None  # forward EV that most recently delivered (ack, probe reply)
-        self.events: list[Complete | Rtt | Retx | EvState] = []
+        self.events: list[Complete | Rtt | Retx | EvState | Cc | CwndDec | EvSkip | EvBad |
+                          FloorHold | EvLoad | Timeout] = []
         self.bytes_acked = 0
+        self.cc_sample_interval: float | None = CC_SAMPLE_INTERVAL  # None: no `Cc` samples
+        self._next_cc_sample = 0.0
+        self.ev_load_interval: float | None = EV_LOAD_INTERVAL  # None: no `EvLoad`
+        self._ev_sent: dict[int, int] = {}
+        self._ev_load_since = 0.0  # start of the interval `_ev_sent` counts
+        self.skips = {"ecn": 0, "trim": 0, "delay": 0}  # EV skips by cause
         self.stats = {k: 0 for k in ("sent", "retransmitted", "lost", "timeouts", "trimmed_nacks",
                                      "ecn_echoes", "probes_sent", "probe_replies", "sacks",
                                      "nacks", "malformed", "foreign", "stale_acks", "bad_evs",
@@ -143,8 +179,10 @@ class MrcSender(CoreBase):
             deadlines.append(self.prober.next_round)
         if self.deferred:
             deadlines.append(min(due for due, _ in self.deferred.values()))
-        if self.retx_queue or self.replies or self._can_send_new():
+        if self.retx_queue or self.replies:
             deadlines.append(0.0)
+        elif self._can_send_new():
+            deadlines.append(0.0 if self._pace_wait is None else self._pace_wait)
         return min(deadlines) if deadlines else None
 
     # ----- receiving ------------------------------------------------------------------------
@@ -221,19 +259,42 @@ class MrcSender(CoreBase):
         ecn = bool(s.flags & wire.F_ECN_ECHO)
         if ecn:
             self.stats["ecn_echoes"] += 1
-            self.evs.skip(s.echo_ev)
+            self._skip(s.echo_ev, now, "ecn")
         rtt: float | None = ts_age(now, s.echo_ts)  # every SACK echoes a real tsval; 0 is one too
         if rtt is not None and rtt > 10.0:
             rtt = None  # a forged or ancient echo must not poison the estimator
         if rtt is not None and not ecn and rtt > self.c.delay_skip_over_target * self.cc.target:
             self.stats["delay_skips"] += 1
-            self.evs.skip(s.echo_ev)  # a hot path: move load off it, as an ECN echo would
+            self._skip(s.echo_ev, now, "delay", rtt)  # a hot path: move load off it, as ECN would
         if rtt is not None:
             self._ev_rtt_sample(s.echo_ev, rtt)
             self.events.append(Rtt(now, s.echo_ev, rtt))
         self.cc.on_ack(now, rtt, ecn, acked, self._typical_path_delay())
         self._detect_losses(now)
         self._drain_changes(now)
+        self._trace_cc(now)
+
+    def _skip(self, ev: int, now: float, cause: str, rtt: float | None = None) -> None:
+        """Skip `ev` (congestion on its path, not failure) for `skip_rotations` rotations and
+        `skip_rtts` smoothed RTTs."""
+        if self.evs.skip(ev, now + self.c.skip_rtts * self.cc.srtt):
+            self.skips[cause] += 1
+            self.events.append(EvSkip(now, ev, cause, rtt))
+
+    def _trace_cc(self, now: float, force: bool = False) -> None:
+        """The window decreases since the last call, and a `Cc` sample when one is due."""
+        cc = self.cc
+        for t, cause, before, after, fraction in cc.log:
+            self.events.append(CwndDec(t, cause, round(before, 2), round(after, 2), round(fraction, 4)))
+        cc.log.clear()
+        if self.cc_sample_interval is None or (now < self._next_cc_sample and not force):
+            return
+        self._next_cc_sample = now + self.cc_sample_interval
+        base = None if cc.base_rtt == float("inf") else round(cc.base_rtt, 6)
+        path = None if self._median_rtt is None else round(self._median_rtt, 6)
+        self.events.append(Cc(now, round(cc.cwnd, 2), len(self.outstanding), round(cc.srtt, 6), base,
+                              round(cc.target, 6), round(cc.ecn_frac, 4), path, round(self.rto, 4),
+                              len(self.evs.usable())))
 
     def _lost_by_path_order(self, s: wire.Sack, base: int, missing: int, newest: dict[int, int],
                             now: float) -> None:
@@ -283,8 +344,9 @@ class MrcSender(CoreBase):
             self.outstanding.pop(seq)
             self._queue_retx(p, now, "trimmed")
             if n.reason == wire.NACK_TRIMMED:
-                self.evs.skip(p.ev)  # congestion on that path, not failure
+                self._skip(p.ev, now, "trim")  # congestion on that path, not failure
             self.cc.on_trim(now)
+            self._trace_cc(now)
         elif n.reason == wire.NACK_NO_PKT_BUFFER:
             # Receiver not ready (RoCE's RNR): resend after rnr_delay, no penalty for the path.
             self.stats["rnr"] += 1
@@ -342,8 +404,9 @@ class MrcSender(CoreBase):
         all be of small packets, on other paths): only the RTO can say it went dark."""
         est = self.ev_rtt.get(ev)
         if est is None:
-            return self.rto
-        return max(self._rto_base(), 2 * est.srtt, est.timeout()) + self.c.reorder_slack
+            return max(self.rto, self.c.queue_delay_bound)
+        return max(self._rto_base(), 2 * est.srtt, est.timeout(), self.c.queue_delay_bound) + \
+            self.c.reorder_slack
 
     def _detect_losses(self, now: float) -> None:
         """The time rule, for a path gone dark (nothing on it arrives, so path order proves
@@ -381,6 +444,7 @@ class MrcSender(CoreBase):
         state = self.evs.state.get(p.ev)
         if self.evs.mark_bad(p.ev, now):
             self.stats["bad_evs"] += 1
+            self.events.append(EvBad(now, p.ev, reason, p.seq, round(now - p.sent, 6)))
             self._queue_retx(p, now, reason)
             stranded = [q for q in self.outstanding.values() if q.ev == p.ev]
             for q in stranded:
@@ -388,13 +452,15 @@ class MrcSender(CoreBase):
                 self.stats["stranded_resent"] += 1
                 self._queue_retx(q, now, "ev_bad")
             return
+        cause = "timeout" if reason == "rto" else "loss"
         if self.evs.stateless:
-            self.cc.on_loss(now)  # no path state: a loss can only be read as congestion
+            self.cc.on_loss(now, cause)  # no path state: a loss can only be read as congestion
         elif state in (GOOD, SKIP):
             self.stats["floor_holds"] += 1
-            self.cc.on_loss(now)
+            self.events.append(FloorHold(now, p.ev, reason))
+            self.cc.on_loss(now, cause)
         elif reason == "rto":
-            self.cc.on_loss(now)
+            self.cc.on_loss(now, cause)
         self._queue_retx(p, now, reason)
 
     def _queue_retx(self, p: _Pkt, now: float, reason: str) -> None:
@@ -409,9 +475,9 @@ class MrcSender(CoreBase):
         one RTT, faster than its variance estimate follows."""
         est = self.ev_rtt.get(p.ev)
         if est is None:
-            return self.rto
+            return max(self.rto, self.c.queue_delay_bound)
         path = max(2 * est.srtt, est.timeout()) + self.c.reorder_slack
-        return max(self.rto, min(self.c.rto_max, path))
+        return max(self.rto, min(self.c.rto_max, path), self.c.queue_delay_bound)
 
     def _check_rto(self, now: float) -> None:
         if not self.outstanding:
@@ -420,11 +486,13 @@ class MrcSender(CoreBase):
         if now - oldest.sent < self._rto_for(oldest):
             return
         self.stats["timeouts"] += 1
+        self.events.append(Timeout(now, oldest.seq, round(self._rto_for(oldest), 6)))
         expired = [p for p in self.outstanding.values() if now - p.sent >= self._rto_for(p)]
         for p in expired:
             if self.outstanding.pop(p.seq, None) is not None:  # not already resent as stranded
                 self._lose(p, now, "rto")
         self.rto = min(self.rto * 2, self.c.rto_max)
+        self._trace_cc(now, force=True)
 
     # ----- probing --------------------------------------------------------------------------
     def _probe(self, now: float, out: list[tuple[int, bytes]]) -> None:
@@ -450,9 +518,13 @@ class MrcSender(CoreBase):
         return bool(self.messages) and self._window_open() and \
             self.messages[0][0] < self.next_complete + self.c.max_open_messages
 
-    def _emit(self, p: _Pkt, now: float, data: memoryview | None, retx: bool) -> tuple[int, bytes]:
-        p.ev = ev = self.evs.next_ev()
+    def _emit(self, p: _Pkt, now: float, data: memoryview | None, retx: bool,
+              ev: int | None = None) -> tuple[int, bytes]:
+        p.ev = ev = self.evs.next_ev() if ev is None else ev
         self.ev_bytes[ev] = self.ev_bytes.get(ev, 0) + p.length
+        self._ev_sent[ev] = self._ev_sent.get(ev, 0) + 1
+        if self.pacer is not None:
+            self.pacer.charge(self.evs.plane[ev], p.length + self._frame_overhead, now)
         p.sent = now
         p.ts = ts = ts_us(now)
         self.echoes.sent(p.ev, ts, now)
@@ -493,7 +565,16 @@ class MrcSender(CoreBase):
             self.stats["retransmitted"] += 1
             out.append(self._emit(p, now, data, True))
         mtu = self.c.mtu_payload
+        self._pace_wait = None
+        self.evs.now = now
+        pacer = self.pacer
         while self._can_send_new():
+            ev = None
+            if pacer is not None:
+                ev = self.evs.next_ev_paced(lambda plane: pacer.ready(plane, now))
+                if ev is None:  # every port this QP can use is busy: wait for one
+                    self._pace_wait = pacer.next_ready(now)
+                    break
             entry = self.messages[0]
             msn, data, offset = entry
             length = min(mtu, len(data) - offset)
@@ -506,8 +587,14 @@ class MrcSender(CoreBase):
             if last:
                 self.messages.popleft()
             self.stats["sent"] += 1
-            out.append(self._emit(p, now, data, False))
+            out.append(self._emit(p, now, data, False, ev))
         self._drain_changes(now)
+        if self.ev_load_interval is not None and now >= self._ev_load_since + self.ev_load_interval:
+            if self._ev_sent:
+                self.events.append(EvLoad(now, round(now - self._ev_load_since, 6),
+                                          {str(k): v for k, v in self._ev_sent.items()}))
+                self._ev_sent = {}
+            self._ev_load_since = now
         return out
 
     def _message_data(self, msn: int) -> memoryview | None:

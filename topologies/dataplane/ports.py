@@ -15,7 +15,6 @@ from typing import NamedTuple
 from endpoints.protocol import wire
 from endpoints.protocol.config import TransportConfig
 
-TRIM_PACKETS = 15  # well past NSCC's target: cut payloads before the FIFO gets near full
 # The drop threshold is the data FIFO's capacity (queue_packets full frames): the vq decides
 # drops before the real pfifo would, so what the FIFO tail-drops is never trimmable MRC data.
 
@@ -49,7 +48,9 @@ def default_thresholds(queue_packets: int, transport: TransportConfig) -> Thresh
     if queue_packets < 3:
         raise ValueError(f"queue_packets={queue_packets}: need at least 3 to mark, trim and drop")
     frame = wire.frame_bytes(transport.mtu_payload)
-    trim = min(TRIM_PACKETS, queue_packets - 1)
+    # `trim_queue_frames`: well past NSCC's target, before the FIFO gets near full; its home is
+    # the transport config, because the agents' loss timers are floored by it too.
+    trim = min(transport.trim_queue_frames, queue_packets - 1)
     mark = min(transport.ecn_mark_frames, trim - 1)
     return Thresholds(mark * frame, trim * frame, queue_packets * frame)
 

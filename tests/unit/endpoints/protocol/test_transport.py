@@ -1,6 +1,7 @@
 """The MRC core over the simulated multi-path network: deterministic, no root."""
 
 import random
+from dataclasses import replace
 
 import pytest
 
@@ -16,6 +17,12 @@ from experiments.simnet import Simulation, run_transfer, sim_fabric
 CFG = TransportConfig()
 # 1 KB packets, pinned where a scenario's timing or packet counts were built on them.
 KB = TransportConfig(mtu_payload=1024)
+LINK_MBPS = 10.0  # sim_fabric's default rate
+
+
+def _for(fab, cfg):
+    """`cfg` as an agent would derive it for this fabric: sim_fabric's links mark nothing."""
+    return cfg.for_fabric(LINK_MBPS, len({e.plane for e in fab.evs}), ecn=False)
 
 
 def _messages(n, size, seed=1):
@@ -25,6 +32,7 @@ def _messages(n, size, seed=1):
 
 def _transfer(fab, msgs, until=20.0, seed=1, cfg=CFG, initial_psn=0):
     sim = Simulation(seed)
+    cfg = _for(fab, cfg)
     snd = MrcSender(1, 2, fab.evs, cfg, seed, initial_psn=initial_psn)
     rcv = MrcReceiver(2, 1, fab.evs, cfg, seed, initial_psn=initial_psn)
     return snd, rcv, run_transfer(sim, snd, rcv, fab.fwd, fab.rev, msgs, until)
@@ -198,9 +206,9 @@ def test_one_of_16_paths_dropping_20_percent_is_benched_at_once_and_line_rate_ho
     """The paper's experiment: 20% drop on one of 16 EVs. The EV leaves the active set after its
     first loss or two, a backup of its plane takes over, and goodput stays at the clean level."""
     def run(loss):
-        fab = sim_fabric(4, 4)  # 16 paths, 12 active, one backup per plane
+        fab = sim_fabric(4, 4)  # 16 paths, 12 active, one backup per plane (as with many paths)
         fab.links[("up", 0, 0)].loss = loss
-        snd, rcv, res = _transfer(fab, _messages(3, 1 << 20), cfg=KB)
+        snd, rcv, res = _transfer(fab, _messages(3, 1 << 20), cfg=replace(KB, backup_min_paths=4))
         _check_exact(res, _messages(3, 1 << 20))
         return fab, snd, res
 

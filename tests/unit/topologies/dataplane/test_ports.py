@@ -16,7 +16,7 @@ def test_default_thresholds_are_ordered_and_in_frames():
     th = ports.default_thresholds(50, CFG)
     frame_len = wire.frame_bytes(CFG.mtu_payload)
     assert frame_len == 14 + 40 + 8 + wire.DATA_OVERHEAD + TransportConfig().mtu_payload
-    assert th == (CFG.ecn_mark_frames * frame_len, ports.TRIM_PACKETS * frame_len, 50 * frame_len)
+    assert th == (CFG.ecn_mark_frames * frame_len, CFG.trim_queue_frames * frame_len, 50 * frame_len)
     for q in range(3, 40):
         small = ports.default_thresholds(q, CFG)
         assert 0 < small.mark_bytes < small.trim_bytes < small.drop_bytes == q * frame_len

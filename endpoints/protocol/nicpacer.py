@@ -1,0 +1,48 @@
+"""The host NIC as a transmit scheduler: a QP's packet is built when its port can take it.
+
+In MRC hardware the NIC serialises each port at line rate and a QP's packet is made (and
+timestamped) when its port is free: a window larger than the path needs leaves packets unsent
+in the QP, never in a queue that the RTT then measures. An emulated host instead has a kernel
+qdisc (HTB at the link rate) in front of every NIC; a sender that hands it a whole window
+builds a standing queue there which no switch marks and which inflates every RTT sample
+(issue 10, P1).
+
+`NicPacer` is a virtual queue per plane, shared by every QP of a host: each frame sent adds its
+serialisation time at the link rate; a port is ready while less than `depth` frames wait. The
+sender takes an EV only on a ready port (`EvSet.next_ev_paced`); the agent charges control
+packets too and resynchronises the model with the real qdisc backlog now and then (`sync`), so
+a host a little slower than its nominal rate does not let the kernel queue creep up.
+Pure: the caller passes the time.
+"""
+
+from __future__ import annotations
+
+DEPTH_FRAMES = 1.5  # frames a port may hold: one in service, the next ready, no standing queue
+
+
+class NicPacer:
+    def __init__(self, planes: int, rate_bps: float, frame_bytes: int,
+                 depth: float = DEPTH_FRAMES) -> None:
+        if not rate_bps > 0 or planes < 1:
+            raise ValueError("a NIC pacer needs a positive rate and at least one plane")
+        self.rate_bps = rate_bps
+        self.slack = depth * frame_bytes * 8 / rate_bps  # s of queue a ready port may hold
+        self.busy_until = [0.0] * planes
+
+    def ready(self, plane: int, now: float) -> bool:
+        return self.busy_until[plane] - now <= self.slack
+
+    def charge(self, plane: int, wire_bytes: int, now: float) -> None:
+        """A frame of `wire_bytes` (Ethernet included) was handed to `plane`'s port."""
+        bu = self.busy_until
+        bu[plane] = max(bu[plane], now) + wire_bytes * 8 / self.rate_bps
+
+    def next_ready(self, now: float) -> float:
+        """The earliest time a port that is busy now becomes ready."""
+        waits = [b - self.slack for b in self.busy_until if b - self.slack > now]
+        return min(waits) if waits else now
+
+    def sync(self, plane: int, backlog_bytes: int, now: float) -> None:
+        """The real queue holds `backlog_bytes`: never believe the port emptier than that."""
+        bu = self.busy_until
+        bu[plane] = max(bu[plane], now + backlog_bytes * 8 / self.rate_bps)

@@ -34,7 +34,7 @@ from experiments import fidelity
 from experiments.capture import Capture
 from experiments.faults import FaultInjector
 from experiments.flows import TRANSPORTS, AgentFlow, Flow, TcpFlow
-from topologies import cleanup, files, hostnet
+from topologies import cleanup, files, hostnet, shaping
 from topologies.emulation import Emulation
 from topologies.model import Fabric, FabricError, Route
 from topologies.preflight import EmulationError
@@ -52,6 +52,16 @@ def transport_overrides(config: TransportConfig, base: TransportConfig | None = 
             if getattr(config, f.name) != getattr(base, f.name)}
 
 
+def fabric_settings(em: Emulation) -> dict:
+    """What an agent must know of the emulated fabric beyond the model: whether the switches
+    mark ECN (its congestion control's delay rule is for fabrics that do not), whether its NICs
+    are shaped (then it paces to them), and the skb->priority naming the host qdisc's control
+    class (topologies/shaping.py)."""
+    return {"ecn_fabric": em.dataplane_info.get("mode") == "ebpf",
+            "nic_pacing": em.shape_links,
+            "control_priority": shaping.CLASS_CONTROL if em.shape_links else 0}
+
+
 def start_agents(em: Emulation, hosts: Iterable[str], workdir: Path, seed: int,
                  transport: dict | None = None, packet_log: int = 0,
                  procs: dict[str, subprocess.Popen] | None = None) -> dict[str, AgentClient]:
@@ -63,7 +73,7 @@ def start_agents(em: Emulation, hosts: Iterable[str], workdir: Path, seed: int,
         control = str(workdir / f"{host}.sock")
         settings = {"host": host, "fabric": em.fabric.params.as_dict(), "control": control,
                     "trace": str(workdir / f"{host}-trace.jsonl"), "seed": seed,
-                    "transport": transport or {}, "packet_log": packet_log}
+                    "transport": transport or {}, "packet_log": packet_log, **fabric_settings(em)}
         config = workdir / f"agent-{host}.json"
         config.write_text(json.dumps(settings))
         log = open(workdir / f"agent-{host}.log", "w")

@@ -219,7 +219,8 @@ class Emulation:
         hostnet.configure_hosts(self.fabric, self._pids, self.encap.route_encap(), offload_off=True)
         if self.shape_links:
             netns.run_batches([(self._pids[h.name], ["tc", "-batch", "-"], shaping.host_htb_batch(
-                [n.ifname for n in h.nics], self.fabric.params.link_mbps, shaping.HOST_QUEUE_PACKETS))
+                [n.ifname for n in h.nics], self.fabric.params.link_mbps, shaping.HOST_QUEUE_PACKETS,
+                self.transport.mtu_payload))
                 for h in self.fabric.hosts])
 
     def _switch_data_plane(self) -> None:

@@ -1,9 +1,11 @@
 """Link shaping with tc: the one `tc -batch` runner and the HTB scripts it runs.
 
-Host NICs: HTB at the link rate over one deep FIFO (a NIC back-pressures its QPs rather than
-drop). Switch egress ports: HTB root 1: at the link rate with a strict-priority control class
-1:2 and a data class 1:3 (`switch_htb_batch`); the eBPF data plane (topologies/dataplane/)
-steers control packets and trimmed headers into 1:2 by naming it in skb->priority.
+Every port, host NIC or switch egress: HTB root 1: at the link rate with a strict-priority
+control class 1:2 and a data class 1:3 (`switch_htb_batch`, `host_htb_batch`). At a switch the
+eBPF data plane (topologies/dataplane/) steers control packets and trimmed headers into 1:2 by
+naming it in skb->priority; at a host the agents' control sockets do, with SO_PRIORITY
+(`CLASS_CONTROL`), so that a SACK never queues behind the host's own data (issue 10, P1). A
+host's data FIFO is deep: a NIC back-pressures its QPs rather than drop.
 """
 
 from __future__ import annotations
@@ -39,18 +41,11 @@ def tc_batch(script: str | Sequence[str], force: bool = False) -> None:
         raise RuntimeError(f"tc -batch failed: {result.stderr.strip()[:400]}")
 
 
-def host_htb_batch(intfs: Sequence[str], mbps: float, queue_packets: int,
+def host_htb_batch(intfs: Sequence[str], mbps: float, queue_packets: int, mtu_payload: int,
                    burst_bytes: int = BURST_BYTES) -> str:
-    """`tc -batch` lines: HTB at `mbps` over one pfifo of `queue_packets` on each interface."""
-    lines = []
-    for intf in intfs:
-        lines += [
-            f"qdisc replace dev {intf} root handle {HTB_HANDLE}: htb default 1",
-            f"class add dev {intf} parent {HTB_HANDLE}: classid {HTB_HANDLE}:1 htb rate {mbps}mbit "
-            f"burst {burst_bytes} cburst {burst_bytes}",
-            f"qdisc add dev {intf} parent {HTB_HANDLE}:1 handle 10: pfifo limit {queue_packets}",
-        ]
-    return "\n".join(lines) + "\n"
+    """`tc -batch` lines for host NICs: as a switch port's (`switch_htb_batch`), the data FIFO
+    `queue_packets` deep; whatever names no class (TCP, ICMP, neighbour discovery) is data."""
+    return switch_htb_batch(intfs, mbps, queue_packets, burst_bytes, mtu_payload)
 
 
 def switch_htb_batch(intfs: Sequence[str], mbps: float, queue_packets: int,

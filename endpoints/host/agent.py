@@ -10,7 +10,18 @@ EV's plane, marked with the EV: the host's encapsulation program wraps them to t
 carrier (endpoints/host/netio.py). Acknowledgements go back over this host's own paths to the
 sender. Goodput is binned (endpoints/host/goodput.py) on
 CLOCK_MONOTONIC, which every namespace shares, so the runner can line bins up with the faults
-it injects. The trace holds the cores' events, one JSON object per line, and with the
+it injects.
+
+The host's NIC ports are a transmit scheduler (`NicPacer`, shared by the host's QPs): an MRC
+sender builds a packet only when its port can take one, every packet sent is charged to its
+port, and every `HOST_SAMPLE_S` the model is resynchronised with the real qdisc backlog read
+over rtnetlink (endpoints/host/qstats.py). Control packets (SACK, NACK, probes) leave through
+sockets whose SO_PRIORITY names the host qdisc's strict-priority class (`control_priority`
+setting), as at every switch port: a SACK never queues behind this host's own data.
+
+The trace holds the cores' events, one JSON object per line, a `host` sample every
+`HOST_SAMPLE_S` (each NIC's root-qdisc qlen, backlog bytes and drops, the agent's send backlog
+and how late its loop ran), and with the
 `packet_log` setting the first N datagrams the agent sent and received (event "packet": the
 direction, the EV, CE on arrival, and in "hdr" every header field by `wire.fields` name), so a
 capture can be checked against what the agent meant: bounded, so a long run pays nothing once
@@ -36,15 +47,17 @@ from typing import Any
 from endpoints.host import netio
 from endpoints.host.control import ControlError, ControlServer
 from endpoints.host.goodput import BIN_S, GoodputBins
+from endpoints.host.qstats import QdiscReader
 from endpoints.protocol import wire
 from endpoints.protocol.config import TransportConfig, with_overrides
 from endpoints.protocol.core import Core, ReceiverCore, SenderCore
 from endpoints.protocol.events import as_record
 from endpoints.protocol.evset import EvInfo
 from endpoints.protocol.gobackn import GbnReceiver, GbnSender
+from endpoints.protocol.nicpacer import NicPacer
 from endpoints.protocol.receiver import MrcReceiver
 from endpoints.protocol.sender import MrcSender
-from topologies.model import Fabric, FabricError, FabricParams, check_number, ev_value
+from topologies.model import Fabric, FabricError, FabricParams, check_number, ev_plane, ev_value
 
 # Datagrams drained per wake-up before timers and transmits get a turn: small enough that the
 # receiver's SACK cadence (sack_every) survives a busy moment, large enough to amortise epoll.
@@ -54,6 +67,9 @@ RECV_BURST = 16
 # byte sequence; longer ones repeat with this prime period, never a multiple of a packet size.
 PATTERN_BYTES = 1_052_693  # a prime just above 2**20
 MAX_TRANSFER = 1 << 40  # bytes of one sized transfer (`stream` with total_bytes)
+# Host queue sampling (trace) and NIC pacer resynchronisation period: one rtnetlink dump, a
+# fraction of a millisecond; faster sampling cost a visible share of the CPU.
+HOST_SAMPLE_S = 0.020
 
 
 @dataclass
@@ -61,7 +77,9 @@ class PeerPaths:
     evs: list[EvInfo]
     dst: dict[int, tuple[bytes, bytes, str]]  # ev -> (own NIC addr, peer NIC addr, its text)
     encap: bool  # marked with the EV (source-routed, encapsulated) or destination-routed
-    tx: dict[int, netio.TxPath] = field(default_factory=dict)  # ev -> socket state, on first use
+    # (ev, control) -> socket state, opened on first use; control packets get their own
+    # sockets (the host qdisc's priority class)
+    tx: dict[tuple[int, bool], netio.TxPath] = field(default_factory=dict)
 
 
 TRANSPORTS = ("mrc", "spray", "roce")  # roce: go-back-N on one ECMP-hashed path
@@ -98,9 +116,17 @@ class Agent:
         self.fabric = Fabric(FabricParams.from_dict(settings["fabric"]))
         self.host = self.fabric.host(settings["host"])
         overrides = dict(settings.get("transport", {}))
-        self.config = TransportConfig(**overrides)
-        if "target_delay_min" not in overrides:  # the RTT target from the fabric's link rate
-            self.config = self.config.for_link(self.fabric.params.link_mbps)
+        # What follows from the fabric (RTT target, window ceiling, loss-timer floor, SACK timer)
+        # unless the run sets it; `ecn_fabric`: whether the switches mark (the runner says).
+        params = self.fabric.params
+        self.config = TransportConfig(**overrides).for_fabric(
+            params.link_mbps, params.planes, ecn=bool(settings.get("ecn_fabric", True)), keep=overrides)
+        # The NIC ports, shared by this host's QPs (`nic_pacing` false: NICs not shaped, as fast
+        # as the agent), and the host qdisc's class for control packets (0: none, one class).
+        frame = wire.frame_bytes(self.config.mtu_payload)
+        self.pacer = NicPacer(params.planes, params.link_mbps * 1e6, frame) \
+            if settings.get("nic_pacing", True) else None
+        self.control_priority = int(settings.get("control_priority", 0))
         self.seed = int(settings.get("seed", 1))
         # raw_send: every packet built in Python and sent on the raw socket (the former path,
         # kept for comparison and for kernels that refuse the per-path sockets).
@@ -119,6 +145,16 @@ class Agent:
         self.stats: collections.Counter[str] = collections.Counter()
         self.running = True
         self._paths_cache: dict[tuple[str, str], PeerPaths] = {}
+        # Host queues: the NICs' root qdiscs by interface index, read every HOST_SAMPLE_S.
+        self._nic_plane: dict[int, int] = {}
+        self._qreader: QdiscReader | None = None
+        try:
+            self._qreader = QdiscReader()
+            self._nic_plane = {socket.if_nametoindex(n.ifname): n.plane for n in self.host.nics}
+        except OSError:
+            self._qreader = None  # no such interfaces here (a unit test): the model alone
+        self._next_host_sample = 0.0
+        self._loop_lag = 0.0
 
     # ----- path tables from the model -------------------------------------------------------
     def peer_paths(self, peer: str, transport: str, plane: int) -> PeerPaths:
@@ -252,7 +288,7 @@ class Agent:
             # spray: the same sender with its per-path state off (what the state machine adds)
             config = base if transport == "mrc" else replace(base, path_state=False)
             if role == "send":
-                sender = MrcSender(qpn, peer_qpn, paths.evs, config, seed, psn)
+                sender = MrcSender(qpn, peer_qpn, paths.evs, config, seed, psn, pacer=self.pacer)
             else:
                 # Per-EV state only for the sender's real paths to us (from the model).
                 forward = [r.ev for r in self.fabric.routes(peer, self.host.name)]
@@ -319,13 +355,22 @@ class Agent:
         paths = qp.paths.tx
         send = self.backlog.send  # NIC backpressure is queued per path, not lost
         log = self.packet_log > 0
+        pacer, now = self.pacer, time.monotonic()
+        data_max, overhead = wire.DATA_OPCODE_MAX, wire.FRAME_OVERHEAD
+        paced = qp.transport != "roce"  # the MRC sender charged its own data packets
         for ev, payload in items:
-            path = paths.get(ev)
+            control = payload[0] > data_max
+            key = (ev, control)
+            path = paths.get(key)
             if path is None:
-                # MRC's packets ride the trimmable class; the RoCE baseline's do not.
+                # MRC's packets ride the trimmable class; the RoCE baseline's do not. Control
+                # packets take the host qdisc's priority class.
                 tclass = netio.ECN_ECT0 if qp.transport == "roce" else wire.DATA_TCLASS
-                path = paths[ev] = self.tx.path(*qp.paths.dst[ev], ev, tclass=tclass,
-                                                mark=ev if qp.paths.encap else 0)
+                path = paths[key] = self.tx.path(*qp.paths.dst[ev], ev, tclass=tclass,
+                                                 mark=ev if qp.paths.encap else 0,
+                                                 priority=self.control_priority if control else 0)
+            if pacer is not None and (control or not paced):
+                pacer.charge(ev_plane(ev), len(payload) + overhead, now)
             send(path, payload)
             if log:
                 self._log_packet("tx", qp.qpn, ev, payload, None)
@@ -436,10 +481,37 @@ class Agent:
                     key.data(key)
             if self.backlog:
                 self.backlog.flush()
-            deadline = self._service(time.monotonic())
+            now = time.monotonic()
+            if deadline and now - deadline > self._loop_lag:  # 0.0: "at once", not a time
+                self._loop_lag = now - deadline
+            deadline = self._service(now)
+            if now >= self._next_host_sample:
+                self._sample_host(now)
         self.close()
 
+    def _sample_host(self, now: float) -> None:
+        """Read the NICs' qdisc backlog: resynchronise the pacer with it, and trace it."""
+        self._next_host_sample = now + HOST_SAMPLE_S
+        nics: dict[str, list[int]] = {}
+        if self._qreader is not None:
+            try:
+                for q in self._qreader.read(roots_only=True):
+                    plane = self._nic_plane.get(q.ifindex)
+                    if plane is not None:
+                        nics[str(plane)] = [q.qlen, q.backlog, q.drops]
+                        if self.pacer is not None:
+                            self.pacer.sync(plane, q.backlog, now)
+            except OSError:
+                pass  # a dump interrupted (interfaces going away at teardown)
+        if self.trace is not None:
+            self.trace.write(json.dumps({"qpn": None, "event": "host", "t": now, "nics": nics,
+                                         "backlog": len(self.backlog),
+                                         "loop_lag": round(self._loop_lag, 6)}) + "\n")
+        self._loop_lag = 0.0
+
     def close(self) -> None:
+        if self._qreader is not None:
+            self._qreader.close()
         self.control.close()
         self.rx.close()
         self.tx.close()

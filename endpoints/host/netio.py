@@ -84,10 +84,13 @@ def encapsulate(outer_src: bytes, outer_dst: bytes, packet: bytes) -> bytes:
 
 
 def open_path_socket(src: bytes, dst: bytes, ev: int, tclass: int = ECN_ECT0,
-                     dport: int = MRC_PORT, sndbuf: int = 1 << 20, mark: int = 0) -> socket.socket:
+                     dport: int = MRC_PORT, sndbuf: int = 1 << 20, mark: int = 0,
+                     priority: int = 0) -> socket.socket:
     """A connected, non-blocking UDP socket whose datagrams leave as `build_packet(src, dst, ev,
     payload, tclass, dport)` would (kernel checksum), marked `mark` (an MRC path: its EV, which
-    picks the carrier the host encapsulates them to). OSError if the kernel refuses any step."""
+    picks the carrier the host encapsulates them to); `priority` (non-zero): their
+    skb->priority, which names the host qdisc's class for them. OSError if the kernel refuses
+    any step."""
     sport, label = ev_to_wire(ev)
     sock = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
     try:
@@ -101,6 +104,8 @@ def open_path_socket(src: bytes, dst: bytes, ev: int, tclass: int = ECN_ECT0,
         opt(socket.IPPROTO_IPV6, IPV6_UNICAST_HOPS, HOP_LIMIT)
         opt(socket.IPPROTO_IPV6, IPV6_DONTFRAG, 1)  # too big fails, as a raw packet would
         opt(socket.SOL_SOCKET, socket.SO_SNDBUF, sndbuf)
+        if priority:
+            opt(socket.SOL_SOCKET, socket.SO_PRIORITY, priority)  # above 6: needs CAP_NET_ADMIN
         opt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # every peer's paths reuse the EV ports
         if mark:
             opt(socket.SOL_SOCKET, socket.SO_MARK, mark)  # before connect: its route sees it
@@ -146,7 +151,7 @@ class Transmitter:
         self.errors: dict[str, int] = {}  # errno name -> send attempts that raised it
         self.max_paths = max_paths
         self.kernel_checksum = kernel_checksum
-        self.paths: dict[tuple[bytes, bytes, int, int, int], TxPath] = {}
+        self.paths: dict[tuple[bytes, bytes, int, int, int, int], TxPath] = {}
         self.refused = 0  # paths the kernel would not open a socket for (raw instead)
         self.dropped = 0  # datagrams lost to a permanent send error (counted by errno too)
 
@@ -157,16 +162,17 @@ class Transmitter:
         return self._raw
 
     def path(self, src: bytes, dst: bytes, dst_text: str, ev: int,
-             tclass: int = ECN_ECT0, mark: int = 0) -> TxPath:
+             tclass: int = ECN_ECT0, mark: int = 0, priority: int = 0) -> TxPath:
         """The path's state, opened on first use in the calling thread's network namespace;
-        `mark`: the EV for an MRC path (encapsulated to its carrier), 0 for destination routing."""
-        key = (src, dst, ev, tclass, mark)
+        `mark`: the EV for an MRC path (encapsulated to its carrier), 0 for destination routing;
+        `priority`: see open_path_socket (the raw fallback sends at priority 0)."""
+        key = (src, dst, ev, tclass, mark, priority)
         path = self.paths.get(key)
         if path is None:
             sock = None
             if self.kernel_checksum and len(self.paths) < self.max_paths:
                 try:
-                    sock = open_path_socket(src, dst, ev, tclass, mark=mark)
+                    sock = open_path_socket(src, dst, ev, tclass, mark=mark, priority=priority)
                 except OSError:
                     self.refused += 1  # e.g. source not local or port taken: raw still works
             path = self.paths[key] = TxPath(src, dst, dst_text, ev, tclass, sock, mark)

@@ -22,10 +22,13 @@ DEPTH_FRAMES = 1.5  # frames a port may hold: one in service, the next ready, no
 
 class NicPacer:
     def __init__(self, planes: int, rate_bps: float, frame_bytes: int,
-                 depth: float = DEPTH_FRAMES) -> None:
+                 depth: float = DEPTH_FRAMES, extra_bytes: int = 0) -> None:
+        """`extra_bytes`: what the host adds to every frame after its sender made it (the
+        encapsulation's outer header), charged with each."""
         if not rate_bps > 0 or planes < 1:
             raise ValueError("a NIC pacer needs a positive rate and at least one plane")
         self.rate_bps = rate_bps
+        self.extra_bytes = extra_bytes
         self.slack = depth * frame_bytes * 8 / rate_bps  # s of queue a ready port may hold
         self.busy_until = [0.0] * planes
 
@@ -35,7 +38,7 @@ class NicPacer:
     def charge(self, plane: int, wire_bytes: int, now: float) -> None:
         """A frame of `wire_bytes` (Ethernet included) was handed to `plane`'s port."""
         bu = self.busy_until
-        bu[plane] = max(bu[plane], now) + wire_bytes * 8 / self.rate_bps
+        bu[plane] = max(bu[plane], now) + (wire_bytes + self.extra_bytes) * 8 / self.rate_bps
 
     def next_ready(self, now: float) -> float:
         """The earliest time a port that is busy now becomes ready."""

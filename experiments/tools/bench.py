@@ -213,7 +213,8 @@ def agents(net: BenchNet, workdir: Path, seed: int, transport: dict, raw_send: b
             settings = {"host": host, "fabric": net.fabric.params.as_dict(),
                         "control": str(workdir / f"{tag}.sock"),
                         "trace": str(workdir / f"{tag}-trace.jsonl"), "seed": seed,
-                        "transport": transport, "raw_send": raw_send}
+                        "transport": transport, "raw_send": raw_send,
+                        "nic_pacing": False}  # unshaped veths: the agents are the bottleneck
             config = workdir / f"{tag}.json"
             config.write_text(json.dumps(settings))
             if profile:

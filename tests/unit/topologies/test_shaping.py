@@ -18,3 +18,11 @@ def test_htb_batch_priority_classes():
     assert "parent 1:1" in dat and "prio 1" in dat and "ceil 10.0mbit" in dat
     assert "qdisc add dev s1-eth1 parent 1:3 handle 13: pfifo limit 50" in lines
     assert shaping.CLASS_CONTROL == 0x10002 and shaping.CLASS_DATA == 0x10003
+
+
+def test_host_nics_get_the_same_control_class_with_a_deep_data_fifo():
+    lines = shaping.host_htb_batch(["h0-eth0"], 10.0, shaping.HOST_QUEUE_PACKETS,
+                                   TransportConfig().mtu_payload).splitlines()
+    assert "qdisc replace dev h0-eth0 root handle 1: htb default 3" in lines
+    assert any("classid 1:2" in line and "prio 0" in line for line in lines)
+    assert f"qdisc add dev h0-eth0 parent 1:3 handle 13: pfifo limit {shaping.HOST_QUEUE_PACKETS}" in lines

@@ -5,7 +5,11 @@ examples/simulated_transfer.py run the transport on it.
 A path is a list of links; a link has a rate (with a FIFO queue of bounded depth), a
 propagation delay, random loss, duplication, jitter (which reorders), and down intervals. Links
 can be shared between paths (a host NIC, a spine), so congestion and failures behave like
-the fabric's. Everything random comes from one seeded `random.Random`.
+the fabric's. A link can also be an MRC switch port (the data plane's rules on its own
+backlog: ECN mark, trim, a strict-priority control class), an HTB token bucket rather than a
+serialising wire (as the emulated links are), and can charge a trimmed header a full frame (the
+emulator before the header was re-injected). Everything random comes from one seeded
+`random.Random`. `experiments/simclos.py` builds a whole Clos from these links.
 """
 
 from __future__ import annotations
@@ -22,6 +26,8 @@ from endpoints.protocol.events import Event
 from endpoints.protocol.evset import EvInfo
 from topologies.model import ev_value
 
+TRIM_FULL_FIFO_FACTOR = 10  # the emulated switch FIFO's headroom over the program's queue
+
 
 @dataclass
 class SimLink:
@@ -35,6 +41,32 @@ class SimLink:
     busy_until: float = 0.0
     dropped: int = 0
     carried: int = 0
+    # An MRC switch port (topologies/dataplane/ rules, on this link's own backlog, this packet
+    # included): CE-mark data above mark_bytes (never when last_hop: the last hop never marks),
+    # trim MRC data above trim_bytes (the header goes on, TRIMMED_LASTHOP on a last hop).
+    # None: a plain FIFO.
+    mark_bytes: int | None = None
+    trim_bytes: int | None = None
+    last_hop: bool = False
+    # Strict-priority control class: SACKs, NACKs, probes and trimmed headers wait only for each
+    # other, not behind queued data (the switches' HTB 1:2 class). False: one FIFO.
+    priority: bool = False
+    # > 0: an HTB token bucket of this depth instead of a serialising wire: a packet leaves as
+    # soon as the bucket holds its size (a lone packet crosses with no serialisation time).
+    burst_bytes: int = 0
+    # The emulator before the fix: HTB took a packet's length before the eBPF program trimmed
+    # it, so a trimmed header cost the link a full frame, while the program's own virtual
+    # queue (which decides marks and trims) counted the header. The real FIFO is then
+    # `TRIM_FULL_FIFO_FACTOR` x queue_bytes deep (the emulated FIFO's headroom).
+    trim_charges_full: bool = False
+    vq_until: float = 0.0  # the program's virtual queue (trim_charges_full only)
+    ctrl_busy_until: float = 0.0
+    marked: int = 0
+    trimmed: int = 0
+    max_backlog: int = 0  # bytes, the deepest data backlog a packet found
+
+    def backlog_bytes(self, t: float) -> int:
+        return int(max(0.0, self.busy_until - t) * (self.rate_bps or 0) / 8)
 
     def is_down(self, t: float) -> bool:
         return any(start <= t < end for start, end in self.down)
@@ -57,25 +89,76 @@ class Simulation:
         self._n += 1
         heapq.heappush(self._heap, (t, self._n, fn))
 
-    def transmit(self, path: SimPath, packet: bytes, deliver: Callable[[bytes], None]) -> None:
+    def transmit(self, path: SimPath, packet: bytes, deliver: Callable[[bytes, bool], None]) -> None:
+        """Send `packet` over `path`; `deliver(packet as it arrives, CE-marked)` later, unless a
+        link drops it."""
         t = self.now
-        size = len(packet) + wire.FRAME_OVERHEAD  # Ethernet + IPv6 + UDP headers on the wire
+        ce = False
         for link in path.links:
             if link.is_down(t) or (link.loss and self.rng.random() < link.loss):
                 link.dropped += 1
                 return
             if link.rate_bps:
-                start = max(t, link.busy_until)
-                if (start - t) * link.rate_bps / 8 > link.queue_bytes:
+                out = self._queue(link, t, packet)
+                if out is None:
                     link.dropped += 1
                     return
-                link.busy_until = start + size * 8 / link.rate_bps
-                t = link.busy_until
+                t, packet, marked = out
+                ce = ce or marked
             t += link.delay + (self.rng.random() * link.jitter if link.jitter else 0.0)
             link.carried += 1
         copies = 2 if any(lk.dup and self.rng.random() < lk.dup for lk in path.links) else 1
         for i in range(copies):
-            self.schedule(t + i * 1e-6, lambda: deliver(packet))
+            self.schedule(t + i * 1e-6, lambda: deliver(packet, ce))
+
+    @staticmethod
+    def _queue(link: SimLink, t: float, packet: bytes) -> tuple[float, bytes, bool] | None:
+        """A packet reaching a rated link at `t`: (when it leaves, the packet as it leaves,
+        CE-marked here), or None if dropped."""
+        rate = link.rate_bps
+        assert rate
+        size = len(packet) + wire.FRAME_OVERHEAD  # Ethernet + IPv6 + UDP headers on the wire
+        data = packet[0] <= wire.DATA_OPCODE_MAX and not packet[wire.FLAGS_OFF] & wire.F_TRIMMED
+        backlog = max(0.0, link.busy_until - t) * rate / 8
+        if data:
+            link.max_backlog = max(link.max_backlog, int(backlog))
+        decide = backlog
+        if link.trim_charges_full:
+            decide = max(0.0, link.vq_until - t) * rate / 8  # the program's own queue model
+        charged = size
+        marked = False
+        port = link.mark_bytes is not None or link.trim_bytes is not None  # counts this packet too
+        if data and link.trim_bytes is not None and decide + size > link.trim_bytes \
+                and len(packet) > wire.TRIM_KEEP:
+            packet = wire.trimmed(packet, link.last_hop)
+            data = False
+            link.trimmed += 1
+            size = len(packet) + wire.FRAME_OVERHEAD
+            charged = charged if link.trim_charges_full else size
+        elif data and decide + (size if port else 0) > link.queue_bytes:
+            return None
+        if data and link.mark_bytes is not None and not link.last_hop and decide + size > link.mark_bytes:
+            marked = True
+            link.marked += 1
+        if link.trim_charges_full:
+            link.vq_until = max(link.vq_until, t) + size * 8 / rate
+            if backlog > TRIM_FULL_FIFO_FACTOR * link.queue_bytes:
+                return None  # the real FIFO, deeper than the program's queue, overflows
+        ser = charged * 8 / rate
+        if not data and link.priority:
+            start = max(t, link.ctrl_busy_until)
+            link.ctrl_busy_until = start + ser
+            link.busy_until = max(link.busy_until, t) + ser  # queued data waits for it
+            return start + ser, packet, marked
+        if not data and backlog > link.queue_bytes * (TRIM_FULL_FIFO_FACTOR if link.trim_charges_full else 1):
+            return None
+        if link.burst_bytes:
+            start = max(t, link.busy_until - link.burst_bytes * 8 / rate)
+            link.busy_until = max(t, link.busy_until) + ser
+            return start, packet, marked
+        start = max(t, link.busy_until)
+        link.busy_until = start + ser
+        return link.busy_until, packet, marked
 
     def add_endpoint(self, core: Core, routes: Mapping[int, SimPath],
                      peer: Callable[[], Core]) -> None:
@@ -83,8 +166,8 @@ class Simulation:
         def send(ev: int, payload: bytes) -> None:
             target = peer()
 
-            def arrive(p: bytes) -> None:
-                target.on_datagram(p, ev, self.now)
+            def arrive(p: bytes, ce: bool) -> None:
+                target.on_datagram(p, ev, self.now, ce)
 
             self.transmit(routes[ev], payload, arrive)
         self.endpoints.append((core, send))

@@ -15,7 +15,7 @@ it injects.
 The host's NIC ports are a transmit scheduler (`NicPacer`, shared by the host's QPs): an MRC
 sender builds a packet only when its port can take one, every packet sent is charged to its
 port, and every `HOST_SAMPLE_S` the model is resynchronised with the real qdisc backlog read
-over rtnetlink (endpoints/host/qstats.py). Control packets (SACK, NACK, probes) leave through
+over rtnetlink (endpoints/host/qdisc.py). Control packets (SACK, NACK, probes) leave through
 sockets whose SO_PRIORITY names the host qdisc's strict-priority class (`control_priority`
 setting), as at every switch port: a SACK never queues behind this host's own data.
 
@@ -47,7 +47,7 @@ from typing import Any
 from endpoints.host import netio
 from endpoints.host.control import ControlError, ControlServer
 from endpoints.host.goodput import BIN_S, GoodputBins
-from endpoints.host.qstats import QdiscReader
+from endpoints.host.qdisc import QdiscReader
 from endpoints.protocol import wire
 from endpoints.protocol.config import TransportConfig, with_overrides
 from endpoints.protocol.core import Core, ReceiverCore, SenderCore

@@ -109,6 +109,11 @@ class TransportConfig:
     gamma: float = 0.8  # ECN above target: cut gamma x (avg - target) / avg of the queueing delay
     max_md_jump: float = 0.5  # ... at most this fraction of the window
     eta: float = 0.15  # packets per RTT added in every quadrant but the decrease
+    # The last hop never marks (MRC), so an incast's only signals would be the delay (NSCC's fair
+    # increase quadrant) and trims: windows grew until every excess packet crossed the fabric
+    # to be trimmed at the last hop. A TRIMMED_LASTHOP NACK is that hop's mark: for this many
+    # smoothed RTTs every acknowledgement is read as marked.
+    lasthop_mark_rtts: float = 4.0  # a last-hop trim counts as a mark for this many RTTs
     # Whether the switches mark ECN (False: `--dataplane droptail`). Only without marks does a
     # median path RTT beyond `delay_md_over_target` x target decrease the window: with marks,
     # unmarked delay is in queues no switch marks (host NICs, the emulator), not congestion.

@@ -81,6 +81,7 @@ class MrcSender(CoreBase):
         # window allows goes to the caller at once.
         self.pacer = pacer
         self._pace_wait: float | None = None  # when a busy port frees, while new data waits
+        self._lasthop_marked_until = 0.0  # acks read as ECN-marked until then (lasthop_mark_rtts)
         self._frame_overhead = wire.DATA_OVERHEAD + wire.FRAME_OVERHEAD  # wire bytes besides payload
         self.next_seq = self.una = initial_psn
         self.outstanding: OrderedDict[int, _Pkt] = OrderedDict()  # in transmission order
@@ -269,7 +270,8 @@ class MrcSender(CoreBase):
         if rtt is not None:
             self._ev_rtt_sample(s.echo_ev, rtt)
             self.events.append(Rtt(now, s.echo_ev, rtt))
-        self.cc.on_ack(now, rtt, ecn, acked, self._typical_path_delay())
+        lasthop = now < self._lasthop_marked_until  # the last hop's trims stand for its marks
+        self.cc.on_ack(now, rtt, ecn or lasthop, acked, self._typical_path_delay())
         self._detect_losses(now)
         self._drain_changes(now)
         self._trace_cc(now)
@@ -346,6 +348,8 @@ class MrcSender(CoreBase):
             if n.reason == wire.NACK_TRIMMED:
                 self._skip(p.ev, now, "trim")  # congestion on that path, not failure
             self.cc.on_trim(now)
+            if n.reason == wire.NACK_TRIMMED_LASTHOP:
+                self._lasthop_marked_until = now + self.c.lasthop_mark_rtts * self.cc.srtt
             self._trace_cc(now)
         elif n.reason == wire.NACK_NO_PKT_BUFFER:
             # Receiver not ready (RoCE's RNR): resend after rnr_delay, no penalty for the path.

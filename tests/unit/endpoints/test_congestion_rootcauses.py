@@ -95,17 +95,25 @@ def test_a_timeout_below_the_trimming_queue_benched_healthy_evs_at_the_incast_on
     assert incast_fixed["benched"] == {} and incast_fixed["timeouts"] == 0
 
 
+def test_the_last_hops_trims_stand_for_the_marks_it_never_makes(incast_fixed):
+    # The last hop never marks: with only delay (NSCC's fair increase) and trims to go by, the
+    # crowd's windows grew until most excess packets crossed the fabric to be trimmed there.
+    unmarked = incast(INCAST, senders=7, seed=SEED, lasthop_mark_rtts=1e-9)
+    assert incast_fixed["trimmed"] < unmarked["trimmed"] / 2
+    assert incast_fixed["crowd_fraction"] > unmarked["crowd_fraction"] + 0.02
+
+
 def test_without_a_window_ceiling_a_paced_sender_grows_its_window_until_competition_floods(incast_fixed):
     # A NIC-limited sender sees no queue, so NSCC keeps increasing: the victim's window means
     # nothing by the time the incast starts (hundreds of packets), and once the paths slow down
-    # all of it may be in flight; the switches mark more.
+    # all of it may be in flight (the analysis's earlier simulation model measured a victim at
+    # 0.23 of its rate from it; this model shows the window, not that collapse).
     def peak(res):
         return max(e.cwnd for e in res["run"].flows[0].events if e.event == "cc")
 
     unbounded = incast(INCAST, senders=7, seed=SEED, max_cwnd_pkts=2048.0)
     assert peak(unbounded) > 100
     assert peak(incast_fixed) <= incast_fixed["run"].config.max_cwnd_pkts == 18
-    assert unbounded["marked"] > 1.1 * incast_fixed["marked"]
 
 
 def test_a_skip_shorter_than_an_rtt_kept_load_on_the_shared_path():

@@ -84,7 +84,7 @@ class Options:
     loss: float = 0.2
     flaps_per_min: float = 60.0
     down_ms: float = 300.0
-    senders: int = 6
+    senders: int = 7  # incast: the paper's 7:1
     steps: int = 20
     step_kb: int = 64
     datapath: str = "auto"

@@ -12,6 +12,13 @@ from tests.integration.helpers import REPO, assert_nothing_left
 
 pytestmark = pytest.mark.usefixtures("emulation_ready")
 
+# Issue 10's goals, with the slack of one short run on a shared 2-core VM: the permutation's MRC
+# >= 0.95 of what the fabric carries (every flow >= 0.85); the 7:1 incast's victim >= 0.95 of
+# its goodput alone, the crowd >= 0.9 of the receiver's link, no EV benched, a handful of
+# timeouts.
+PERMUTATION_MIN, FLOW_MIN = 0.9, 0.8
+VICTIM_MIN, CROWD_MIN, BENCHED_MAX, TIMEOUTS_MAX = 0.9, 0.85, 2, 5
+
 
 def _run(tmp_path, name, backend, *args, timeout=400):
     out = tmp_path / name
@@ -68,18 +75,33 @@ def test_switch_failure_and_lossy_link(tmp_path, switch_backend):
 
 
 def test_permutation_incast_collective_and_report(tmp_path, switch_backend):
-    s, _ = _run(tmp_path, "permutation", switch_backend, "--transports", "mrc,roce", "--duration", "3")
+    # Issue 10's goals on the default fabrics, shortened, at tolerances that still fail if a root
+    # cause comes back (before the fixes: MRC 0.70-0.80 of capacity and below RoCE; the incast's
+    # crowd 0.65, dozens of timeouts and benched EVs). Seed 3: ECMP collides on this fabric.
+    s, _ = _run(tmp_path, "permutation", switch_backend, "--transports", "mrc,roce", "--duration", "5",
+                "--seed", "3")
     for t in s["transports"].values():
-        assert 0 < t["throughput_fraction"] <= 1.05 and len(t["flow_goodput_mbps"]) == 6
-    perm = s["transports"]["mrc"]["permutation"]
+        assert 0 < t["throughput_fraction"] <= 1.05 and len(t["flow_goodput_mbps"]) == 8
+    mrc, roce = s["transports"]["mrc"], s["transports"]["roce"]
+    perm = mrc["permutation"]
     assert sorted(perm) == sorted(perm.values()) and all(a != b for a, b in perm.items())
-    s, _ = _run(tmp_path, "incast", switch_backend, "--transports", "mrc", "--senders", "3",
-                "--duration", "4", "--fault-at", "1.5", "--fault-end", "3.5")
+    assert mrc["throughput_fraction"] >= PERMUTATION_MIN and mrc["flow_fraction_min"] >= FLOW_MIN
+    assert mrc["throughput_fraction"] > roce["throughput_fraction"] + 0.1
+    s, _ = _run(tmp_path, "incast", switch_backend, "--transports", "mrc", "--senders", "7",
+                "--duration", "5", "--fault-at", "1.5", "--fault-end", "4.5")
     variants = set(s["transports"])
     assert variants in ({"mrc"}, {"mrc", "mrc-droptail"})  # both when the eBPF data plane runs
     for t in s["transports"].values():
-        assert t["victim_goodput_fraction"] is not None and len(t["senders"]) == 3
+        assert t["victim_goodput_fraction"] is not None and len(t["senders"]) == 7
     if s["dataplane"]["mode"] == "ebpf":
+        trim, drop = s["transports"]["mrc"], s["transports"]["mrc-droptail"]
+        assert trim["victim_goodput_fraction"] >= VICTIM_MIN
+        assert trim["incast_fraction_of_receiver_link"] >= CROWD_MIN
+        assert trim["evs_marked_bad"] <= BENCHED_MAX and trim["timeouts"] <= TIMEOUTS_MAX
+        # Trimming no worse than drop-tail (a little slack on the goodputs: one short run each).
+        assert trim["incast_fraction_of_receiver_link"] >= drop["incast_fraction_of_receiver_link"] - 0.03
+        assert trim["victim_goodput_fraction"] >= drop["victim_goodput_fraction"] - 0.03
+        assert trim["timeouts"] <= drop["timeouts"] and trim["evs_marked_bad"] <= drop["evs_marked_bad"]
         # The switch counters move as an incast makes them: queues past the marking threshold
         # (MRC is ECN-capable), control packets in the priority class, and no trimming at all
         # while the switches run drop-tail.

@@ -138,6 +138,9 @@ def make_parser() -> argparse.ArgumentParser:
     validate.add_argument("--out", default=str(RESULTS / "validate"))
     validate.add_argument("--write-reference", action="store_true",
                           help="rewrite experiments/reference/quick.json from this run")
+    validate.add_argument("--scenario", action="append", default=None, metavar="NAME",
+                          help="only this scenario of the quick set (repeatable); with "
+                               "--write-reference only its entry is rewritten")
     docs = sub.add_parser("docs", help="rewrite the measured figures in README.md and docs/ from "
                                        "experiments/reference/full.json")
     docs.add_argument("--from", dest="results", type=Path, default=None,
@@ -292,10 +295,13 @@ def _dispatch(args: argparse.Namespace) -> int:
             print(f"rewrote {path}")
         return 0
     if args.command == "validate":
+        from experiments.validate import QUICK, validate_all
+        unknown = sorted(set(args.scenario or ()) - set(QUICK))
+        if unknown:  # bad input first: one line, nothing started
+            raise CliError(f"--scenario {', '.join(unknown)}: not in the quick set ({', '.join(QUICK)})")
         out = outdir.check_collection(args.out)
         switches.check()
-        from experiments.validate import validate_all
-        return 0 if validate_all(out, args.write_reference) else 1
+        return 0 if validate_all(out, args.write_reference, args.scenario) else 1
     if args.command == "bench":
         preflight.require_root()
         from experiments.tools import bench

@@ -44,6 +44,7 @@ def _mrclab(*args, env=None, user=None):
     (["run", "link-failure", "--fault-at", "5", "--fault-end", "4"], "--fault-at < --fault-end"),
     (["run", "link-failure", "--transports", "mrc,quic"], "unknown transport"),
     (["run", "collective", "--transports", "tcp"], "agents' transports only"),
+    (["validate", "--scenario", "nope"], "not in the quick set"),
     (["run", "link-failure", "--capture", "h0,p9l9-eth1"], "cannot capture 'p9l9-eth1'"),
     (["run", "link-failure", "--capture", ","], "comma-separated targets"),
     (["run", "link-failure", "--packet-log", "-1"], "--packet-log must be a whole number in [0,"),

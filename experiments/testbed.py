@@ -249,6 +249,13 @@ class Testbed:
         died. A dead controller is not raised here (`em.controller_death()` has it): the
         switches keep their tables, only the baseline's routing stops reacting, and the run's
         summary says so and is marked not faithful."""
+        dead = self.dead_agents()
+        if dead:
+            raise EmulationError(dead[0])
+
+    def dead_agents(self) -> list[str]:
+        """One line per agent that died: the host, its exit status and its log's last lines."""
+        out = []
         for host, proc in self.agent_procs.items():
             if proc.poll() is not None:
                 log = self.workdir / f"agent-{host}.log"
@@ -256,8 +263,21 @@ class Testbed:
                     tail = " | ".join(log.read_text().strip().splitlines()[-3:])[-300:]
                 except OSError:
                     tail = ""
-                raise EmulationError(f"agent on {host} died (exit status {proc.returncode})"
-                                     + (f": {tail}" if tail else f": see {log}"))
+                out.append(f"agent on {host} died (exit status {proc.returncode})"
+                           + (f": {tail}" if tail else f": see {log}"))
+        return out
+
+    def deaths(self) -> list[str]:
+        """What died while the fabric ran, one line each: the controller (the switches keep
+        their tables, but the baseline's routing no longer reacts to faults) and any agent.
+        Empty while everything lives. The interactive console reports each once."""
+        out = []
+        died = self.em.controller_death()
+        if died is not None:
+            out.append(f"the controller died (exit status {died[1]}): the switches keep their "
+                       f"tables, but the baseline's routing no longer reacts to faults; see "
+                       f"{self.workdir / 'controller.log'}")
+        return out + self.dead_agents()
 
     # ----- traffic --------------------------------------------------------------------------
     def flow(self, transport: str, src: str, dst: str,

@@ -8,6 +8,7 @@ where a display exists, and `h0 ping6 h2` (a host name after the command becomes
 baseline IPv6 address: the hosts have no IPv4). `pingall` and `pingpair` ping those baseline
 addresses. `link a b up|down` becomes `restore`/`cut`, so the fault is recorded like any other;
 `iperf` (IPv4 only) and `switch` (it would delete the bridge) point to what to use instead.
+After any command during which the controller or an agent died, the console says so once.
 """
 
 from __future__ import annotations
@@ -106,6 +107,7 @@ class MrcCli(CLI):
         self.links = [link.name for link in self.fabric.links]
         self.background: set[int] = set()  # flow numbers running on their own
         self.ended: dict[int, str] = {}  # flow number -> how it ended (its result read, closed)
+        self.reported: set[str] = set()  # deaths of the controller or agents already said
         super().__init__(_Nodes(bed.net), stdin=stdin, script=script)
 
     # ----- the loop -------------------------------------------------------------------------
@@ -131,7 +133,16 @@ class MrcCli(CLI):
 
     def postcmd(self, stop: bool, line: str) -> bool:
         self._reap_background()
+        self._report_deaths()
         return stop
+
+    def _report_deaths(self) -> None:
+        """Say once, after the command it happened during, that the controller or an agent
+        died (killed, crashed): the session goes on, but results from then on are suspect."""
+        for line in self.bed.deaths():
+            if line not in self.reported:
+                self.reported.add(line)
+                self._error(line)
 
     def _error(self, message: str) -> None:
         sys.stderr.write(f"*** {message}\n")

@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pexpect
 import pytest
@@ -173,6 +174,32 @@ def test_tab_completion_names_links_and_hosts(cli):
     cli.child.send("\x15")
     cli.sync()
     assert cli.rows("paths h0 h1")
+
+
+def _session_pid(workdir, name: str) -> int:
+    """The process of the session whose command line names `name` in its work folder."""
+    needle = str(workdir / name)
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            cmd = Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        if needle in cmd:
+            return int(entry)
+    raise AssertionError(f"no process of the session names {needle}")
+
+
+def test_a_dead_controller_or_agent_is_said_once(cli):
+    """Issue 11, item 6, in the console: the session goes on, but says (once) what died."""
+    os.kill(_session_pid(cli.workdir, "controller.json"), signal.SIGKILL)
+    os.kill(_session_pid(cli.workdir, "agent-h3.json"), signal.SIGKILL)
+    time.sleep(0.5)
+    out = cli.run("flows")
+    assert "*** the controller died (exit status -9)" in out and "controller.log" in out, out
+    assert "*** agent on h3 died (exit status -9)" in out, out
+    assert "died" not in cli.run("flows")
 
 
 def test_exit_tears_everything_down(cli):

@@ -274,7 +274,7 @@ def run(runs: int = 20, seed: int = 1, out: Path = RESULTS,
             records[-1].leftovers = rec.leftovers
             records[-1].ok = records[-1].ok and not rec.leftovers and rec.exit_status not in (2,)
         records.append(rec)
-        say(f"[soak {i}/{len(schedule)}] {scenario} {fault}: exit {rec.exit_status}, "
+        say(f"[soak {i}/{len(schedule)}] {scenario} {rec.fault}: exit {rec.exit_status}, "
             f"{'ok' if rec.ok else 'FAIL'} ({rec.seconds} s){' ' + rec.last_line if not rec.ok else ''}")
     if records and records[-1].cleaned_by == "next start":
         subprocess.run([sys.executable, "-m", "experiments.cli", "clean"], cwd=REPO,

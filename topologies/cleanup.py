@@ -146,8 +146,9 @@ def take_lock(directory: Path | None = None, clean: bool = True) -> str:
             raise PreflightError(_busy_message(_read_registry(where / REGISTRY_NAME))) from None
         _held = _Held(fd, secrets.token_hex(8), where / REGISTRY_NAME)
     try:
-        if clean:
-            last_cleanup = cleanup_leftovers(registry=_held.registry)
+        if clean:  # all of it: an interrupt half-way would leave the rest to no one
+            with interrupts_deferred("removing what a killed run left"):
+                last_cleanup = cleanup_leftovers(registry=_held.registry)
         files.write_json(_held.registry, {"pid": os.getpid(), "run": _held.run_id,
                                           "started": time.time(), "argv": sys.argv, "dirs": []},
                          mode=0o600)
@@ -226,6 +227,32 @@ def teardown_shield() -> Iterator[None]:
     finally:
         for s, handler in old.items():
             signal.signal(s, handler)
+
+
+@contextlib.contextmanager
+def interrupts_deferred(what: str) -> Iterator[None]:
+    """SIGINT and SIGTERM during the block print "`what`, please wait" and are raised as
+    KeyboardInterrupt once the block has finished (main thread only; elsewhere the block runs
+    as it is): for steps that must not stop half-way but should not swallow the interrupt."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    got: list[int] = []
+
+    def _later(signum: int, frame: object) -> None:
+        got.append(signum)
+        print(f"mrclab: {what}, please wait", file=sys.stderr, flush=True)
+
+    old = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    for s in old:
+        signal.signal(s, _later)
+    try:
+        yield
+    finally:
+        for s, handler in old.items():
+            signal.signal(s, handler)
+    if got:
+        raise KeyboardInterrupt
 
 
 # ----- processes ----------------------------------------------------------------------------------

@@ -123,9 +123,14 @@ def _digest(folder: Path) -> str | None:
     return h.hexdigest()
 
 
-def _run_pids(module: str) -> list[int]:
-    """Processes of the run holding the lock that run `python -m module`."""
-    rid = cleanup.holder().get("run")
+def _run_pids(module: str, run_pid: int) -> list[int]:
+    """Processes that run `python -m module` for the run of process `run_pid`, once it holds
+    the lock (the registry may still name a killed predecessor, whose processes live on until
+    the next start removes them)."""
+    holder = cleanup.holder()
+    if holder.get("pid") != run_pid:
+        return []
+    rid = holder.get("run")
     out = []
     for pid, marker in cleanup.marked_processes().items():
         if marker != rid:
@@ -217,7 +222,8 @@ def _inject(proc: subprocess.Popen, fault: str, after: float, session: bool = Fa
     more, then inject `fault` (to a `session`, SIGTERM and SIGHUP instead of SIGINT)."""
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and proc.poll() is None:
-        if _run_pids("endpoints.host.agent") or _run_pids("endpoints.host.tcpflow"):
+        if _run_pids("endpoints.host.agent", proc.pid) or \
+                _run_pids("endpoints.host.tcpflow", proc.pid):
             break
         time.sleep(0.05)
     time.sleep(after)
@@ -234,7 +240,7 @@ def _inject(proc: subprocess.Popen, fault: str, after: float, session: bool = Fa
                 os.kill(proc.pid, signal.SIGINT if not session else signal.SIGTERM)
     else:
         module = "controller.run" if fault == "kill_controller" else "endpoints.host.agent"
-        pids = _run_pids(module)
+        pids = _run_pids(module, proc.pid)
         if pids:
             os.kill(random.Random(after).choice(pids), signal.SIGKILL)
 

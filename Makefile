@@ -49,7 +49,8 @@ experiment: setup
 	done; $(MRCLAB) report
 
 # The proofs of issue 11 (docs/security.md): 20 runs with faults injected into the testbed
-# itself (about 15-25 minutes), and 100k forged datagrams against live agents (a few minutes).
+# itself (about 3 minutes on a 2-core VM), and 100k forged datagrams against live agents (about
+# 2.5 minutes).
 soak: setup
 	$(PY) -m experiments.tools.soak
 

@@ -3,7 +3,9 @@
 Orchestration only: the testbed up, each transport in turn through the scenario's kind, the
 summary, the files. results/NAME/ gets summary.json (configuration, seed, software versions,
 fidelity, and per transport the scenario's figures), timeseries.csv (goodput per 10 ms bin per
-transport), PNG plots, the agents' traces, and with `--capture` a pcap per target (TARGET.pcap,
+transport), PNG plots (cc.png: every congestion signal of the first transport's QPs, with
+the host and switch queues; cc-LABEL.png for the others), the traces (the agents' events, the
+queue samples of topologies/queuesampler.py), and with `--capture` a pcap per target (TARGET.pcap,
 the whole run: every transport in turn). Everything is written to a staging folder and
 moved into place only when complete, so an interrupted run leaves the previous results
 untouched.
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +26,7 @@ from experiments.scenarios.base import Options, Record
 from experiments.testbed import Testbed, describe_switches
 from topologies import cleanup, files
 from topologies.model import Fabric
+from topologies.queuesampler import QueueSampler
 
 SATURATING = {"mrc", "spray", "tcp", "mptcp"}  # offer more than a link carries
 Progress = Callable[[str], None]
@@ -47,24 +51,36 @@ def execute(opts: Options, workdir: Path, say: Progress) -> tuple[Record, dict]:
             f"{describe_switches(em)})")
         captures = [bed.capture(target, workdir / f"{target}.pcap") for target in opts.capture]
         bed.prepare(opts.transports)
-        for transport, trim in kind.variants(opts, bed):
-            label = transport if trim is None else f"{transport}{'' if trim else '-droptail'}"
-            if trim is not None:
-                em.set_trimming(trim)
-            say(f"{label}: running")
-            try:
-                kind.run(bed, opts, transport, label, record)
-            except OSError:  # the agents' channels included (ConnectionError, timeouts)
-                bed.check_alive()  # a dead agent: one line naming it rather than a traceback
-                raise
-            bed.check_alive()
-            say(f"{label}: {_brief(record.transports[label])}")
+        sampled = 0.0
+        with QueueSampler(em, workdir) as sampler:
+            for transport, trim in kind.variants(opts, bed):
+                label = transport if trim is None else f"{transport}{'' if trim else '-droptail'}"
+                if trim is not None:
+                    em.set_trimming(trim)
+                say(f"{label}: running")
+                first, started = len(bed.flows), time.monotonic()
+                sampler.active.set()  # only while a transport runs: its queues, not the gaps
+                try:
+                    kind.run(bed, opts, transport, label, record)
+                except OSError:  # the agents' channels included (ConnectionError, timeouts)
+                    bed.check_alive()  # a dead agent: one line naming it rather than a traceback
+                    raise
+                finally:
+                    sampler.active.clear()
+                    sampled += time.monotonic() - started
+                bed.check_alive()
+                record.qps[label] = [[f.src, f.dst, f.number, f.transport]
+                                     for f in bed.flows[first:]]
+                say(f"{label}: {_brief(record.transports[label])}")
         bed.check_alive()
         info = {"setup_seconds": round(em.setup_seconds, 2), "datapath": em.datapath,
                 "switches": em.backend.info(),
                 "dataplane": {**em.dataplane_info, "totals": fidelity.dataplane_totals(em)},
                 "controller_events": [json.loads(line)
-                                      for line in em.events_path.read_text().splitlines()]}
+                                      for line in em.events_path.read_text().splitlines()],
+                "traces": {"windows": {lb: [round(a, 4), round(b, 4)]
+                                       for lb, (a, b) in record.windows.items()},
+                           "qps": record.qps, "queue_sampler": sampler.cost(sampled)}}
         if captures:
             info["captures"] = {c.target: {"file": f"{c.target}.pcap", "packets": c.stop()}
                                 for c in captures}
@@ -192,6 +208,7 @@ def _summarise(run: Run, info: dict) -> dict:
         "faults": record.timeline,
         "transports": record.transports,
         "fidelity": info["fidelity"],
+        "traces": info["traces"],
         **({"captures": info["captures"]} if "captures" in info else {}),
         **({"controller_died": info["controller_died"]} if "controller_died" in info else {}),
     }
@@ -220,7 +237,7 @@ def _write(run: Run, summary: dict, staging: Path, workdir: Path) -> None:
     files.write_text(staging / "timeseries.csv", "\n".join(rows) + "\n")
     traces = staging / "traces"
     traces.mkdir()
-    for item in sorted(workdir.glob("*-trace.jsonl")) + sorted(workdir.glob("*.log")):
+    for item in sorted(workdir.glob("*.jsonl")) + sorted(workdir.glob("*.log")):
         shutil.copy(item, traces / item.name)
     for target in run.opts.capture:
         shutil.move(str(workdir / f"{target}.pcap"), str(staging / f"{target}.pcap"))
@@ -230,7 +247,8 @@ def _write(run: Run, summary: dict, staging: Path, workdir: Path) -> None:
     if summary_path_state:
         summary["path_state"] = summary_path_state
     files.write_json(staging / "summary.json", summary)
-    from experiments import plots  # matplotlib: imported only when there is something to draw
+    from experiments import ccplot, plots  # matplotlib: only when there is something to draw
 
     plots.plot_scenario(staging, summary, record.curves, record.windows, timelines)
     run.opts.scenario.kind.plot(staging, summary)
+    ccplot.plot_run(staging, summary)

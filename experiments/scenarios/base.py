@@ -115,6 +115,7 @@ class Record:
     timeline: list[dict] = field(default_factory=list)  # faults, relative to their label's start
     ev_traces: dict[str, tuple[str, int]] = field(default_factory=dict)  # label -> (host, qpn)
     link_rates: dict[str, float] = field(default_factory=dict)  # label -> Mbit/s achieved
+    qps: dict[str, list[list]] = field(default_factory=dict)  # label -> [src, dst, qpn, transport]
     first_target: str | None = None  # the first transport's fault target (same_target)
 
     def keep_trace(self, label: str, flow: Flow) -> None:

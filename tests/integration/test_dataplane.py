@@ -442,9 +442,12 @@ def test_trimmed_header_is_charged_its_own_length(veth, encap):
         with _attach(pid_a) as plane:
             prog, ifindex = plane.program(IF_A)
             prog.set_queue(ifindex, ports.default_thresholds(QUEUE, CFG).trim_bytes, frozen=True)
+            # what the queue sampler reads: the frozen backlog, to the byte
+            assert plane.virtual_queues() == {IF_A: ports.default_thresholds(QUEUE, CFG).trim_bytes}
             _send_frames(pid_a, frames)
             got = rx.drain()
             c = plane.counters()[IF_A]
+            assert plane.virtual_queues() == {IF_A: c["vq_bytes"]}
     finally:
         rx.close()
     sent = tuple(a - b for a, b in zip(_class_sent("1:2"), sent_before, strict=True))

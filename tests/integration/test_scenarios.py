@@ -35,7 +35,33 @@ def _run(tmp_path, name, backend, *args, timeout=400):
     assert summary["fidelity"]["per_transport"] and "faithful" in summary["fidelity"]
     assert all(t["data_ok"] is True for t in summary["transports"].values()), summary["transports"]
     assert summary["switch_backend"] == backend == summary["switches"]["switch_backend"]
+    _check_traces(summary, out)
     return summary, out
+
+
+def _check_traces(summary, out):
+    """Every run keeps its congestion traces and draws cc.png: each transport's window and QPs,
+    queue samples of every switch egress port and host NIC taken during the runs, what the
+    sampler cost."""
+    traces = summary["traces"]
+    assert set(traces["windows"]) == set(traces["qps"]) == set(summary["transports"])
+    assert all(traces["qps"][label] for label in traces["qps"])
+    assert (out / "cc.png").stat().st_size > 20_000
+    for label in list(summary["transports"])[1:]:
+        assert (out / f"cc-{label}.png").exists()
+    switch = [json.loads(x) for x in (out / "traces" / "switch-queues.jsonl").read_text().splitlines()]
+    hosts = [json.loads(x) for x in (out / "traces" / "host-queues.jsonl").read_text().splitlines()]
+    fabric = summary["fabric"]
+    host_links = fabric["planes"] * fabric["leaves"] * fabric["hosts_per_leaf"]
+    egress = host_links + 2 * fabric["planes"] * fabric["leaves"] * fabric["spines"]
+    assert switch and all(len(x["ports"]) == egress for x in switch)
+    assert hosts and all(len(x["hosts"]) == host_links // fabric["planes"] for x in hosts)
+    windows = list(traces["windows"].values())
+    assert all(any(a - 1.0 <= x["t"] <= b + 1.0 for a, b in windows) for x in switch)  # during runs
+    cost = traces["queue_sampler"]
+    assert cost["errors"] == 0 and cost["switch"]["samples"] == len(switch)
+    # 50 ms / 20 ms sampling: a few percent of one core at most, even on a busy CPU
+    assert cost["core_share_pct"] < 15
 
 
 def test_link_failure_mrc_rides_through_single_path_transports_stall(tmp_path, switch_backend):

@@ -11,6 +11,7 @@ import os
 import shutil
 import socket
 import subprocess
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
@@ -18,7 +19,7 @@ from dataclasses import dataclass, field, replace
 from topologies import netns
 from topologies.dataplane.bpf import Program
 from topologies.dataplane.build import stale
-from topologies.dataplane.ports import PortSpec
+from topologies.dataplane.ports import PortSpec, rate_fp, vq_now
 from topologies.shaping import tc_batch
 
 FILTER_PREF = 4791  # our tc filter's preference on clsact egress, to delete exactly it
@@ -84,6 +85,19 @@ class DataPlane:
 
     def counters(self) -> dict[str, dict[str, int]]:
         return {name: g.program.counters(idx) for g in self._groups for name, idx in g.ports.items()}
+
+    def virtual_queues(self) -> dict[str, int]:
+        """Every port's virtual backlog (bytes) drained to now: what the next packet's mark,
+        trim or drop is decided on (the counters' vq_bytes is as of the last packet). One map
+        lookup per port: the drain rate is the port's spec."""
+        out: dict[str, int] = {}
+        for g in self._groups:
+            now = time.monotonic_ns()  # bpf_ktime_get_ns is CLOCK_MONOTONIC
+            for name, idx in g.ports.items():
+                state = g.program.state.lookup(idx)
+                if state is not None:
+                    out[name] = vq_now(state[2], state[3], now, rate_fp(g.specs[name].rate_bps))
+        return out
 
     def reset(self) -> None:
         """Zero every port's counters and virtual queue (between experiment phases)."""

@@ -91,6 +91,14 @@ class PortSpec:
                 rate_fp(self.rate_bps * self.control_share), self.control_burst_bytes, 0)
 
 
+def vq_now(vq_fp: int, last_ns: int, now_ns: int, rate: int) -> int:
+    """A port's virtual backlog in bytes at `now_ns`, drained at `rate` (rate_fp) since the
+    program last touched it at `last_ns`, as the C program's drain() would."""
+    if now_ns <= last_ns:
+        return vq_fp >> RATE_SHIFT
+    return max(0, vq_fp - (now_ns - last_ns) * rate) >> RATE_SHIFT
+
+
 def switch_ports(ports: Iterable[tuple[str, bool]], link_mbps: float, queue_packets: int,
                  transport: TransportConfig, netns_pid: int | None = None,
                  trim: bool = True) -> list[PortSpec]:

@@ -54,3 +54,12 @@ def test_port_spec_validation_and_switch_ports():
         ports.PortSpec("x", None, 1e6, 9000, 100, 50000).validate()
     with pytest.raises(ValueError):
         ports.PortSpec("x", None, 0, 1, 2, 3).validate()
+
+
+def test_the_virtual_queue_drains_at_the_port_rate_to_the_sampling_instant():
+    rate = ports.rate_fp(10e6)  # 1250 bytes per ms
+    vq = 20_000 << ports.RATE_SHIFT
+    assert ports.vq_now(vq, 1_000, 1_000, rate) == 20_000  # no time passed
+    assert ports.vq_now(vq, 1_000, 0, rate) == 20_000  # last_ns ahead (frozen in tests)
+    assert ports.vq_now(vq, 0, 4_000_000, rate) == pytest.approx(15_000, abs=1)  # 4 ms at 10 Mbit/s
+    assert ports.vq_now(vq, 0, 10**9, rate) == 0  # long idle: empty, never negative

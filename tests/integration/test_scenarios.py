@@ -57,7 +57,8 @@ def _check_traces(summary, out):
     assert switch and all(len(x["ports"]) == egress for x in switch)
     assert hosts and all(len(x["hosts"]) == host_links // fabric["planes"] for x in hosts)
     windows = list(traces["windows"].values())
-    assert all(any(a - 1.0 <= x["t"] <= b + 1.0 for a, b in windows) for x in switch)  # during runs
+    # while a transport runs (its set-up, its tail and the routing pause after it included)
+    assert all(any(a - 1.0 <= x["t"] <= b + 2.5 for a, b in windows) for x in switch)
     cost = traces["queue_sampler"]
     assert cost["errors"] == 0 and cost["switch"]["samples"] == len(switch)
     # 50 ms / 20 ms sampling: a few percent of one core at most, even on a busy CPU

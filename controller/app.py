@@ -56,7 +56,7 @@ class MrcFabricController(app_manager.OSKenApp):
         self.generation = 0  # bumps on every port change; a stale timer does nothing
         self.switches_down: set[str] = set()  # switches that stopped forwarding (BFD would see)
         Path(self.events_path).write_text("")
-        if SETTINGS.get("switch_pids") is None:
+        if SETTINGS.get("switch_pids") is None and SETTINGS.get("switch_rundir") is None:
             LOG.warning("no ovs-vswitchd pid given: any local process may connect as a switch")
         self._write_status()
         if SETTINGS.get("notify"):
@@ -113,14 +113,21 @@ class MrcFabricController(app_manager.OSKenApp):
     # ----- switch start-up ------------------------------------------------------------------
     def _refusal(self, dp) -> str | None:
         """Why an OpenFlow connection is not one of the run's switches, or None. The peer
-        socket must belong to the run's ovs-vswitchd (anyone local can reach the loopback
-        port), its datapath id must be one of the fabric's, and not connected already."""
+        socket must belong to the run's ovs-vswitchd (anyone local can reach a loopback port;
+        on the Unix socket the peer's pid comes with the connection and must be an
+        ovs-vswitchd serving a run folder under `switch_rundir`), its datapath id must be one
+        of the fabric's, and not connected already."""
         switch = self.fabric.switch_by_dpid(dp.id)
         if switch is None:
             return f"datapath {dp.id:016x} is not one of the fabric's"
         old = self.datapaths.get(dp.id)
         if old is not None and old is not dp and old.is_active:
             return f"{switch.name} is already connected"
+        rundir = SETTINGS.get("switch_rundir")
+        if rundir is not None:
+            if not procnet.is_daemon_under(int(dp.address[1]), "ovs-vswitchd", rundir):
+                return f"the peer (pid {dp.address[1]}) is not an ovs-vswitchd of the run"
+            return None
         pids = SETTINGS.get("switch_pids")
         if pids is not None:
             owner = procnet.peer_owner(int(dp.address[1]), int(SETTINGS["port"]), pids)

@@ -1,7 +1,17 @@
 """Start the controller process: `python -m controller.run --config FILE`.
 
-os-ken 4.x no longer ships `osken-manager`, so this is the launcher: it binds OpenFlow to
-loopback only and runs `controller.app` with os-ken's native (thread) hub.
+os-ken 4.x no longer ships `osken-manager`, so this is the launcher: it runs `controller.app`
+with os-ken's native (thread) hub, listening for OpenFlow on the Unix socket `of_socket` of the
+configuration. A Unix socket, not TCP on loopback: the switches run in one network namespace
+per plane, which cannot reach the root namespace's loopback, while a path is reachable from
+every namespace; and only root can connect (the socket's folder is root's only).
+
+os-ken binds AF_UNIX when its listen "host" is a path in an existing folder. Two of its habits
+need care: its Datapath sets TCP_NODELAY, which a Unix socket refuses (`_UnixStream` ignores TCP
+options), and with listen port 0 it also serves the old OpenFlow port 6633 on the same "host",
+a second bind of the same path that fails and takes every app down with it (so a port is always
+given; it means nothing for a path). Each connection's address becomes (socket path, the peer
+process's pid from SO_PEERCRED), so the app knows which process a switch is.
 """
 
 from __future__ import annotations
@@ -10,28 +20,59 @@ import argparse
 import json
 import logging
 import os
+import socket
+import struct
 import sys
 
 os.environ.setdefault("OSKEN_HUB_TYPE", "native")
+_UNUSED_TCP_PORT = 6653  # any non-zero port: os-ken ignores it for a path (see above)
+
+
+class _UnixStream(socket.socket):
+    """An accepted OpenFlow connection on the Unix socket; TCP options are no-ops."""
+
+    def setsockopt(self, level: int, option: int, value: int | bytes) -> None:  # type: ignore[override]
+        if level != socket.IPPROTO_TCP:
+            super().setsockopt(level, option, value)
+
+
+def peer_pid(sock: socket.socket) -> int:
+    """The pid of the process at the other end of a Unix stream socket (SO_PEERCRED)."""
+    creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    return struct.unpack("3i", creds)[0]
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--config", required=True, help="JSON: fabric, status, events, detect_ms, port")
+    parser.add_argument("--config", required=True,
+                        help="JSON: fabric, status, events, detect_ms, notify, of_socket")
     args = parser.parse_args(argv)
     with open(args.config) as fh:
         settings = json.load(fh)
 
     from os_ken import cfg
     from os_ken.base.app_manager import AppManager
+    from os_ken.controller import controller as ofc
 
     from controller import app
 
+    path = settings["of_socket"]
+    serve = ofc.datapath_connection_factory
+
+    def factory(sock: socket.socket, address: object) -> None:
+        if sock.family == socket.AF_UNIX:
+            sock = _UnixStream(socket.AF_UNIX, socket.SOCK_STREAM, fileno=sock.detach())
+            address = (path, peer_pid(sock))
+        serve(sock, address)
+
+    ofc.datapath_connection_factory = factory  # what os-ken's server loop calls per connection
     app.SETTINGS.update(settings)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    cfg.CONF(args=["--ofp-listen-host", "127.0.0.1",
-                   "--ofp-tcp-listen-port", str(settings["port"])], project="os_ken")
+    if os.path.lexists(path):
+        os.unlink(path)
+    cfg.CONF(args=["--ofp-listen-host", path, "--ofp-tcp-listen-port", str(_UNUSED_TCP_PORT)],
+             project="os_ken")
     AppManager.run_apps(["controller.app"])
     return 0
 

@@ -34,7 +34,7 @@ def _cpu_times() -> tuple[int, int]:
     return idle, sum(fields[:8])
 
 
-# scripts/start-ovs.sh sets net.core.wmem_default to this before ovs-vswitchd opens its packet
+# The ovs backend sets net.core.wmem_default to this before ovs-vswitchd opens its packet
 # socket: with the 208 KB default, frames queued in the ports' qdiscs fill its send buffer and
 # OVS drops what it cannot send without counting it (40-80 silent losses per incast run).
 OVS_SEND_BUFFER = 16 << 20

@@ -182,9 +182,9 @@ def _fidelity(opts: Options, record: Record, cpu: fidelity.CpuSampler, datapath:
             problems.append(f"{transport}: the receiver's plane-0 link carried {rate} of "
                             f"{opts.fabric.link_mbps} Mbit/s while it should have been full")
     wmem = int(Path("/proc/sys/net/core/wmem_default").read_text())
-    if datapath == "user" and wmem < fidelity.OVS_SEND_BUFFER:
+    if datapath == "user" and wmem < fidelity.OVS_SEND_BUFFER:  # the ovs backend raises it
         problems.append(f"net.core.wmem_default is {wmem}: OVS's packet socket drops frames silently "
-                        f"when queues build; run `make setup` (raises it and restarts ovs-vswitchd)")
+                        f"when queues build (the ovs backend could not raise it)")
     return {"link_mbps_configured": opts.fabric.link_mbps, "per_transport": per_transport,
             "faithful": not problems, "problems": problems, "warnings": warnings}
 

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# Idempotent set-up: system packages, the venv, Open vSwitch running. A second run takes seconds.
+# Idempotent set-up: system packages, the venv, the eBPF object. A second run takes seconds.
+# (No Open vSwitch service: every emulation runs its own OVS instances, one per plane.)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 if [ "$(id -u)" -ne 0 ]; then
-  echo "mrclab: error: setup installs packages and starts Open vSwitch: run it as root (sudo make setup)" >&2
+  echo "mrclab: error: setup installs packages: run it as root (sudo make setup)" >&2
   exit 2
 fi
 
@@ -52,5 +53,4 @@ for pkg in clang llvm libbpf-dev bpftool; do
 done
 .venv/bin/python -m topologies.dataplane build || echo "setup: warning: data plane build step failed: plain HTB queues"
 
-scripts/start-ovs.sh
 echo "setup: ok ($(.venv/bin/python -c 'import topologies.preflight as p; print("OVS datapath:", p.choose_datapath())'))"

@@ -33,6 +33,18 @@ from topologies.preflight import EmulationError
 from topologies.switches import SwitchBackend
 
 
+def _existing_link_class() -> type:
+    """Mininet's Link for a veth pair that already exists (`Emulation._create_links`): Mininet
+    records its interfaces and creates nothing."""
+    from mininet.link import Link
+
+    class ExistingLink(Link):
+        def makeIntfPair(self, *args: object, **kwargs: object) -> None:  # noqa: N802 - Mininet's
+            return None
+
+    return ExistingLink
+
+
 class Emulation:
     """A running fabric. Use as a context manager; `stop()` is idempotent.
 
@@ -119,6 +131,7 @@ class Emulation:
         options = {"datapath": self.datapath_requested} if name == "ovs" else {}
         self.switches = switches.make(name, self.fabric, self.workdir, **options)
         self.switches.start_instances()
+        self.timings["switch_instances"] = time.monotonic() - t0
         self.datapath = getattr(self.switches, "datapath", "")
         self._start_controller()
         self.timings["controller"] = time.monotonic() - t0
@@ -129,6 +142,8 @@ class Emulation:
         self._wait_flows()
         self.setup_seconds = time.monotonic() - t0
         self.timings["flows"] = self.setup_seconds
+        self.timings.update({f"{self.backend.name}_{k}": v for k, v in
+                             getattr(self.backend, "timings", {}).items()})
 
     def _start_controller(self) -> None:
         self.status_path = self.workdir / "controller-status.json"
@@ -174,21 +189,53 @@ class Emulation:
         from mininet.net import Mininet
 
         setLogLevel("error")
+        t0 = time.monotonic()
         net = Mininet(controller=None, build=False, autoSetMacs=False, autoStaticArp=False,
                       waitConnected=False)
         self.net = net
         self.backend.add_switches(net)
         for host in self.fabric.hosts:
             net.addHost(host.name, ip=None)
-        for link in self.fabric.links:
-            extra = {"addr1": self.fabric.host(link.a).nics[link.plane].mac} \
-                if link.kind == "host" else {}
-            net.addLink(link.a, link.b, port1=link.a_port, port2=link.b_port, **extra)
-        net.build()
         self._pids = {h.name: net[h.name].pid for h in self.fabric.hosts}
-        for host in self.fabric.hosts:
-            switches.set_mtu([nic.ifname for nic in host.nics], self._pids[host.name], LINK_MTU)
+        for host in self.fabric.hosts:  # before their NICs exist, so that the NICs inherit them
+            hostnet.set_sysctls(self._pids[host.name])
+        self.timings["nodes"] = time.monotonic() - t0
+        t0 = time.monotonic()
+        self._create_links()
+        link_cls = _existing_link_class()
+        for link in self.fabric.links:
+            # Nothing for Mininet to run: no MAC to set (addr None), nothing to bring up.
+            net.addLink(link.a, link.b, port1=link.a_port, port2=link.b_port, cls=link_cls,
+                        intfName1=link.a_ifname, intfName2=link.b_ifname, addr1=None, addr2=None,
+                        params1={"up": None}, params2={"up": None})
+        net.build()
+        self.timings["links"] = time.monotonic() - t0
+        t0 = time.monotonic()
         self.backend.start_switches()
+        self.timings["switches"] = time.monotonic() - t0
+
+    def _create_links(self) -> None:
+        """Every veth of the fabric in one `ip -batch`, each end created in its node's
+        namespace at the jumbo MTU, a host's end with its MAC and up (Mininet would spend two
+        shell round trips per end on this); then every switch-side end up, one netlink socket
+        per namespace. All before any switch starts, so no switch sees a stream of new or
+        changing interfaces. (The kernel refuses `up` on a veth's peer while it creates the
+        pair: the peer has no peer yet.)"""
+        pid = {name: node.pid for name, node in self.net.nameToNode.items()}  # type: ignore[attr-defined]
+        lines = []
+        for link in self.fabric.links:
+            mac = f" address {self.fabric.host(link.a).nics[link.plane].mac}" \
+                if link.kind == "host" else ""
+            up = " up" if link.kind == "host" else ""
+            lines.append(f"link add name {link.a_ifname} mtu {LINK_MTU}{mac} netns {pid[link.a]}"
+                         f"{up} type veth peer name {link.b_ifname} mtu {LINK_MTU} "
+                         f"netns {pid[link.b]}")
+        result = subprocess.run(["ip", "-batch", "-"], input="".join(f"{x}\n" for x in lines),
+                                text=True, capture_output=True)
+        if result.returncode != 0:
+            raise RuntimeError(f"creating the links failed: {result.stderr.strip()[:400]}")
+        netns.run_batches([(ns_pid, ["ip", "-batch", "-"], "".join(f"link set dev {n} up\n" for n in names))
+                       for ns_pid, names in self._ports_by_namespace(self._port_owner).items()])
 
     @contextmanager
     def _in_port_namespace(self, pid: int | None) -> Iterator[None]:
@@ -214,14 +261,15 @@ class Emulation:
         self.encap = host_encap.HostEncap()
         self.encap.fill(host_encap.path_entries(self.fabric))
         self.timings["encap_map_s"] = time.monotonic() - t0
+        mbps = self.fabric.params.link_mbps
+        mtu = self.transport.mtu_payload
+        htb = (lambda nics: shaping.host_htb_batch(nics, mbps, shaping.HOST_QUEUE_PACKETS, mtu)) \
+            if self.shape_links else None
         # Offload off on both backends: the userspace datapath cannot complete partial
         # checksums, and the eBPF trim recomputes a full one (never a partial seed).
-        hostnet.configure_hosts(self.fabric, self._pids, self.encap.route_encap(), offload_off=True)
-        if self.shape_links:
-            netns.run_batches([(self._pids[h.name], ["tc", "-batch", "-"], shaping.host_htb_batch(
-                [n.ifname for n in h.nics], self.fabric.params.link_mbps, shaping.HOST_QUEUE_PACKETS,
-                self.transport.mtu_payload))
-                for h in self.fabric.hosts])
+        hostnet.configure_hosts(self.fabric, self._pids, self.encap.route_encap(), offload_off=True,
+                                htb=htb)
+        self.timings["host_net"] = time.monotonic() - t0
 
     def _switch_data_plane(self) -> None:
         """Every switch egress port: HTB at the link rate with a strict-priority control class,
@@ -235,10 +283,12 @@ class Emulation:
         queue = shaping.SWITCH_QUEUE_PACKETS
         reason = dataplane.available() if self.dataplane_mode != "droptail" else "asked for"
         headroom = 1 if reason is not None else 10
-        for pid, group in self._ports_by_namespace(names).items():
-            with self._in_port_namespace(pid):
-                shaping.tc_batch(shaping.switch_htb_batch(group, mbps, queue, shaping.BURST_BYTES,
-                                                          mtu, fifo_headroom=headroom))
+        t0 = time.monotonic()
+        netns.run_batches([(pid, ["tc", "-batch", "-"],
+                        shaping.switch_htb_batch(group, mbps, queue, shaping.BURST_BYTES, mtu,
+                                                 fifo_headroom=headroom))
+                       for pid, group in self._ports_by_namespace(names).items()])
+        self.timings["switch_htb"] = time.monotonic() - t0
         if reason is not None:
             if self.dataplane_mode == "ebpf":
                 raise preflight.PreflightError(f"the eBPF data plane cannot run here: {reason}")
@@ -247,7 +297,9 @@ class Emulation:
             self.dataplane_info = {"mode": "droptail", "reason": why}
             return
         specs = self.switch_port_specs()
+        t0 = time.monotonic()
         self.dataplane = dataplane.attach_ports(specs)
+        self.timings["switch_ebpf"] = time.monotonic() - t0
         th = specs[0]
         self.dataplane_info = {"mode": "ebpf", "trim": True, "mark_bytes": th.mark_bytes,
                                "trim_bytes": th.trim_bytes, "drop_bytes": th.drop_bytes,
@@ -352,14 +404,19 @@ class Emulation:
                     pass
 
     def _detach_dataplane(self) -> None:
-        if self.dataplane is not None:
-            self.dataplane.detach()  # before the switches go: their ports take the filters along
+        if self.dataplane is not None:  # before the switches go
+            self.dataplane.detach(remove_filters=not (self.switches is not None and
+                                                      self.switches.removes_port_namespaces))
         if self.encap is not None:
             self.encap.close()  # the hosts' routes that held it went with their namespaces
 
     def _stop_switches(self) -> None:
         if self.switches is not None:
-            self.switches.stop()
+            try:
+                self.switches.stop()
+            finally:
+                self.timings.update({f"{self.switches.name}_{k}": v for k, v in
+                                     getattr(self.switches, "timings", {}).items()})
 
     def _stop_controller(self) -> None:
         if self.controller is not None:

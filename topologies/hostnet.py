@@ -8,14 +8,18 @@ go, and its plane's NIC addresses (/64) through the host encapsulation program
 (topologies/dataplane/encap.py), which wraps marked (MRC) packets in an outer header to their
 path's carrier and lets everything else (RoCE baseline, TCP, MPTCP) through unchanged. The
 host's SID on each plane (`Nic.sid`, /48) decapsulates whatever arrives for it (End.DT6) and
-delivers the inner packet locally. One `ip -batch` per host namespace sets it all.
+delivers the inner packet locally. One `ip -batch` (and one `tc -batch` for its NICs' HTB) per
+host namespace sets it all, several hosts at once.
 """
 
 from __future__ import annotations
 
+import ctypes
+import fcntl
+import socket
+import struct
 import subprocess
-
-from pyroute2.ethtool import Ethtool
+from collections.abc import Callable
 
 from topologies import netns
 from topologies.model import (
@@ -54,6 +58,14 @@ def _write_sysctl(key: str, value: str) -> None:
         pass  # not every kernel has every knob; none of these is essential
 
 
+def set_sysctls(pid: int) -> None:
+    """The host namespace's IPv6 settings: set before its NICs exist, the `default` ones apply
+    to them from the start."""
+    with netns.inside(pid):
+        for key, value in _SYSCTLS.items():
+            _write_sysctl(key, value)
+
+
 def baseline_prefix(plane: int) -> str:
     """Every NIC address of `plane`."""
     return f"{BASELINE_PREFIX:x}:0:0:{plane:x}::/64"
@@ -80,15 +92,19 @@ def host_script(host: Host, encap: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def configure_hosts(fabric: Fabric, pids: dict[str, int], encap: str,
-                    offload_off: bool = True) -> None:
-    """Configure every host's NICs inside its namespace (process `pids[host]`)."""
+def configure_hosts(fabric: Fabric, pids: dict[str, int], encap: str, offload_off: bool = True,
+                    htb: Callable[[list[str]], str] | None = None) -> None:
+    """Configure every host's NICs inside its namespace (process `pids[host]`): IPv6 settings,
+    the `ip -batch` of `host_script`, the `tc -batch` script `htb(NIC names)` if given, all
+    hosts' batches side by side."""
+    jobs: list[tuple[int | None, list[str], str]] = []
     for host in fabric.hosts:
-        with netns.inside(pids[host.name]):
-            for key, value in _SYSCTLS.items():
-                _write_sysctl(key, value)
-    netns.run_batches([(pids[h.name], ["ip", "-6", "-batch", "-"], host_script(h, encap))
-                       for h in fabric.hosts])
+        pid = pids[host.name]
+        set_sysctls(pid)
+        jobs.append((pid, ["ip", "-6", "-batch", "-"], host_script(host, encap)))
+        if htb is not None:
+            jobs.append((pid, ["tc", "-batch", "-"], htb([nic.ifname for nic in host.nics])))
+    netns.run_batches(jobs)
     if offload_off:
         for host in fabric.hosts:
             with netns.inside(pids[host.name]):
@@ -97,17 +113,21 @@ def configure_hosts(fabric: Fabric, pids: dict[str, int], encap: str,
                 disable_tx_checksum([nic.ifname for nic in host.nics])
 
 
+ETHTOOL_STXCSUM = 0x17  # linux/ethtool.h: set TX checksumming on or off (every kind)
+SIOCETHTOOL = 0x8946
+_IFREQ = struct.Struct("16sP16x")  # struct ifreq: name, then ifr_data (a pointer), padded
+
+
 def disable_tx_checksum(ifnames: list[str]) -> None:
     """TX checksum offload off on these interfaces of the calling thread's namespace: the
-    kernel then writes full checksums instead of leaving a partial one for the NIC."""
-    with Ethtool() as eth:
+    kernel then writes full checksums instead of leaving a partial one for the NIC. One
+    ETHTOOL_STXCSUM ioctl per interface (what `ethtool -K IF tx off` does; pyroute2's Ethtool
+    reads every feature first, ~15 ms an interface)."""
+    with socket.socket(socket.AF_INET6, socket.SOCK_DGRAM) as sock:
         for ifname in ifnames:
-            features = eth.get_features(ifname)
-            for name in ("tx-checksum-ip-generic", "tx-checksum-ipv6", "tx-checksum-ipv4",
-                         "tx-checksumming"):
-                if name in features.features:
-                    features.features[name].enable = False
-            eth.set_features(ifname, features)
+            value = ctypes.create_string_buffer(struct.pack("=II", ETHTOOL_STXCSUM, 0))
+            ifreq = _IFREQ.pack(ifname.encode(), ctypes.addressof(value))
+            fcntl.ioctl(sock, SIOCETHTOOL, ifreq)
 
 
 def configure_mptcp(fabric: Fabric, host: Host, pid: int) -> None:

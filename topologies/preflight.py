@@ -35,16 +35,30 @@ def require_mininet() -> None:
         raise PreflightError("mnexec (from Mininet) is not on PATH: run `make setup`")
 
 
+OVS_TOOLS = ("ovs-vsctl", "ovs-ofctl", "ovs-vswitchd", "ovsdb-server", "ovsdb-tool")
+OVS_SCHEMAS = (Path("/usr/share/openvswitch/vswitch.ovsschema"),
+               Path("/usr/local/share/openvswitch/vswitch.ovsschema"))
+
+
+def ovs_schema() -> Path:
+    """The Open vSwitch database schema the per-plane instances are created from."""
+    for path in OVS_SCHEMAS:
+        if path.is_file():
+            return path
+    raise PreflightError("Open vSwitch's database schema (vswitch.ovsschema) was not found: run "
+                         "`make setup` (or apt-get install openvswitch-switch)")
+
+
 def require_ovs() -> None:
-    if not shutil.which("ovs-vsctl"):
-        raise PreflightError("Open vSwitch is not installed: run `make setup` "
-                             "(or apt-get install openvswitch-switch)")
-    try:
-        subprocess.run(["ovs-vsctl", "--timeout=3", "show"], check=True,
-                       capture_output=True, timeout=5)
-    except (subprocess.CalledProcessError, subprocess.TimeoutExpired):
-        raise PreflightError("Open vSwitch is installed but not running: run `make setup` "
-                             "(it starts ovsdb-server and ovs-vswitchd)") from None
+    """What the ovs backend needs: OVS's programs and schema (it runs its own instances, one
+    per plane; the system's need not run) and nsenter to start them in their namespaces."""
+    missing = [tool for tool in OVS_TOOLS if not shutil.which(tool)]
+    if missing:
+        raise PreflightError(f"Open vSwitch is not installed ({', '.join(missing)} missing): run "
+                             f"`make setup` (or apt-get install openvswitch-switch)")
+    ovs_schema()
+    if not shutil.which("nsenter"):
+        raise PreflightError("nsenter (util-linux) is not on PATH: run `make setup`")
 
 
 def kernel_datapath_available() -> bool:

@@ -54,3 +54,15 @@ def peer_owner(peer_port: int, server_port: int, candidates: Iterable[int]) -> i
         return None
     return next((pid for pid in candidates if _holds(pid, targets)), None)
 
+
+
+def is_daemon_under(pid: int, daemon: str, folder: str) -> bool:
+    """Whether process `pid` is `daemon` started with a path under `folder` on its command
+    line (how an OVS instance names its run folder: pid file, database socket)."""
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    prefix = folder.rstrip("/").encode() + b"/"
+    return bool(argv) and Path(argv[0].decode(errors="replace")).name == daemon and \
+        any(prefix in arg for arg in argv[1:])

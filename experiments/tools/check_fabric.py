@@ -163,6 +163,7 @@ def check_fabric(fabric: Fabric, workdir: Path | None = None, sample_pairs: int 
         finally:
             prober.close()
     result["teardown_seconds"] = round(em.timings.get("teardown", 0.0), 2)
+    result["timings"] = {k: round(v, 2) for k, v in em.timings.items()}
     lost = set(range(len(probes))) - during
     result.update({
         "paths_delivered": len(delivered),

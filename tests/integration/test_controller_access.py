@@ -1,6 +1,7 @@
 """The OpenFlow controller is reachable only by the run's own switches (issue 11, item 11): a
-local user posing as switch p0l0 gets no flow table and cannot make the controller withdraw a
-link with a forged port-down. The impostor is a few lines of OpenFlow 1.3, run as `nobody`."""
+local user cannot even reach its socket, and a local root process posing as switch p0l0 gets no
+flow table and cannot make the controller withdraw a link with a forged port-down. The impostor
+is a few lines of OpenFlow 1.3."""
 
 from __future__ import annotations
 
@@ -13,13 +14,20 @@ import pytest
 from tests.integration.helpers import assert_nothing_left
 from topologies.emulation import Emulation
 from topologies.model import build
+from topologies.switches.ovs import OF_SOCKET
 
 pytestmark = pytest.mark.usefixtures("emulation_ready")
 
 IMPOSTOR = r'''
 import json, socket, struct, sys, time
-port, dpid, uplink = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
-s = socket.create_connection(("127.0.0.1", port), timeout=5)
+path, dpid, uplink = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+s.settimeout(5)
+try:
+    s.connect(path)
+except PermissionError:
+    print(json.dumps({"unreachable": True}))
+    sys.exit(0)
 def send(kind, body=b"", xid=0):
     s.sendall(struct.pack("!BBHI", 4, kind, 8 + len(body), xid) + body)
 send(0)  # HELLO
@@ -63,10 +71,12 @@ def test_a_local_impostor_gets_no_flows_and_cannot_withdraw_a_link(tmp_path):
     uplink = fabric.params.hosts_per_leaf + 1  # leaf 0's port towards spine 0
     # The OpenFlow controller is the ovs backend's (topologies/switches/ovs.py).
     with Emulation(fabric, tmp_path, detect_ms=300, switch="ovs") as em:
-        proc = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
-                               "/usr/bin/python3", "-c", IMPOSTOR, str(em.backend.controller_port),
-                               str(leaf.dpid), str(uplink)],
-                              capture_output=True, text=True, timeout=30, cwd="/")
+        argv = ["/usr/bin/python3", "-c", IMPOSTOR, str(OF_SOCKET), str(leaf.dpid), str(uplink)]
+        nobody = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+                                 *argv], capture_output=True, text=True, timeout=30, cwd="/")
+        assert nobody.returncode == 0, nobody.stderr
+        assert json.loads(nobody.stdout) == {"unreachable": True}
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=30, cwd="/")
         assert proc.returncode == 0, proc.stderr
         seen = json.loads(proc.stdout)
         time.sleep(0.6)  # past detect_ms: a forged port-down would have been acted on

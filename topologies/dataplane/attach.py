@@ -13,6 +13,7 @@ import socket
 import subprocess
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 
@@ -118,8 +119,13 @@ class DataPlane:
         group = self._where[ifname]
         return group.program, group.ports[ifname]
 
-    def detach(self) -> None:
+    def detach(self, remove_filters: bool = True) -> None:
+        """Unpin the programs; `remove_filters` False when the ports' namespaces are about to
+        go (and their filters with them)."""
         for g in self._groups:
+            if not remove_filters:
+                g.program.close()
+                continue
             try:
                 with _in_netns(g.pid):
                     lines = [f"filter del dev {n} egress pref {FILTER_PREF}" for n in g.ports
@@ -164,8 +170,12 @@ def attach_ports(ports: list[PortSpec]) -> DataPlane:
             raise ValueError(f"an interface is listed twice: {sorted(names)}")
     dp = DataPlane()
     try:
-        for specs in groups.values():
-            dp._attach_group(specs[0].netns_pid, specs)
+        # One load (a verifier run) and one tc batch per namespace, several namespaces at once:
+        # the work is in bpftool, tc and the kernel, so threads use every core.
+        with ThreadPoolExecutor(max_workers=4) as pool:
+            for done in [pool.submit(dp._attach_group, specs[0].netns_pid, specs)
+                         for specs in groups.values()]:
+                done.result()
     except BaseException:
         dp.detach()
         raise

@@ -42,6 +42,9 @@ class SwitchBackend(ABC):
     # A cut T0-T1 link: both ends set down (True), or only the spine's (the leaf's end then
     # loses its carrier). Either way the switches see both ports go down.
     cut_both_ends: ClassVar[bool] = True
+    # True when `stop()` deletes the namespaces holding the switch ports, and with them every
+    # port's qdiscs and filters (so nothing needs removing from them first).
+    removes_port_namespaces: ClassVar[bool] = False
 
     def __init__(self, fabric: Fabric, workdir: Path) -> None:
         self.fabric = fabric

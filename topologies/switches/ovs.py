@@ -1,51 +1,165 @@
-"""Open vSwitch + os-ken: every switch an OVS bridge, its tables pushed by the os-ken controller
-(`controller/`), the uSID shift an OpenFlow reg-move.
+"""Open vSwitch + os-ken, one OVS instance per plane: every switch an OVS bridge, its tables
+pushed by the os-ken controller (`controller/`), the uSID shift an OpenFlow reg-move.
 
-Start-up uses Mininet's batch OVS start (one ovsdb transaction for every bridge and port);
-teardown deletes every bridge in one transaction. Bridges are tagged in their external_ids so
-that a killed run's are found again.
+Why one instance per plane: the userspace (netdev) datapath's main thread polls every port of
+its instance on every loop, so its cost grows with the number of ports, not packets (measured:
+~850 ports in one ovs-vswitchd carried 27k packet-hops/s, ~100 ports 168k). The planes are
+separate fabrics (no link crosses planes), so each gets its own ovsdb-server + ovs-vswitchd:
+
+* a network namespace `mrclab-p<N>` holding that plane's switch-side interfaces and its
+  ovs-vswitchd: the netdev datapath opens a tap named `ovs-netdev` (and one per bridge), names
+  that are per namespace (the system OVS holds `ovs-netdev` in the root namespace);
+* a run folder `RUN_ROOT/p<N>` (short: Unix socket paths must stay under 108 bytes) with its
+  database, sockets, pid files and logs; `OVS_RUNDIR` points OVS's own tools at it, and every
+  switch's Mininet shell has it set, so `ovs-ofctl dump-flows p0l0` typed there reaches the
+  right instance;
+* the controller on one Unix socket (`OF_SOCKET`, reachable from every namespace, root's
+  only); ovs-vswitchd refuses an absolute `unix:` controller outside its run folder but
+  resolves a relative one inside it, so each run folder has a symlink `of.sock` to it.
+
+Start-up: databases before the controller; every veth created (by the emulation) before any
+ovs-vswitchd starts, so no instance reconfigures once per new interface; then each instance
+starts and gets all its bridges and ports in one ovsdb transaction, every instance at once.
+Teardown: SIGKILL every daemon at once (a graceful exit with ~130 ports took over 5 s per
+instance), end the switch shells, delete the namespaces: the kernel takes every port, tap and
+filter with them.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
 import shutil
+import signal
 import socket
 import subprocess
 import sys
-from functools import partial
+import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from topologies import preflight
-from topologies.switches.base import SwitchBackend, set_mtu
+from topologies.switches.base import SwitchBackend
 
-REPO = Path(__file__).resolve().parents[2]
+RUN_ROOT = Path("/run/mrclab-ovs")
+OF_SOCKET = RUN_ROOT / "of.sock"  # the controller's OpenFlow socket
+NETNS_DIR = Path("/run/netns")
+NETNS_PREFIX = "mrclab-p"
 FAIL_COOKIE = 0xDEAD  # marks the flow that makes a switch stop forwarding (`set_forwarding`)
-BRIDGE_TAG = "mrclab"  # external_ids key marking our bridges
+# The userspace datapath sends through AF_PACKET sockets whose buffers are sized from
+# net.core.wmem_default when ovs-vswitchd opens them (208 KB by default): frames queued in the
+# ports' qdiscs fill it and OVS drops what it cannot send without counting it. These sysctls
+# are global (a namespace reads the root's), so they are raised before any instance starts.
+SOCKET_BUFFER = 16 << 20
+BUFFER_SYSCTLS = ("wmem_default", "rmem_default", "wmem_max", "rmem_max")
+DAEMONS = ("ovs-vswitchd", "ovsdb-server")
+# The system OVS of earlier versions held every bridge: a killed run of one left them there.
+LEGACY_BRIDGE_TAG = "mrclab"
 BRIDGE_NAME = re.compile(r"p\d+[ls]\d+")  # the model's switch names (topologies/model.py)
-PIDFILE = Path("/var/run/openvswitch/ovs-vswitchd.pid")
 _PORT_RE = re.compile(r"port\s+(\d+):\s*rx pkts=(\d+), bytes=(\d+), drop=(\d+).*?"
                       r"tx pkts=(\d+), bytes=(\d+), drop=(\d+)", re.S)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+@dataclass(frozen=True)
+class Instance:
+    """One plane's ovsdb-server + ovs-vswitchd: where everything of it lives."""
+    plane: int
+
+    @property
+    def rundir(self) -> Path:
+        return RUN_ROOT / f"p{self.plane}"
+
+    @property
+    def netns(self) -> str:
+        return f"{NETNS_PREFIX}{self.plane}"
+
+    @property
+    def netns_path(self) -> Path:
+        return NETNS_DIR / self.netns
+
+    @property
+    def env(self) -> dict[str, str]:
+        """The environment that points OVS's tools and daemons at this instance."""
+        return {**os.environ, "OVS_RUNDIR": str(self.rundir), "OVS_DBDIR": str(self.rundir),
+                "OVS_LOGDIR": str(self.rundir)}
+
+    def pid(self, daemon: str = "ovs-vswitchd") -> int | None:
+        return daemon_pid(self.rundir, daemon)
+
+    def run(self, argv: list[str], check: bool = True) -> subprocess.CompletedProcess:
+        result = subprocess.run(argv, capture_output=True, text=True, env=self.env)
+        if check and result.returncode != 0:
+            raise RuntimeError(f"{' '.join(argv)}: {result.stderr.strip()[:400]}")
+        return result
+
+    def db_argv(self) -> list[list[str]]:
+        """Create the database and start ovsdb-server (detached)."""
+        conf = self.rundir / "conf.db"
+        return [["ovsdb-tool", "create", str(conf), str(preflight.ovs_schema())],
+                ["ovsdb-server", str(conf), f"--remote=punix:{self.rundir / 'db.sock'}",
+                 f"--pidfile={self.rundir / 'ovsdb-server.pid'}",
+                 f"--log-file={self.rundir / 'ovsdb-server.log'}", "--detach", "--no-chdir",
+                 "-vconsole:off"],
+                ["ovs-vsctl", "--no-wait", "init"]]
+
+    def vswitchd_argv(self) -> list[str]:
+        """ovs-vswitchd in the plane's namespace (detached; its unixctl socket and the
+        bridges' .mgmt sockets in the run folder, through OVS_RUNDIR)."""
+        return ["nsenter", f"--net={self.netns_path}", "ovs-vswitchd",
+                f"unix:{self.rundir / 'db.sock'}", f"--pidfile={self.rundir / 'ovs-vswitchd.pid'}",
+                f"--log-file={self.rundir / 'ovs-vswitchd.log'}", "--detach", "--no-chdir",
+                "-vconsole:off"]
+
+
+def _parallel(commands: list[tuple[Instance, list[str]]]) -> None:
+    """Run one command per instance, all at once; RuntimeError naming the first that failed."""
+    procs = [(inst, argv, subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                           text=True, env=inst.env)) for inst, argv in commands]
+    failed = []
+    for _inst, argv, proc in procs:
+        _, err = proc.communicate()
+        if proc.returncode != 0:
+            failed.append(f"{' '.join(argv[:3])}: {err.strip()[:300]}")
+    if failed:
+        raise RuntimeError(f"starting the OVS instances failed: {failed[0]}")
+
+
+def _ip_batch(lines: list[str], netns: str | None = None, force: bool = False) -> None:
+    if not lines:
+        return
+    argv = ["ip", *(["-n", netns] if netns else []), *(["-force"] if force else []), "-batch", "-"]
+    result = subprocess.run(argv, input="".join(f"{line}\n" for line in lines), text=True,
+                            capture_output=True)
+    if result.returncode != 0 and not force:
+        raise RuntimeError(f"{' '.join(argv)}: {result.stderr.strip()[:400]}")
+
+
+def raise_socket_buffers(minimum: int = SOCKET_BUFFER) -> None:
+    """Raise the global socket-buffer sysctls (never lower them)."""
+    for key in BUFFER_SYSCTLS:
+        path = Path(f"/proc/sys/net/core/{key}")
+        with contextlib.suppress(OSError):
+            if int(path.read_text()) < minimum:
+                path.write_text(str(minimum))
 
 
 class OvsBackend(SwitchBackend):
-    """OVS bridges of the system's ovsdb-server + ovs-vswitchd. `datapath`: auto (the kernel
+    """OVS bridges, one ovsdb-server + ovs-vswitchd per plane. `datapath`: auto (the kernel
     datapath where the openvswitch module exists), kernel or user."""
 
     name = "ovs"
+    removes_port_namespaces = True
 
     def __init__(self, fabric: Any, workdir: Path, datapath: str = "auto") -> None:
         super().__init__(fabric, workdir)
         self.datapath_requested = datapath
         self.datapath = ""
-        self.controller_port = 0
+        self.instances = [Instance(p) for p in range(fabric.params.planes)]
+        self._plane_pid: dict[int, int] = {}  # a process in each plane's namespace
+        self._started: list[Instance] = []
+        self.timings: dict[str, float] = {}
 
     @classmethod
     def unavailable(cls) -> str | None:
@@ -55,88 +169,96 @@ class OvsBackend(SwitchBackend):
             return str(exc)
         return None
 
+    def instance(self, switch: str) -> Instance:
+        return self.instances[self.fabric.switch(switch).plane]
+
+    # ----- start-up ----------------------------------------------------------------------------
     def start_instances(self) -> None:
+        """Namespaces and databases (ovs-vswitchd waits for the links: `start_switches`)."""
         self.datapath = preflight.choose_datapath(self.datapath_requested)
+        t0 = time.monotonic()
+        RUN_ROOT.mkdir(mode=0o700, exist_ok=True)
+        os.chmod(RUN_ROOT, 0o700)  # the controller's socket: root's only
+        raise_socket_buffers()
+        self._started = list(self.instances)  # from here on, stop() has something to undo
+        _ip_batch([f"netns add {inst.netns}" for inst in self.instances])
+        for inst in self.instances:
+            # Switch ports need no IPv6 of their own (no link-local address, DAD or MLD per port).
+            _ip_batch(["link set dev lo up"], inst.netns)
+            subprocess.run(["nsenter", f"--net={inst.netns_path}", "sysctl", "-q", "-w",
+                            "net.ipv6.conf.all.disable_ipv6=1",
+                            "net.ipv6.conf.default.disable_ipv6=1"], capture_output=True)
+            shutil.rmtree(inst.rundir, ignore_errors=True)
+            inst.rundir.mkdir(mode=0o700)
+            (inst.rundir / "of.sock").symlink_to(OF_SOCKET)
+        for step in range(3):  # create, serve, init: each step for every plane at once
+            _parallel([(inst, inst.db_argv()[step]) for inst in self.instances])
+        self.timings["ovs_db"] = time.monotonic() - t0
 
     # ----- controller ------------------------------------------------------------------------
     def controller_config(self) -> dict[str, Any]:
-        self.controller_port = _free_port()
-        # Only these processes' connections are the run's switches (the controller accepts no
-        # other; without a pid it cannot check, and its log says so).
-        return {"port": self.controller_port, "switch_pids": self.forwarding_pids() or None}
+        # Only root reaches the socket (its folder is root's only), and the controller accepts a
+        # connection only from an ovs-vswitchd serving a run folder under RUN_ROOT (the peer's
+        # pid comes with the connection): no other local process can pose as a switch.
+        return {"of_socket": str(OF_SOCKET), "switch_rundir": str(RUN_ROOT)}
 
     def controller_command(self, config: Path) -> list[str]:
         return [sys.executable, "-m", "controller.run", "--config", str(config)]
 
     def controller_listening(self) -> bool:
-        try:
-            socket.create_connection(("127.0.0.1", self.controller_port), timeout=0.2).close()
-            return True
-        except OSError:
-            return False
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+            try:
+                s.connect(str(OF_SOCKET))
+                return True
+            except OSError:
+                return False
 
     # ----- switches --------------------------------------------------------------------------
     def add_switches(self, net: Any) -> None:
-        from mininet.node import OVSSwitch
-
         self.net = net
-        # Not Mininet's RemoteController: it starts a shell to telnet-probe the port (a process
-        # per run, and its output decoding has failed on stray bytes); switches need only this.
-        net.controllers.append(_ControllerRef(self.controller_port))
-        cls = partial(OVSSwitch, datapath=self.datapath, batch=True, failMode="secure",
-                      protocols="OpenFlow13")
+        net.controllers.append(_ControllerRef())
+        cls = plane_switch_class()
         for sw in self.fabric.switches:
-            net.addSwitch(sw.name, cls=cls, dpid=f"{sw.dpid:016x}")
+            node = net.addSwitch(sw.name, cls=cls, dpid=f"{sw.dpid:016x}",
+                                 instance=self.instances[sw.plane], datapath=self.datapath,
+                                 batch=True, failMode="secure", protocols="OpenFlow13")
+            self._plane_pid.setdefault(sw.plane, node.pid)
 
     def start_switches(self) -> None:
-        # Jumbo MTU before OVS adds the ports, so that it sizes its buffers for them.
-        set_mtu(self.switch_ports(), None)
-        self.net.start()  # Mininet's batch start: one ovsdb transaction for every bridge
-        tag_bridges([sw.name for sw in self.fabric.switches])  # `mrclab clean` finds ours
-
-    def switch_ports(self) -> list[str]:
-        """Every switch-side interface of the fabric."""
-        return [link.b_ifname for link in self.fabric.links] + \
-            [link.a_ifname for link in self.fabric.links if link.kind == "fabric"]
+        t0 = time.monotonic()
+        _parallel([(inst, inst.vswitchd_argv()) for inst in self.instances])
+        self.timings["ovs_vswitchd"] = time.monotonic() - t0
+        self.net.start()  # the switch class's batch start: one transaction per instance
+        self.timings["ovs_bridges"] = time.monotonic() - t0
 
     def port_namespace(self, switch: str) -> int | None:
-        return None  # the system OVS: ports in this process's (the root) namespace
+        return self._plane_pid[self.fabric.switch(switch).plane]
 
     def forwarding_pids(self) -> list[int]:
-        try:  # a stale pid file may name another process by now
-            pid = int(PIDFILE.read_text().strip())
-            if Path(f"/proc/{pid}/comm").read_text().strip() == "ovs-vswitchd":
-                return [pid]
-        except (OSError, ValueError):
-            pass
-        return []
+        return [pid for inst in self._started if (pid := inst.pid()) is not None]
 
     # ----- OVS's own tools, pointed at the switch's instance ----------------------------------
     def ofctl(self, command: str, switch: str, *args: str, check: bool = True) -> str:
-        """`ovs-ofctl -O OpenFlow13 COMMAND SWITCH ARGS`: stdout, or (`check`) RuntimeError
-        with OVS's message."""
-        argv = ["ovs-ofctl", "-O", "OpenFlow13", command, switch, *args]
-        result = subprocess.run(argv, capture_output=True, text=True)
-        if check and result.returncode != 0:
-            raise RuntimeError(f"{' '.join(argv)}: {result.stderr.strip()}")
-        return result.stdout
+        """`ovs-ofctl -O OpenFlow13 COMMAND SWITCH ARGS` on the switch's instance: stdout, or
+        (`check`) RuntimeError with OVS's message."""
+        return self.instance(switch).run(["ovs-ofctl", "-O", "OpenFlow13", command, switch, *args],
+                                         check=check).stdout
 
-    def vsctl(self, *args: str) -> subprocess.CompletedProcess:
-        """`ovs-vsctl ARGS` on the run's database (never raises; see returncode)."""
-        return subprocess.run(["ovs-vsctl", "--timeout=10", *args], capture_output=True, text=True)
+    def vsctl(self, switch: str, *args: str) -> subprocess.CompletedProcess:
+        """`ovs-vsctl ARGS` on the database of the switch's instance (never raises)."""
+        return self.instance(switch).run(["ovs-vsctl", "--timeout=10", *args], check=False)
 
     # ----- observation -----------------------------------------------------------------------
     def port_counters(self, switch: str) -> dict[int, dict[str, int]]:
-        out = self.ofctl("dump-ports", switch, check=False)
         counters = {}
-        for m in _PORT_RE.finditer(out):
+        for m in _PORT_RE.finditer(self.ofctl("dump-ports", switch, check=False)):
             port, rxp, rxb, rxd, txp, txb, txd = (int(x) for x in m.groups())
             counters[port] = {"rx_pkts": rxp, "rx_bytes": rxb, "tx_pkts": txp, "tx_bytes": txb,
                               "rx_drop": rxd, "tx_drop": txd}
         return counters
 
     def link_state(self, switch: str, ifname: str) -> str:
-        return self.vsctl("get", "interface", ifname, "link_state").stdout.strip()
+        return self.vsctl(switch, "get", "interface", ifname, "link_state").stdout.strip()
 
     # ----- faults ----------------------------------------------------------------------------
     def set_forwarding(self, switch: str, forwarding: bool) -> None:
@@ -147,39 +269,56 @@ class OvsBackend(SwitchBackend):
 
     # ----- teardown and leftovers ------------------------------------------------------------
     def stop(self) -> None:
-        _delete_bridges({sw.name for sw in self.fabric.switches} | set(our_bridges()))
+        t0 = time.monotonic()
+        _kill_daemons([inst.rundir for inst in self._started])
+        self.timings["stop_daemons"] = time.monotonic() - t0
         if self.net is not None:
-            for node in self.net.switches:  # Mininet keeps a shell per switch: end them too
-                try:
+            for node in self.net.switches:  # a namespace lives while a process is in it
+                with contextlib.suppress(Exception):
                     node.terminate()
-                except Exception:  # noqa: BLE001 - teardown goes on whatever one shell does
-                    pass
+        self.timings["stop_shells"] = time.monotonic() - t0
+        for inst in self._started:
+            _delete_netns(inst.netns)
+            shutil.rmtree(inst.rundir, ignore_errors=True)
+        OF_SOCKET.unlink(missing_ok=True)  # the controller's, which has stopped listening
+        self._started = []
+        self.timings["stop"] = time.monotonic() - t0
 
     @classmethod
     def leftovers(cls) -> dict[str, list[str]]:
-        return {"bridges": our_bridges()}
+        return {"ovs_instances": [str(d) for d in _run_dirs()], "plane_netns": _plane_netns(),
+                "bridges": legacy_bridges()}
 
     @classmethod
     def cleanup_leftovers(cls) -> dict[str, int]:
-        bridges = set(our_bridges())
-        _delete_bridges(bridges)
-        return {"bridges": len(bridges)}
+        dirs = _run_dirs()
+        _kill_daemons(dirs)
+        for d in dirs:
+            shutil.rmtree(d, ignore_errors=True)
+        names = _plane_netns()
+        for name in names:
+            for pid in netns_pids(name):  # a killed run's switch shells, still inside
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+            _delete_netns(name)
+        OF_SOCKET.unlink(missing_ok=True)
+        bridges = legacy_bridges()
+        if bridges:
+            subprocess.run(["ovs-vsctl", "--timeout=60",
+                            *[a for b in bridges for a in ("--", "--if-exists", "del-br", b)]],
+                           capture_output=True)
+        return {"ovs_instances": len(dirs), "plane_netns": len(names), "bridges": len(bridges)}
 
     def info(self) -> dict[str, Any]:
-        return {"switch_backend": self.name, "datapath": self.datapath, "ovs_instances": 1}
+        return {"switch_backend": self.name, "datapath": self.datapath,
+                "ovs_instances": len(self.instances)}
 
 
 class _ControllerRef:
-    """What Mininet's OVSSwitch.start reads of a controller: the os-ken process listens here."""
+    """What Mininet reads of a controller (`start`, `stop`); the switches' target is the
+    controller's Unix socket through their run folder (`PlaneOVSSwitch`)."""
 
     name = "c0"
-    protocol = "tcp"
-
-    def __init__(self, port: int) -> None:
-        self.port = port
-
-    def IP(self) -> str:  # noqa: N802 - Mininet's name
-        return "127.0.0.1"
 
     def start(self) -> None:
         pass
@@ -188,32 +327,150 @@ class _ControllerRef:
         pass
 
 
-def tag_bridges(names: list[str]) -> None:
-    """Mark bridges as ours (one ovsdb transaction), so `our_bridges` finds exactly them."""
-    args = ["ovs-vsctl"]
-    for name in names:
-        args += ["--", "set", "bridge", name, f"external_ids:{BRIDGE_TAG}=1"]
-    subprocess.run(args, check=True, capture_output=True)
+_switch_class: Any = None
 
 
-def our_bridges() -> list[str]:
-    """Bridges tagged as ours, plus untagged ones with our switch names: a run killed between
-    Mininet creating the bridges and the tagging transaction leaves those. Empty where the
-    system OVS does not run."""
-    if shutil.which("ovs-vsctl") is None:
+def plane_switch_class() -> Any:
+    """Mininet's OVSSwitch bound to one plane's instance (the class is built on first use:
+    Mininet is imported only when an emulation runs)."""
+    global _switch_class
+    if _switch_class is not None:
+        return _switch_class
+    from mininet.node import OVSSwitch
+
+    class PlaneOVSSwitch(OVSSwitch):
+        """An OVS bridge of its plane's instance: its shell runs in the plane's namespace (so
+        tools typed there reach its ports and, through OVS_RUNDIR, its instance), and the batch
+        start-up sends one ovsdb transaction per instance, every instance at once."""
+
+        def __init__(self, name: str, instance: Instance, **params: Any) -> None:
+            self.instance = instance
+            super().__init__(name, **params)
+
+        def _popen(self, cmd: list[str], **params: Any) -> Any:
+            prefix = ["nsenter", f"--net={self.instance.netns_path}", "env",
+                      f"OVS_RUNDIR={self.instance.rundir}"]
+            return super()._popen(prefix + list(cmd), **params)
+
+        @classmethod
+        def setup(cls) -> None:  # Mininet's asks the system's ovsdb, which need not run
+            version = subprocess.run(["ovs-vsctl", "--version"], capture_output=True,
+                                     text=True).stdout
+            cls.OVSVersion = re.findall(r"\d+\.\d+", version)[0]
+
+        def start(self, controllers: Any) -> None:
+            ports = "".join(f" -- add-port {self} {intf} -- set Interface {intf} "
+                            f"ofport_request={self.ports[intf]}"
+                            for intf in self.intfList() if self.ports[intf])
+            # The controller id is per switch: one transaction holds a whole plane.
+            self.vsctl(f'-- --id=@c{self.name} create Controller target=\\"unix:of.sock\\" '
+                       f"max_backoff={self.reconnectms} -- --if-exists del-br {self} "
+                       f"-- add-br {self} -- set bridge {self} controller=[@c{self.name}]"
+                       + self.bridgeOpts() + ports)
+
+        @classmethod
+        def batchStartup(cls, switches: Any, run: Any = None) -> Any:  # noqa: N802 - Mininet's
+            groups: dict[Instance, list[Any]] = {}
+            for sw in switches:
+                groups.setdefault(sw.instance, []).append(sw)
+            commands = []
+            for inst, members in groups.items():
+                argv = ["ovs-vsctl", "--timeout=300"]
+                for sw in members:
+                    for cmd in sw.commands:
+                        argv += _unquote_words(cmd)
+                    sw.commands, sw.batch = [], False
+                commands.append((inst, argv))
+            _parallel(commands)
+            return switches
+
+    _switch_class = PlaneOVSSwitch
+    return _switch_class
+
+
+def _unquote_words(cmd: str) -> list[str]:
+    """A queued ovs-vsctl command line as argv (no shell in between: its one quoted value,
+    the controller target, loses its shell escaping)."""
+    return [w.replace('\\"', '"') for w in cmd.split()]
+
+
+# ----- finding an instance's processes and what a killed run left ------------------------------
+def daemon_pid(rundir: Path, daemon: str) -> int | None:
+    """The pid in `rundir`'s pid file, if that process is `daemon` serving this run folder
+    (pids are reused: the command line must say so)."""
+    try:
+        pid = int((rundir / f"{daemon}.pid").read_text().strip())
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except (OSError, ValueError):
+        return None
+    if not argv or Path(argv[0].decode(errors="replace")).name != daemon or \
+            not any(str(rundir).encode() in arg for arg in argv):
+        return None
+    return pid
+
+
+def _kill_daemons(rundirs: list[Path], timeout: float = 5.0) -> None:
+    pids = [pid for d in rundirs for daemon in DAEMONS if (pid := daemon_pid(d, daemon))]
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + timeout
+    while any(_alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+
+def _alive(pid: int) -> bool:
+    """Not yet exited (a zombie has: init here reaps orphans only about once a second)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state not in ("Z", "X")
+
+
+def _run_dirs() -> list[Path]:
+    if not RUN_ROOT.is_dir():
+        return []
+    return sorted(d for d in RUN_ROOT.iterdir() if d.is_dir() and not d.is_symlink())
+
+
+def _plane_netns() -> list[str]:
+    try:
+        return sorted(n for n in os.listdir(NETNS_DIR)
+                      if n.startswith(NETNS_PREFIX) and n[len(NETNS_PREFIX):].isdigit())
+    except OSError:
+        return []
+
+
+def _delete_netns(name: str) -> None:
+    if (NETNS_DIR / name).exists():
+        subprocess.run(["ip", "netns", "delete", name], capture_output=True)
+
+
+def netns_pids(name: str) -> list[int]:
+    """Processes whose network namespace is the named one."""
+    try:
+        target = os.stat(NETNS_DIR / name).st_ino
+    except OSError:
+        return []
+    out = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            with contextlib.suppress(OSError):
+                if os.stat(f"/proc/{entry}/ns/net").st_ino == target:
+                    out.append(int(entry))
+    return out
+
+
+def legacy_bridges() -> list[str]:
+    """Bridges an earlier version left in the system OVS (tagged, or named like the model's
+    switches); empty where the system OVS does not run."""
+    if shutil.which("ovs-vsctl") is None or not Path("/var/run/openvswitch/db.sock").exists():
         return []
     tagged = subprocess.run(
-        ["ovs-vsctl", "--timeout=10", "--columns=name", "--format=csv", "--no-headings",
-         "find", "bridge", f"external_ids:{BRIDGE_TAG}=1"], capture_output=True, text=True)
+        ["ovs-vsctl", "--timeout=5", "--columns=name", "--format=csv", "--no-headings",
+         "find", "bridge", f"external_ids:{LEGACY_BRIDGE_TAG}=1"], capture_output=True, text=True)
     names = {line.strip().strip('"') for line in tagged.stdout.splitlines() if line.strip()}
-    listed = subprocess.run(["ovs-vsctl", "--timeout=10", "list-br"], capture_output=True, text=True)
+    listed = subprocess.run(["ovs-vsctl", "--timeout=5", "list-br"], capture_output=True, text=True)
     names |= {b for b in listed.stdout.split() if BRIDGE_NAME.fullmatch(b)}
     return sorted(names)
-
-
-def _delete_bridges(names: set[str]) -> None:
-    if names:
-        args = ["ovs-vsctl", "--timeout=60"]
-        for name in sorted(names):
-            args += ["--", "--if-exists", "del-br", name]
-        subprocess.run(args, capture_output=True)

@@ -39,9 +39,23 @@ def test_every_backend_is_a_choice_and_implements_the_seam():
         assert cls.name == name and not getattr(cls, "__abstractmethods__", None), name
 
 
-def test_ovs_backend_before_start(tmp_path):
-    fabric = build(planes=2, leaves=2, spines=1, hosts_per_leaf=1)
+def test_ovs_backend_one_instance_per_plane(tmp_path):
+    fabric = build(planes=3, leaves=2, spines=1, hosts_per_leaf=1)
     ovs = switches.make("ovs", fabric, tmp_path, datapath="user")
-    assert ovs.info()["switch_backend"] == "ovs"
-    ports = ovs.switch_ports()  # type: ignore[attr-defined]
-    assert len(ports) == len(set(ports)) == len(fabric.links) + len(fabric.fabric_links())
+    assert isinstance(ovs, OvsBackend) and ovs.info()["ovs_instances"] == 3
+    assert {ovs.instance(sw.name).plane for sw in fabric.switches} == {0, 1, 2}
+    inst = ovs.instance("p2s0")
+    assert inst.netns == "mrclab-p2" and inst.rundir.name == "p2"
+    # Unix socket paths (the bridges' .mgmt sockets included) must fit in sun_path.
+    longest = max(len(s.name) for s in fabric.switches) + len(".mgmt")
+    assert len(str(inst.rundir)) + 1 + longest < 108
+    assert inst.env["OVS_RUNDIR"] == str(inst.rundir)
+    assert inst.vswitchd_argv()[:2] == ["nsenter", f"--net=/run/netns/{inst.netns}"]
+
+
+def test_queued_vsctl_words_lose_only_the_shell_escaping():
+    from topologies.switches.ovs import _unquote_words
+
+    cmd = '-- --id=@cp0l0 create Controller target=\\"unix:of.sock\\" max_backoff=1000 -- add-br p0l0'
+    assert _unquote_words(cmd) == ["--", "--id=@cp0l0", "create", "Controller",
+                                   'target="unix:of.sock"', "max_backoff=1000", "--", "add-br", "p0l0"]

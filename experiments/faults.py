@@ -18,6 +18,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+from topologies import netns
 from topologies.cleanup import NFT_TABLE
 from topologies.emulation import Emulation
 from topologies.model import FabricError
@@ -128,17 +129,15 @@ class FaultInjector:
         if link.kind != "fabric":
             raise FabricError(f"{name} is a host link: random loss applies to T0-T1 links")
         threshold = round(probability * LOSS_SCALE)
-        rules = [f"add table netdev {NFT_TABLE}"]
-        for ifname in (link.a_ifname, link.b_ifname):
+        for ifname in (link.a_ifname, link.b_ifname):  # each end in its switch's namespace
             chain = f"loss_{ifname.replace('-', '_')}"
-            rules += [
+            _nft(self._where(ifname), "\n".join([
+                f"add table netdev {NFT_TABLE}",
                 f"add chain netdev {NFT_TABLE} {chain} "
                 f"{{ type filter hook egress device \"{ifname}\" priority 0; policy accept; }}",
                 f"flush chain netdev {NFT_TABLE} {chain}",
                 f"add rule netdev {NFT_TABLE} {chain} numgen random mod {LOSS_SCALE} < {threshold} "
-                f"counter drop",
-            ]
-        _nft("\n".join(rules))
+                f"counter drop"]))
         with self._lock:
             self._lossy[name] = probability
         return self._record("loss", name, probability=probability)
@@ -150,26 +149,39 @@ class FaultInjector:
         counts = self.loss_counters() if names else {}
         for n in names:
             link = self.em.fabric.link(n)
-            ifnames = [ifname.replace("-", "_") for ifname in (link.a_ifname, link.b_ifname)]
-            for ifname in ifnames:
-                _nft(f"delete chain netdev {NFT_TABLE} loss_{ifname}", check=False)
+            for ifname in (link.a_ifname, link.b_ifname):
+                _nft(self._where(ifname), f"delete chain netdev {NFT_TABLE} "
+                     f"loss_{ifname.replace('-', '_')}", check=False)
             with self._lock:
                 self._lossy.pop(n, None)
+            ifnames = [ifname.replace("-", "_") for ifname in (link.a_ifname, link.b_ifname)]
             self._record("loss_cleared", n, dropped={i: counts[i] for i in ifnames if i in counts})
         if not self._lossy:
-            _nft(f"delete table netdev {NFT_TABLE}", check=False)
+            for pid in self._loss_namespaces():
+                _nft(pid, f"delete table netdev {NFT_TABLE}", check=False)
+
+    def _where(self, ifname: str) -> int | None:
+        """A process in the namespace of switch port `ifname` (None: this one's)."""
+        return self.em.port_namespace(ifname)
+
+    def _loss_namespaces(self) -> set[int | None]:
+        """Every namespace that holds a fabric link's switch port (where loss rules may be)."""
+        return {self._where(ifname) for link in self.em.fabric.fabric_links()
+                for ifname in (link.a_ifname, link.b_ifname)}
 
     def loss_counters(self) -> dict[str, int]:
         """Packets the loss rules dropped, per interface."""
-        out = subprocess.run(["nft", "list", "table", "netdev", NFT_TABLE], capture_output=True,
-                             text=True).stdout
         counts, chain = {}, None
-        for line in out.splitlines():
-            line = line.strip()
-            if line.startswith("chain "):
-                chain = line.split()[1]
-            elif "counter packets" in line and chain:
-                counts[chain.removeprefix("loss_")] = int(line.split("counter packets")[1].split()[0])
+        for pid in self._loss_namespaces():
+            argv = ["nft", "list", "table", "netdev", NFT_TABLE]
+            out = subprocess.run(argv if pid is None else netns.command(pid, argv),
+                                 capture_output=True, text=True).stdout
+            for line in out.splitlines():
+                line = line.strip()
+                if line.startswith("chain "):
+                    chain = line.split()[1]
+                elif "counter packets" in line and chain:
+                    counts[chain.removeprefix("loss_")] = int(line.split("counter packets")[1].split()[0])
         return counts
 
     def close(self) -> None:
@@ -203,8 +215,11 @@ class _Flapper(threading.Thread):
             self.error = exc
 
 
-def _nft(script: str, check: bool = True) -> None:
-    result = subprocess.run(["nft", "-f", "-"], input=script, capture_output=True, text=True)
+def _nft(pid: int | None, script: str, check: bool = True) -> None:
+    """`nft -f -` with `script` in the network namespace of process `pid` (None: this one)."""
+    argv = ["nft", "-f", "-"]
+    result = subprocess.run(argv if pid is None else netns.command(pid, argv), input=script,
+                            capture_output=True, text=True)
     if check and result.returncode != 0:
         raise FaultError(f"nftables refused the loss rule: {result.stderr.strip()[:300]} "
                          f"(needs a kernel with netdev egress hooks, 5.16 or newer)")

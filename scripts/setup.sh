@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Idempotent set-up: system packages, the venv, the eBPF object. A second run takes seconds.
-# (No Open vSwitch service: every emulation runs its own OVS instances, one per plane.)
+# (No Open vSwitch service: every emulation runs its own OVS instances, one per plane on large fabrics.)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

@@ -51,7 +51,7 @@ def ovs_schema() -> Path:
 
 def require_ovs() -> None:
     """What the ovs backend needs: OVS's programs and schema (it runs its own instances, one
-    per plane; the system's need not run) and nsenter to start them in their namespaces."""
+    per plane or group of planes; the system's need not run) and nsenter to start them in their namespaces."""
     missing = [tool for tool in OVS_TOOLS if not shutil.which(tool)]
     if missing:
         raise PreflightError(f"Open vSwitch is not installed ({', '.join(missing)} missing): run "

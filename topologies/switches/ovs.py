@@ -1,15 +1,22 @@
-"""Open vSwitch + os-ken, one OVS instance per plane: every switch an OVS bridge, its tables
-pushed by the os-ken controller (`controller/`), the uSID shift an OpenFlow reg-move.
+"""Open vSwitch + os-ken, one OVS instance per plane on large fabrics: every switch an OVS
+bridge, its tables pushed by the os-ken controller (`controller/`), the uSID shift an OpenFlow
+reg-move.
 
 Why one instance per plane: the userspace (netdev) datapath's main thread polls every port of
 its instance on every loop, so its cost grows with the number of ports, not packets (measured:
 ~850 ports in one ovs-vswitchd carried 27k packet-hops/s, ~100 ports 168k). The planes are
-separate fabrics (no link crosses planes), so each gets its own ovsdb-server + ovs-vswitchd:
+separate fabrics (no link crosses planes), so each can get its own ovsdb-server + ovs-vswitchd.
+But each instance also pays a fixed cost per main-loop wake-up, and at low rates every packet
+wakes its instance: on a 2-plane fabric of 48 ports at 40 Mbit/s, two instances used 1.6 cores
+where one used 0.8, and MRC lost 10-20% of its goodput to the CPU it no longer had. So planes
+are grouped: as many per instance as keep it under `PORTS_PER_INSTANCE` switch ports, at least
+one (64 hosts x 8 planes: one instance per plane; 16 x 4 and smaller: one instance). Each
+instance has:
 
-* a network namespace `mrclab-p<N>` holding that plane's switch-side interfaces and its
+* a network namespace `mrclab-ovs<N>` holding its planes' switch-side interfaces and its
   ovs-vswitchd: the netdev datapath opens a tap named `ovs-netdev` (and one per bridge), names
   that are per namespace (the system OVS holds `ovs-netdev` in the root namespace);
-* a run folder `RUN_ROOT/p<N>` (short: Unix socket paths must stay under 108 bytes) with its
+* a run folder `RUN_ROOT/i<N>` (short: Unix socket paths must stay under 108 bytes) with its
   database, sockets, pid files and logs; `OVS_RUNDIR` points OVS's own tools at it, and every
   switch's Mininet shell has it set, so `ovs-ofctl dump-flows p0l0` typed there reaches the
   right instance;
@@ -46,7 +53,10 @@ from topologies.switches.base import SwitchBackend
 RUN_ROOT = Path("/run/mrclab-ovs")
 OF_SOCKET = RUN_ROOT / "of.sock"  # the controller's OpenFlow socket
 NETNS_DIR = Path("/run/netns")
-NETNS_PREFIX = "mrclab-p"
+NETNS_PREFIX = "mrclab-ovs"
+# Switch ports one ovs-vswitchd holds at most when planes share it (see above): the issue's
+# measurements put ~100 ports at 6x the forwarding rate of ~850.
+PORTS_PER_INSTANCE = 160
 FAIL_COOKIE = 0xDEAD  # marks the flow that makes a switch stop forwarding (`set_forwarding`)
 # The userspace datapath sends through AF_PACKET sockets whose buffers are sized from
 # net.core.wmem_default when ovs-vswitchd opens them (208 KB by default): frames queued in the
@@ -62,18 +72,27 @@ _PORT_RE = re.compile(r"port\s+(\d+):\s*rx pkts=(\d+), bytes=(\d+), drop=(\d+).*
                       r"tx pkts=(\d+), bytes=(\d+), drop=(\d+)", re.S)
 
 
+def plane_groups(params: Any) -> list[tuple[int, ...]]:
+    """The planes each instance holds, in order: as many as keep it under `PORTS_PER_INSTANCE`
+    switch ports (a host's NIC, both ends of each T0-T1 link), at least one."""
+    per_plane = params.leaves * (params.hosts_per_leaf + 2 * params.spines)
+    size = max(1, PORTS_PER_INSTANCE // per_plane)
+    return [tuple(range(p, min(p + size, params.planes))) for p in range(0, params.planes, size)]
+
+
 @dataclass(frozen=True)
 class Instance:
-    """One plane's ovsdb-server + ovs-vswitchd: where everything of it lives."""
-    plane: int
+    """One ovsdb-server + ovs-vswitchd and the planes it holds: where everything of it lives."""
+    index: int
+    planes: tuple[int, ...]
 
     @property
     def rundir(self) -> Path:
-        return RUN_ROOT / f"p{self.plane}"
+        return RUN_ROOT / f"i{self.index}"
 
     @property
     def netns(self) -> str:
-        return f"{NETNS_PREFIX}{self.plane}"
+        return f"{NETNS_PREFIX}{self.index}"
 
     @property
     def netns_path(self) -> Path:
@@ -105,7 +124,7 @@ class Instance:
                 ["ovs-vsctl", "--no-wait", "init"]]
 
     def vswitchd_argv(self) -> list[str]:
-        """ovs-vswitchd in the plane's namespace (detached; its unixctl socket and the
+        """ovs-vswitchd in the instance's namespace (detached; its unixctl socket and the
         bridges' .mgmt sockets in the run folder, through OVS_RUNDIR)."""
         return ["nsenter", f"--net={self.netns_path}", "ovs-vswitchd",
                 f"unix:{self.rundir / 'db.sock'}", f"--pidfile={self.rundir / 'ovs-vswitchd.pid'}",
@@ -146,8 +165,9 @@ def raise_socket_buffers(minimum: int = SOCKET_BUFFER) -> None:
 
 
 class OvsBackend(SwitchBackend):
-    """OVS bridges, one ovsdb-server + ovs-vswitchd per plane. `datapath`: auto (the kernel
-    datapath where the openvswitch module exists), kernel or user."""
+    """OVS bridges, one ovsdb-server + ovs-vswitchd per group of planes (`plane_groups`).
+    `datapath`: auto (the kernel datapath where the openvswitch module exists), kernel or
+    user."""
 
     name = "ovs"
     removes_port_namespaces = True
@@ -156,8 +176,9 @@ class OvsBackend(SwitchBackend):
         super().__init__(fabric, workdir)
         self.datapath_requested = datapath
         self.datapath = ""
-        self.instances = [Instance(p) for p in range(fabric.params.planes)]
-        self._plane_pid: dict[int, int] = {}  # a process in each plane's namespace
+        self.instances = [Instance(i, planes) for i, planes in enumerate(plane_groups(fabric.params))]
+        self._of_plane = {p: inst for inst in self.instances for p in inst.planes}
+        self._ns_pid: dict[int, int] = {}  # a process in each instance's namespace
         self._started: list[Instance] = []
         self.timings: dict[str, float] = {}
 
@@ -170,7 +191,7 @@ class OvsBackend(SwitchBackend):
         return None
 
     def instance(self, switch: str) -> Instance:
-        return self.instances[self.fabric.switch(switch).plane]
+        return self._of_plane[self.fabric.switch(switch).plane]
 
     # ----- start-up ----------------------------------------------------------------------------
     def start_instances(self) -> None:
@@ -191,7 +212,7 @@ class OvsBackend(SwitchBackend):
             shutil.rmtree(inst.rundir, ignore_errors=True)
             inst.rundir.mkdir(mode=0o700)
             (inst.rundir / "of.sock").symlink_to(OF_SOCKET)
-        for step in range(3):  # create, serve, init: each step for every plane at once
+        for step in range(3):  # create, serve, init: each step for every instance at once
             _parallel([(inst, inst.db_argv()[step]) for inst in self.instances])
         self.timings["ovs_db"] = time.monotonic() - t0
 
@@ -220,9 +241,9 @@ class OvsBackend(SwitchBackend):
         cls = plane_switch_class()
         for sw in self.fabric.switches:
             node = net.addSwitch(sw.name, cls=cls, dpid=f"{sw.dpid:016x}",
-                                 instance=self.instances[sw.plane], datapath=self.datapath,
+                                 instance=self._of_plane[sw.plane], datapath=self.datapath,
                                  batch=True, failMode="secure", protocols="OpenFlow13")
-            self._plane_pid.setdefault(sw.plane, node.pid)
+            self._ns_pid.setdefault(self._of_plane[sw.plane].index, node.pid)
 
     def start_switches(self) -> None:
         t0 = time.monotonic()
@@ -232,7 +253,7 @@ class OvsBackend(SwitchBackend):
         self.timings["ovs_bridges"] = time.monotonic() - t0
 
     def port_namespace(self, switch: str) -> int | None:
-        return self._plane_pid[self.fabric.switch(switch).plane]
+        return self._ns_pid[self.instance(switch).index]
 
     def forwarding_pids(self) -> list[int]:
         return [pid for inst in self._started if (pid := inst.pid()) is not None]
@@ -286,7 +307,7 @@ class OvsBackend(SwitchBackend):
 
     @classmethod
     def leftovers(cls) -> dict[str, list[str]]:
-        return {"ovs_instances": [str(d) for d in _run_dirs()], "plane_netns": _plane_netns(),
+        return {"ovs_instances": [str(d) for d in _run_dirs()], "ovs_netns": _instance_netns(),
                 "bridges": legacy_bridges()}
 
     @classmethod
@@ -295,7 +316,7 @@ class OvsBackend(SwitchBackend):
         _kill_daemons(dirs)
         for d in dirs:
             shutil.rmtree(d, ignore_errors=True)
-        names = _plane_netns()
+        names = _instance_netns()
         for name in names:
             for pid in netns_pids(name):  # a killed run's switch shells, still inside
                 with contextlib.suppress(ProcessLookupError):
@@ -307,11 +328,12 @@ class OvsBackend(SwitchBackend):
             subprocess.run(["ovs-vsctl", "--timeout=60",
                             *[a for b in bridges for a in ("--", "--if-exists", "del-br", b)]],
                            capture_output=True)
-        return {"ovs_instances": len(dirs), "plane_netns": len(names), "bridges": len(bridges)}
+        return {"ovs_instances": len(dirs), "ovs_netns": len(names), "bridges": len(bridges)}
 
     def info(self) -> dict[str, Any]:
         return {"switch_backend": self.name, "datapath": self.datapath,
-                "ovs_instances": len(self.instances)}
+                "ovs_instances": len(self.instances),
+                "planes_per_instance": [len(inst.planes) for inst in self.instances]}
 
 
 class _ControllerRef:
@@ -331,7 +353,7 @@ _switch_class: Any = None
 
 
 def plane_switch_class() -> Any:
-    """Mininet's OVSSwitch bound to one plane's instance (the class is built on first use:
+    """Mininet's OVSSwitch bound to its plane's instance (the class is built on first use:
     Mininet is imported only when an emulation runs)."""
     global _switch_class
     if _switch_class is not None:
@@ -339,7 +361,7 @@ def plane_switch_class() -> Any:
     from mininet.node import OVSSwitch
 
     class PlaneOVSSwitch(OVSSwitch):
-        """An OVS bridge of its plane's instance: its shell runs in the plane's namespace (so
+        """An OVS bridge of its plane's instance: its shell runs in the instance's namespace (so
         tools typed there reach its ports and, through OVS_RUNDIR, its instance), and the batch
         start-up sends one ovsdb transaction per instance, every instance at once."""
 
@@ -362,7 +384,7 @@ def plane_switch_class() -> Any:
             ports = "".join(f" -- add-port {self} {intf} -- set Interface {intf} "
                             f"ofport_request={self.ports[intf]}"
                             for intf in self.intfList() if self.ports[intf])
-            # The controller id is per switch: one transaction holds a whole plane.
+            # The controller id is per switch: one transaction holds a whole instance.
             self.vsctl(f'-- --id=@c{self.name} create Controller target=\\"unix:of.sock\\" '
                        f"max_backoff={self.reconnectms} -- --if-exists del-br {self} "
                        f"-- add-br {self} -- set bridge {self} controller=[@c{self.name}]"
@@ -434,7 +456,7 @@ def _run_dirs() -> list[Path]:
     return sorted(d for d in RUN_ROOT.iterdir() if d.is_dir() and not d.is_symlink())
 
 
-def _plane_netns() -> list[str]:
+def _instance_netns() -> list[str]:
     try:
         return sorted(n for n in os.listdir(NETNS_DIR)
                       if n.startswith(NETNS_PREFIX) and n[len(NETNS_PREFIX):].isdigit())

@@ -39,18 +39,44 @@ def test_every_backend_is_a_choice_and_implements_the_seam():
         assert cls.name == name and not getattr(cls, "__abstractmethods__", None), name
 
 
-def test_ovs_backend_one_instance_per_plane(tmp_path):
+def test_ovs_instances_hold_whole_planes_up_to_a_port_budget(tmp_path):
+    from topologies.switches import ovs as ovs_mod
+
+    small = build(planes=3, leaves=2, spines=1, hosts_per_leaf=1)  # 6 ports a plane: one instance
+    assert ovs_mod.plane_groups(small.params) == [(0, 1, 2)]
+    large = build(planes=8, leaves=8, spines=4, hosts_per_leaf=8)  # 128 ports a plane: one each
+    assert ovs_mod.plane_groups(large.params) == [(p,) for p in range(8)]
+    for shape in (dict(planes=4, leaves=4, spines=2, hosts_per_leaf=4),
+                  dict(planes=5, leaves=3, spines=2, hosts_per_leaf=2),
+                  dict(planes=8, leaves=16, spines=8, hosts_per_leaf=4)):
+        params = build(**shape).params
+        groups = ovs_mod.plane_groups(params)
+        per_plane = params.leaves * (params.hosts_per_leaf + 2 * params.spines)
+        assert [p for g in groups for p in g] == list(range(params.planes))  # each plane once
+        assert all(len(g) == 1 or len(g) * per_plane <= ovs_mod.PORTS_PER_INSTANCE for g in groups)
+        # As few instances as the budget allows.
+        assert len(groups) == -(-params.planes // max(1, ovs_mod.PORTS_PER_INSTANCE // per_plane))
+
+
+def test_ovs_backend_instances(tmp_path, monkeypatch):
+    from topologies.switches import ovs as ovs_mod
+
+    monkeypatch.setattr(ovs_mod, "PORTS_PER_INSTANCE", 1)  # one instance per plane
     fabric = build(planes=3, leaves=2, spines=1, hosts_per_leaf=1)
     ovs = switches.make("ovs", fabric, tmp_path, datapath="user")
     assert isinstance(ovs, OvsBackend) and ovs.info()["ovs_instances"] == 3
-    assert {ovs.instance(sw.name).plane for sw in fabric.switches} == {0, 1, 2}
+    assert {ovs.instance(sw.name).planes for sw in fabric.switches} == {(0,), (1,), (2,)}
     inst = ovs.instance("p2s0")
-    assert inst.netns == "mrclab-p2" and inst.rundir.name == "p2"
+    assert inst.netns == "mrclab-ovs2" and inst.rundir.name == "i2"
     # Unix socket paths (the bridges' .mgmt sockets included) must fit in sun_path.
     longest = max(len(s.name) for s in fabric.switches) + len(".mgmt")
     assert len(str(inst.rundir)) + 1 + longest < 108
     assert inst.env["OVS_RUNDIR"] == str(inst.rundir)
     assert inst.vswitchd_argv()[:2] == ["nsenter", f"--net=/run/netns/{inst.netns}"]
+    monkeypatch.setattr(ovs_mod, "PORTS_PER_INSTANCE", 1000)
+    shared = switches.make("ovs", fabric, tmp_path, datapath="user")
+    assert {shared.instance(sw.name).index for sw in fabric.switches} == {0}
+    assert shared.info()["planes_per_instance"] == [3]
 
 
 def test_queued_vsctl_words_lose_only_the_shell_escaping():

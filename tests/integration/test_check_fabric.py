@@ -1,12 +1,14 @@
 """check-fabric on two fabric shapes, through the real CLI, as a user would run it."""
 
 import json
+import os
 import subprocess
 import sys
 
 import pytest
 
 from tests.integration.helpers import REPO, assert_nothing_left
+from topologies.switches.ovs import PORTS_PER_INSTANCE_ENV
 
 pytestmark = pytest.mark.usefixtures("emulation_ready")
 
@@ -21,10 +23,15 @@ def test_check_fabric_proves_every_path_and_the_cut(shape, sample, switch_backen
         argv += [f"--{key}", str(value)]
     if sample:
         argv += ["--sample-pairs", str(sample), "--seed", "7"]
-    proc = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=300)
+    # The larger shape with one OVS instance per plane (27 switch ports each; the default
+    # budget would put all four in one), the smaller with the default grouping.
+    env = {**os.environ, PORTS_PER_INSTANCE_ENV: "30"} if sample else None
+    proc = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=300, env=env)
     assert proc.returncode == 0, proc.stderr[-2000:]
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     assert result["switch_backend"] == switch_backend
+    if switch_backend == "ovs":
+        assert result["ovs_instances"] == (shape["planes"] if sample else 1)
     hosts = shape["leaves"] * shape["hosts-per-leaf"]
     assert result["hosts"] == hosts
     assert result["switches"] == shape["planes"] * (shape["leaves"] + shape["spines"])

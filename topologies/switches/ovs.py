@@ -55,8 +55,10 @@ OF_SOCKET = RUN_ROOT / "of.sock"  # the controller's OpenFlow socket
 NETNS_DIR = Path("/run/netns")
 NETNS_PREFIX = "mrclab-ovs"
 # Switch ports one ovs-vswitchd holds at most when planes share it (see above): the issue's
-# measurements put ~100 ports at 6x the forwarding rate of ~850.
+# measurements put ~100 ports at 6x the forwarding rate of ~850. The environment variable
+# overrides it (the tests use it to give small fabrics several instances).
 PORTS_PER_INSTANCE = 160
+PORTS_PER_INSTANCE_ENV = "MRCLAB_OVS_PORTS_PER_INSTANCE"
 FAIL_COOKIE = 0xDEAD  # marks the flow that makes a switch stop forwarding (`set_forwarding`)
 # The userspace datapath sends through AF_PACKET sockets whose buffers are sized from
 # net.core.wmem_default when ovs-vswitchd opens them (208 KB by default): frames queued in the
@@ -72,11 +74,12 @@ _PORT_RE = re.compile(r"port\s+(\d+):\s*rx pkts=(\d+), bytes=(\d+), drop=(\d+).*
                       r"tx pkts=(\d+), bytes=(\d+), drop=(\d+)", re.S)
 
 
-def plane_groups(params: Any) -> list[tuple[int, ...]]:
-    """The planes each instance holds, in order: as many as keep it under `PORTS_PER_INSTANCE`
-    switch ports (a host's NIC, both ends of each T0-T1 link), at least one."""
+def plane_groups(params: Any, budget: int | None = None) -> list[tuple[int, ...]]:
+    """The planes each instance holds, in order: as many as keep it under `budget` (default
+    `PORTS_PER_INSTANCE`) switch ports (a host's NIC, both ends of each T0-T1 link), at least
+    one."""
     per_plane = params.leaves * (params.hosts_per_leaf + 2 * params.spines)
-    size = max(1, PORTS_PER_INSTANCE // per_plane)
+    size = max(1, (PORTS_PER_INSTANCE if budget is None else budget) // per_plane)
     return [tuple(range(p, min(p + size, params.planes))) for p in range(0, params.planes, size)]
 
 
@@ -176,7 +179,9 @@ class OvsBackend(SwitchBackend):
         super().__init__(fabric, workdir)
         self.datapath_requested = datapath
         self.datapath = ""
-        self.instances = [Instance(i, planes) for i, planes in enumerate(plane_groups(fabric.params))]
+        budget = os.environ.get(PORTS_PER_INSTANCE_ENV)
+        groups = plane_groups(fabric.params, int(budget) if budget and budget.isdigit() else None)
+        self.instances = [Instance(i, planes) for i, planes in enumerate(groups)]
         self._of_plane = {p: inst for inst in self.instances for p in inst.planes}
         self._ns_pid: dict[int, int] = {}  # a process in each instance's namespace
         self._started: list[Instance] = []

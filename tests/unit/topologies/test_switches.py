@@ -73,7 +73,7 @@ def test_ovs_backend_instances(tmp_path, monkeypatch):
     assert len(str(inst.rundir)) + 1 + longest < 108
     assert inst.env["OVS_RUNDIR"] == str(inst.rundir)
     assert inst.vswitchd_argv()[:2] == ["nsenter", f"--net=/run/netns/{inst.netns}"]
-    monkeypatch.setattr(ovs_mod, "PORTS_PER_INSTANCE", 1000)
+    monkeypatch.setenv(ovs_mod.PORTS_PER_INSTANCE_ENV, "1000")  # the environment wins
     shared = switches.make("ovs", fabric, tmp_path, datapath="user")
     assert {shared.instance(sw.name).index for sw in fabric.switches} == {0}
     assert shared.info()["planes_per_instance"] == [3]

@@ -256,6 +256,10 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     except KeyboardInterrupt:
         print(f"mrclab: {_after_interrupt()}", file=sys.stderr)
+        # Done: a further Ctrl-C must not kill the exiting interpreter, which puts the default
+        # action back for Python-level handlers (a fast teardown ends inside a burst of them).
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, signal.SIG_IGN)
         return 130
 
 

@@ -37,8 +37,12 @@ def _wait_for(predicate, timeout: float, what: str) -> None:
 
 
 def _nft_table() -> bool:
-    return subprocess.run(["nft", "list", "table", "netdev", "mrclab_faults"],
-                          capture_output=True).returncode == 0
+    """The fault injector's table, in this namespace or one holding switch ports."""
+    argv = ["nft", "list", "table", "netdev", "mrclab_faults"]
+    spaces = [n for n in (os.listdir("/run/netns") if os.path.isdir("/run/netns") else [])
+              if n.startswith("mrclab-")]
+    return any(subprocess.run(pre + argv, capture_output=True).returncode == 0
+               for pre in [[], *(["ip", "netns", "exec", n] for n in spaces)])
 
 
 def _result(folder) -> None:

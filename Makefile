@@ -36,6 +36,7 @@ check-fabric: setup
 bench: setup
 	$(PY) -m experiments.tools.bench
 	$(PY) -m experiments.tools.startup_bench
+	$(PY) -m experiments.tools.dataplane_bench
 
 # One scenario: `make experiment-lossy-link ARGS="--loss 0.1"`.
 $(addprefix experiment-,$(SCENARIOS)): experiment-%: setup

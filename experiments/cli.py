@@ -47,6 +47,15 @@ def _switch_args(parser: argparse.ArgumentParser) -> None:
                         help="OVS datapath (auto: kernel where the module exists)")
 
 
+def _link_rate(text: str) -> float | str:
+    if text == "auto":
+        return text
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected Mbit/s or auto, got {text!r}") from None
+
+
 def _params(args: argparse.Namespace) -> FabricParams:
     return FabricParams(planes=args.planes, leaves=args.leaves, spines=args.spines,
                         hosts_per_leaf=args.hosts_per_leaf, link_mbps=args.link_mbps)
@@ -102,7 +111,9 @@ def make_parser() -> argparse.ArgumentParser:
                      help="one of: " + ", ".join(SCENARIOS))
     for name in ("planes", "leaves", "spines", "hosts-per-leaf"):
         run.add_argument(f"--{name}", type=int, default=None)
-    run.add_argument("--link-mbps", type=float, default=None)
+    run.add_argument("--link-mbps", type=_link_rate, default=None,
+                     help="link rate in Mbit/s, or auto: the fastest the switch backend carries "
+                          "faithfully for this scenario (from `make bench`)")
     _switch_args(run)
     run.add_argument("--dataplane", choices=("auto", "ebpf", "droptail"), default="auto",
                      help="switch egress: ECN marking and trimming in eBPF (auto: where it loads)")
@@ -188,7 +199,7 @@ def run_options(args: argparse.Namespace):  # -> experiments.scenarios.Options
         leaves=f.leaves if args.leaves is None else args.leaves,
         spines=f.spines if args.spines is None else args.spines,
         hosts_per_leaf=f.hosts_per_leaf if args.hosts_per_leaf is None else args.hosts_per_leaf,
-        link_mbps=f.link_mbps if args.link_mbps is None else args.link_mbps)
+        link_mbps=f.link_mbps if args.link_mbps in (None, "auto") else args.link_mbps)
     build(fabric)  # validates, with the model's own messages
     if args.routing is not None:
         if args.detect_ms is not None:
@@ -209,6 +220,14 @@ def run_options(args: argparse.Namespace):  # -> experiments.scenarios.Options
     opts = Options(sc, fabric, parse_transports(args.transports, sc.transports), seed=args.seed,
                    datapath=args.datapath, dataplane=args.dataplane, switch_backend=args.switch,
                    capture=capture, packet_log=packet_log, given=frozenset(given), **fields)
+    if args.link_mbps == "auto":  # the fastest rate the run's switches carry faithfully
+        from dataclasses import replace
+
+        from experiments.runner import faithful_link_mbps
+        from topologies import switches
+
+        rate = faithful_link_mbps(check(opts), switches.resolve(args.switch))
+        opts = replace(opts, fabric=replace(fabric, link_mbps=rate))
     return check(opts)
 
 

@@ -20,14 +20,18 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from experiments import fidelity, metrics, outdir
+from endpoints.protocol.config import TransportConfig
+from experiments import capacity, fidelity, metrics, outdir
 from experiments.flows import ev_timeline
 from experiments.scenarios.base import Options, Record
 from experiments.testbed import Testbed, describe_switches
-from topologies import cleanup, files
+from topologies import cleanup, files, switches
 from topologies.model import Fabric
 from topologies.queuesampler import QueueSampler
 
+REPO = Path(__file__).resolve().parent.parent
+MEASURED_CAPACITY = REPO / "results" / "bench" / "dataplane.json"  # `make bench`, this machine
+REFERENCE_CAPACITY = REPO / "experiments" / "reference" / "dataplane.json"
 SATURATING = {"mrc", "spray", "tcp", "mptcp"}  # offer more than a link carries
 Progress = Callable[[str], None]
 
@@ -39,10 +43,39 @@ class Run:
     record: Record
 
 
+def _read_json(path: Path) -> dict:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def assess_load(opts: Options, backend: str) -> dict:
+    """What the run asks of the switches against what `backend` carries faithfully
+    (experiments/capacity.py), from this machine's `make bench` or the committed reference."""
+    senders = opts.scenario.kind.busy_senders(opts, Fabric(opts.fabric))
+    return capacity.assess(backend, opts.fabric, senders, TransportConfig().mtu_payload,
+                           _read_json(MEASURED_CAPACITY), _read_json(REFERENCE_CAPACITY))
+
+
+def faithful_link_mbps(opts: Options, backend: str) -> float:
+    """The fastest link rate at which the run fits its backend's capacity (`--link-mbps auto`)."""
+    senders = opts.scenario.kind.busy_senders(opts, Fabric(opts.fabric))
+    return capacity.faithful_rate(backend, opts.fabric, senders, TransportConfig().mtu_payload,
+                                  _read_json(MEASURED_CAPACITY), _read_json(REFERENCE_CAPACITY))
+
+
 def execute(opts: Options, workdir: Path, say: Progress) -> tuple[Record, dict]:
-    """Every variant of every transport on one testbed: (what was measured, run facts)."""
+    """Every variant of every transport on one testbed: (what was measured, run facts). Says
+    before the fabric starts when the switches cannot carry the offered load faithfully."""
     kind, record = opts.scenario.kind, Record()
     fabric = Fabric(opts.fabric)
+    load = assess_load(opts, switches.resolve(opts.switch_backend))
+    if not load["within"]:
+        say(f"warning: at {opts.fabric.link_mbps:g} Mbit/s this run {capacity.describe(load)}: "
+            f"expect the switches, not the links, to set the pace (--link-mbps "
+            f"{faithful_link_mbps(opts, load['backend']):g} fits; --link-mbps auto picks it)")
     with Testbed(fabric, workdir, seed=opts.seed, datapath=opts.datapath, detect_ms=opts.detect_ms,
                  dataplane=opts.dataplane, switch=opts.switch_backend,
                  packet_log=opts.packet_log) as bed:
@@ -74,7 +107,7 @@ def execute(opts: Options, workdir: Path, say: Progress) -> tuple[Record, dict]:
                 say(f"{label}: {_brief(record.transports[label])}")
         bed.check_alive()
         info = {"setup_seconds": round(em.setup_seconds, 2), "datapath": em.datapath,
-                "switches": em.backend.info(),
+                "switches": em.backend.info(), "capacity": load,
                 "dataplane": {**em.dataplane_info, "totals": fidelity.dataplane_totals(em)},
                 "controller_events": [json.loads(line)
                                       for line in em.events_path.read_text().splitlines()],
@@ -88,8 +121,11 @@ def execute(opts: Options, workdir: Path, say: Progress) -> tuple[Record, dict]:
         if death is not None:
             info["controller_died"] = _when(record, death)
     died = info.get("controller_died")
-    info["fidelity"] = _fidelity(opts, record, bed.cpu, em.datapath,
-                                 died if isinstance(died, dict) else None)
+    fid = _fidelity(opts, record, bed.cpu, em.datapath, died if isinstance(died, dict) else None)
+    if not load["within"]:
+        fid["warnings"].append(f"the offered load may exceed what the switches carry faithfully: "
+                               f"this run {capacity.describe(load)}")
+    info["fidelity"] = fid
     return record, info
 
 
@@ -200,6 +236,7 @@ def _summarise(run: Run, info: dict) -> dict:
                    "datapath": info["datapath"]},
         "switch_backend": info["switches"]["switch_backend"],
         "switches": info["switches"],
+        "capacity": info["capacity"],
         "seed": opts.seed,
         "software": fidelity.software_versions(),
         "dataplane": info["dataplane"],

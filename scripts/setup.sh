@@ -52,5 +52,12 @@ for pkg in clang llvm libbpf-dev bpftool; do
     || echo "setup: warning: $pkg is not installable here"
 done
 .venv/bin/python -m topologies.dataplane build || echo "setup: warning: data plane build step failed: plain HTB queues"
+# The data-plane benchmark's load generator (experiments/tools/dataplane_bench.py), with the
+# same clang.
+if [ ! -x build/mrcblast ] || [ experiments/tools/mrcblast.c -nt build/mrcblast ]; then
+  mkdir -p build
+  clang -O2 -Wall -o build/mrcblast experiments/tools/mrcblast.c \
+    || echo "setup: warning: build/mrcblast not built: no data-plane benchmark"
+fi
 
 echo "setup: ok ($(.venv/bin/python -c 'import topologies.preflight as p; print("OVS datapath:", p.choose_datapath())'))"

@@ -43,6 +43,11 @@ class Kind:
         """The options of this kind recorded in a summary's `config`, beyond the shared ones."""
         return {}
 
+    def busy_senders(self, opts: Options, fabric: Fabric) -> int:
+        """How many hosts may send at once, each filling its NICs: what the run asks of the
+        switches (experiments/capacity.py). One flow at a time unless a kind says otherwise."""
+        return 1
+
     def variants(self, opts: Options, bed: Testbed) -> list[tuple[str, bool | None]]:
         """(transport, switch trimming) runs; None leaves the data plane as set up."""
         return [(t, None) for t in opts.transports]

@@ -33,6 +33,9 @@ class Collective(Kind):
     def option_fields(self, opts: Options) -> dict:
         return {"steps": opts.steps, "step_kb": opts.step_kb}
 
+    def busy_senders(self, opts: Options, fabric: Fabric) -> int:
+        return len(fabric.hosts)
+
     def run(self, bed: Testbed, opts: Options, transport: str, label: str, record: Record) -> None:
         fabric, faults = bed.fabric, bed.faults
         names = [h.name for h in fabric.hosts]

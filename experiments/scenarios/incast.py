@@ -43,6 +43,9 @@ class Incast(Kind):
     def option_fields(self, opts: Options) -> dict:
         return {"senders": opts.senders}
 
+    def busy_senders(self, opts: Options, fabric: Fabric) -> int:
+        return opts.senders + 1  # and the victim
+
     def variants(self, opts: Options, bed: Testbed) -> list[tuple[str, bool | None]]:
         """Every transport with the switches trimming and as plain drop-tail, when the eBPF
         data plane runs."""

@@ -25,6 +25,9 @@ class Permutation(Kind):
         if len(fabric.hosts) < 2:
             raise FabricError("permutation needs 2+ hosts")
 
+    def busy_senders(self, opts: Options, fabric: Fabric) -> int:
+        return len(fabric.hosts)
+
     def run(self, bed: Testbed, opts: Options, transport: str, label: str, record: Record) -> None:
         fabric = bed.fabric
         names = [h.name for h in fabric.hosts]

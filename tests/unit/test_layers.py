@@ -24,6 +24,7 @@ FLOORS = (("topologies/model.py", 0), ("endpoints/", 1), ("topologies/", 2), ("c
 # Pure layers: no sockets, clocks, processes or files.
 PURE = ("topologies/model.py", "endpoints/protocol/", "controller/tables.py", "experiments/traffic.py",
         "experiments/metrics.py", "experiments/simnet.py", "experiments/shell/text.py",
+        "experiments/capacity.py",
         "topologies/dataplane/reference.py", "topologies/dataplane/ports.py")
 IMPURE_MODULES = {"os", "socket", "time", "subprocess", "selectors", "select", "threading", "shutil",
                   "tempfile", "ctypes", "pathlib", "signal"}

@@ -1,0 +1,95 @@
+"""What a run asks of the switches, and whether its backend carries it faithfully (pure).
+
+A run's load, in packet-hops per second: every host that sends at once (the scenario kind's
+`busy_senders`) can fill each of its NICs, one per plane, at the link rate; every packet crosses
+up to `HOPS` switches; SACKs, NACKs and probes add `CONTROL_SHARE`. An upper bound: congestion
+control and the agents' own CPU keep real runs below it.
+
+The capacity of a switch backend is the data-plane benchmark's figure (`make bench`:
+results/bench/dataplane.json, experiments/tools/dataplane_bench.py) for the smallest measured
+fabric with at least the run's switch ports (per-port costs dominate in OVS), or the largest
+measured one; where this machine has no figure for the backend, a committed conservative
+reference (experiments/reference/dataplane.json). The benchmark feeds the switches from a C
+sender and leaves them both cores; a run's agents (Python) need CPU on the same cores, so only
+`FAITHFUL_SHARE` of the figure is counted on.
+
+Backends are only names here: any backend the benchmark measured (`--switch` names) plugs in.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from endpoints.protocol import wire
+from topologies.model import FabricParams
+
+HOPS = 3  # leaf, spine, leaf
+CONTROL_SHARE = 0.1  # SACKs, NACKs and probes per data packet, at most
+FAITHFUL_SHARE = 0.5
+# Rates `--link-mbps auto` chooses from (Mbit/s), fastest first.
+LADDER = (1000.0, 400.0, 200.0, 100.0, 50.0, 20.0, 10.0, 5.0, 2.0, 1.0)
+
+
+def load(params: FabricParams, busy_senders: int, mtu_payload: int) -> float:
+    """Packet-hops per second a run needs at most: `busy_senders` hosts filling every NIC."""
+    pps = params.link_mbps * 1e6 / 8 / wire.frame_bytes(mtu_payload)
+    return busy_senders * params.planes * pps * HOPS * (1 + CONTROL_SHARE)
+
+
+def switch_ports(params: FabricParams) -> int:
+    """Switch-side interfaces: one per host NIC, two per T0-T1 link."""
+    return params.planes * params.leaves * (params.hosts_per_leaf + 2 * params.spines)
+
+
+def capacity(backend: str, params: FabricParams, measured: dict[str, Any],
+             reference: dict[str, Any]) -> dict[str, Any]:
+    """{"packet_hops_per_s", "shape", "source"}: the backend's benchmark figure for the
+    smallest fabric with at least the run's switch ports (the largest if none has), measured
+    here if possible; 0 with source "none" if nothing is known about the backend."""
+    ports = switch_ports(params)
+    for source, table in (("measured", measured), ("reference", reference)):
+        shapes = table.get(backend)
+        if not isinstance(shapes, dict):
+            continue
+        known = sorted((switch_ports(FabricParams.from_dict(r["fabric"])), name, r)
+                       for name, r in shapes.items()
+                       if isinstance(r, dict) and r.get("packet_hops_per_s") and "fabric" in r)
+        if known:
+            _, name, r = next((k for k in known if k[0] >= ports), known[-1])
+            return {"packet_hops_per_s": int(r["packet_hops_per_s"]), "shape": name, "source": source}
+    return {"packet_hops_per_s": 0, "shape": None, "source": "none"}
+
+
+def assess(backend: str, params: FabricParams, busy_senders: int, mtu_payload: int,
+           measured: dict[str, Any], reference: dict[str, Any]) -> dict[str, Any]:
+    """Whether the run fits: capacity's keys and "backend", "busy_senders",
+    "needed_packet_hops_per_s", "faithful_packet_hops_per_s", "within". A backend nothing is
+    known about counts as within (source "none" says so)."""
+    cap = capacity(backend, params, measured, reference)
+    faithful = cap["packet_hops_per_s"] * FAITHFUL_SHARE
+    needed = load(params, busy_senders, mtu_payload)
+    return {"backend": backend, "busy_senders": busy_senders,
+            "needed_packet_hops_per_s": round(needed), "faithful_packet_hops_per_s": round(faithful),
+            "within": cap["source"] == "none" or needed <= faithful, **cap}
+
+
+def faithful_rate(backend: str, params: FabricParams, busy_senders: int, mtu_payload: int,
+                  measured: dict[str, Any], reference: dict[str, Any]) -> float:
+    """The fastest rate of `LADDER` at which the run fits (the slowest if none does)."""
+    for rate in LADDER:
+        if assess(backend, replace(params, link_mbps=rate), busy_senders, mtu_payload,
+                  measured, reference)["within"]:
+            return rate
+    return LADDER[-1]
+
+
+def describe(a: dict[str, Any]) -> str:
+    """One line: what the run needs against what its backend carries."""
+    if a["source"] == "none":
+        return (f"needs up to {a['needed_packet_hops_per_s']:,} packet-hops/s; the capacity of the "
+                f"{a['backend']} switches is unknown here (run `make bench`)")
+    where = "measured here" if a["source"] == "measured" else "committed reference, not measured here"
+    return (f"needs up to {a['needed_packet_hops_per_s']:,} packet-hops/s; the {a['backend']} "
+            f"switches carry {a['faithful_packet_hops_per_s']:,} faithfully ({FAITHFUL_SHARE:.0%} of "
+            f"the {a['packet_hops_per_s']:,} benchmarked on the {a['shape']} fabric, {where})")

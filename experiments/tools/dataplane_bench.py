@@ -1,0 +1,268 @@
+"""`python -m experiments.tools.dataplane_bench`: what each switch backend forwards, measured
+through the real emulation, in packet-hops per second.
+
+For each backend (`--switch`, default every one this machine runs) and each shape (16x4 and
+64x8 hosts x planes, the start-up bench's fabrics) an emulation starts exactly as a run does:
+controller, switches, the HTB + eBPF egress program on every switch port, HTB on every host NIC,
+only with links so fast (`LINK_MBPS`) that the shapers cost what they cost per packet but never
+limit. Host h0 then sends MRC data frames (4 KB payload, the trimmable class, ECT(0), valid
+checksums; IPv6-in-IPv6 as the hosts send them, decapsulated by the receiver's kernel) to the
+last host, on every plane at once, sprayed over every spine (16 EVs per path): each packet
+crosses leaf, spine, leaf, `HOPS` switch hops. The frames are prebuilt in Python and sent by a
+C program (`build/mrcblast`, AF_PACKET, paced) because Python could not offer enough; a C sink
+drains a real UDP socket in the receiver, whose kernel verifies every checksum.
+
+Counted over a window after a warm-up, from /proc alone: datagrams that crossed every hop
+(the receiver's Udp6InDatagrams + Udp6RcvbufErrors), frames the sender's NICs sent, checksum
+errors, the forwarding processes' CPU (OVS: every ovs-vswitchd) and the machine's busy cores.
+A rate is carried faithfully when at least `FAITHFUL_DELIVERY` of it arrives with no checksum
+error; the bench searches the highest such rate (a few windows, doubling then bisecting) and
+records it. Results merge into results/bench/dataplane.json:
+`{"<backend>": {"16x4": {"packet_hops_per_s": N, ...}, "64x8": {...}}, ...}`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import platform
+import shutil
+import struct
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from endpoints.host import netio
+from endpoints.protocol import wire
+from experiments import fidelity
+from experiments.tools.startup_bench import SHAPES as STARTUP_SHAPES
+from topologies import files, preflight, switches
+from topologies.emulation import Emulation
+from topologies.model import GATEWAY_MAC, Fabric, FabricParams
+from topologies.preflight import PreflightError
+
+REPO = Path(__file__).resolve().parents[2]
+BLAST = REPO / "build" / "mrcblast"
+DEFAULT_OUT = REPO / "results" / "bench" / "dataplane.json"
+SHAPES = {name: params for name, (params, _target) in STARTUP_SHAPES.items()}
+LINK_MBPS = 100_000  # the model's maximum: shapers on every port, never the limit
+PAYLOAD = 4096  # the agents' default mtu_payload
+HOPS = 3  # leaf, spine, leaf: the sender and the receiver sit on different leaves
+EVS_PER_PATH = 16
+FAITHFUL_DELIVERY = 0.99
+WARMUP_S, WINDOW_S = 1.0, 3.0
+TRIALS = 6
+START_PPS = 5000  # the first rate tried (delivered packets per second, all planes together)
+
+
+def frames(fabric: Fabric, src: str, dst: str, plane: int) -> bytes:
+    """Records <u16 little-endian length><Ethernet frame> for the mrcblast sender: MRC data
+    frames from `src` to `dst` on `plane` as the host encapsulation sends them (NIC to NIC
+    inside, the path's uSID carrier outside, the inner source as outer source), over every
+    spine, several EVs per route."""
+    nic = fabric.host(src).nics[plane]
+    routes = [r for r in fabric.routes(src, dst) if r.plane == plane]
+    mac = bytes.fromhex(GATEWAY_MAC.replace(":", "")) + bytes.fromhex(nic.mac.replace(":", ""))
+    out = bytearray()
+    for k in range(EVS_PER_PATH):
+        route = routes[k % len(routes)]
+        ev = (route.ev & ~0xFFFF) | (0xC000 + k)  # distinct source ports, as MRC sprays
+        payload = wire.encode_data(wire.OP_DATA_MIDDLE, 0, 7, k, 0, k * PAYLOAD, 1 << 20,
+                                   bytes(range(256)) * (PAYLOAD // 256))
+        inner = netio.build_packet(route.src_addr.packed, route.dst_addr.packed, ev, payload,
+                                   tclass=wire.DATA_TCLASS)
+        packet = netio.encapsulate(route.src_addr.packed, route.address.packed, inner)
+        frame = mac + b"\x86\xdd" + packet
+        out += struct.pack("<H", len(frame)) + frame
+    return bytes(out)
+
+
+def _snmp6(pid: int) -> dict[str, int]:
+    return {k: int(v) for k, v in (line.split() for line in
+                                   Path(f"/proc/{pid}/net/snmp6").read_text().splitlines())}
+
+
+def _tx_packets(pid: int, ifnames: list[str]) -> int:
+    total = 0
+    for line in Path(f"/proc/{pid}/net/dev").read_text().splitlines()[2:]:
+        name, rest = line.split(":", 1)
+        if name.strip() in ifnames:
+            total += int(rest.split()[9])
+    return total
+
+
+def _ticks(pid: int) -> int:
+    with contextlib.suppress(OSError, IndexError):
+        f = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return int(f[11]) + int(f[12])
+    return 0
+
+
+def _machine() -> tuple[int, int]:
+    f = [int(x) for x in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+    return sum(f[:8]) - f[3] - f[4], sum(f[:8])
+
+
+class Load:
+    """One sender per plane on h0, one sink in the last host, for the whole sweep."""
+
+    def __init__(self, em: Emulation, workdir: Path) -> None:
+        self.em, self.workdir = em, workdir
+        fabric = em.fabric
+        self.src, self.dst = fabric.hosts[0].name, fabric.hosts[-1].name
+        self.files = []
+        for plane in range(fabric.params.planes):
+            path = workdir / f"frames-p{plane}.bin"
+            path.write_bytes(frames(fabric, self.src, self.dst, plane))
+            self.files.append((fabric.host(self.src).nics[plane].ifname, path))
+        self.sink = em.popen(self.dst, [str(BLAST), "recv", str(wire.MRC_PORT), "100000",
+                                        str(PAYLOAD)], stdout=subprocess.PIPE, text=True)
+        assert self.sink.stdout is not None
+        self.sink.stdout.readline()  # {"mode": "ready"}
+
+    def trial(self, pps: float) -> dict:
+        """Offer `pps` (all planes together) for a warm-up and a window: what arrived."""
+        em, hz = self.em, os.sysconf("SC_CLK_TCK")
+        share = pps / len(self.files)
+        senders = [em.popen(self.src, [str(BLAST), "send", ifname, str(path),
+                                       str(WARMUP_S + WINDOW_S + 0.5), f"{share:.1f}"],
+                            stdout=subprocess.PIPE, text=True) for ifname, path in self.files]
+        rx_pid, tx_pid = em.pid(self.dst), em.pid(self.src)
+        nics = [ifname for ifname, _ in self.files]
+        fwd = em.forwarding_pids()
+        time.sleep(WARMUP_S)
+
+        def sample() -> tuple:
+            s = _snmp6(rx_pid)
+            return (time.monotonic(), s.get("Udp6InDatagrams", 0) + s.get("Udp6RcvbufErrors", 0),
+                    s.get("Udp6InCsumErrors", 0), _tx_packets(tx_pid, nics),
+                    sum(_ticks(p) for p in fwd), *_machine())
+
+        a = sample()
+        time.sleep(WINDOW_S)
+        b = sample()
+        for proc in senders:
+            proc.communicate(timeout=30)
+        dt = b[0] - a[0]
+        delivered, offered = b[1] - a[1], b[3] - a[3]
+        forwarding = (b[4] - a[4]) / hz / dt
+        return {"offered_pps_asked": round(pps), "offered_pps": round(offered / dt),
+                "delivered_pps": round(delivered / dt),
+                "packet_hops_per_s": round(delivered * HOPS / dt),
+                "delivery_ratio": round(delivered / offered, 4) if offered else None,
+                "checksum_errors": b[2] - a[2],
+                "forwarding_cores": round(forwarding, 3) if fwd else None,
+                "machine_busy_cores": round((b[5] - a[5]) / (b[6] - a[6]) * (os.cpu_count() or 1), 2),
+                "window_s": round(dt, 2)}
+
+    def close(self) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            self.sink.terminate()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.sink.communicate(timeout=10)
+
+
+def faithful(t: dict) -> bool:
+    return t["delivery_ratio"] is not None and t["delivery_ratio"] >= FAITHFUL_DELIVERY \
+        and t["checksum_errors"] == 0
+
+
+def sweep(load: Load, start_pps: float, trials: int = TRIALS) -> tuple[dict | None, list[dict]]:
+    """The highest faithfully carried rate: double while faithful, then bisect."""
+    lo: dict | None = None
+    hi_pps: float | None = None
+    pps, tried = start_pps, []
+    for _ in range(trials):
+        t = load.trial(pps)
+        tried.append(t)
+        print(json.dumps({"trial": t}), flush=True)
+        if faithful(t):
+            if lo is None or t["packet_hops_per_s"] > lo["packet_hops_per_s"]:
+                lo = t
+            pps = pps * 2 if hi_pps is None else (pps + hi_pps) / 2
+        else:
+            hi_pps = pps
+            pps = (lo["offered_pps_asked"] + pps) / 2 if lo else pps / 2
+        if lo is not None and hi_pps is not None and hi_pps / lo["offered_pps_asked"] < 1.15:
+            break
+    return lo, tried
+
+
+def measure(backend: str, shape: str, workdir: Path, start_pps: float, trials: int) -> dict:
+    params = SHAPES[shape]
+    fabric = Fabric(FabricParams(planes=params.planes, leaves=params.leaves, spines=params.spines,
+                                 hosts_per_leaf=params.hosts_per_leaf, link_mbps=LINK_MBPS))
+    em = Emulation(fabric, workdir, dataplane_mode="ebpf", switch=backend)
+    with em:
+        load = Load(em, workdir)
+        try:
+            best, tried = sweep(load, start_pps, trials)
+        finally:
+            load.close()
+        info = {"switches": em.backend.info(), "dataplane": em.dataplane_info["mode"],
+                "setup_seconds": round(em.setup_seconds, 2)}
+    result = dict(best) if best else {"packet_hops_per_s": 0}
+    result.update({"faithful_delivery": FAITHFUL_DELIVERY, "hops": HOPS, "payload": PAYLOAD,
+                   "ipv6_in_ipv6": True, "planes_loaded": fabric.params.planes,
+                   "fabric": fabric.params.as_dict(), "switch_ports": len(em.switch_port_specs()),
+                   "teardown_seconds": round(em.timings.get("teardown", 0.0), 2),
+                   "sweep": tried, **info})
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--switch", default=None, help="comma-separated backends (default: every "
+                        "one this machine runs)")
+    parser.add_argument("--shapes", default=",".join(SHAPES), help="comma-separated: " + ", ".join(SHAPES))
+    parser.add_argument("--start-pps", type=float, default=START_PPS,
+                        help="the first rate offered (frames/s, every plane together)")
+    parser.add_argument("--trials", type=int, default=TRIALS, help="windows per shape, at most")
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    args = parser.parse_args(argv)
+    try:
+        preflight.check_all()
+        backends = [b for b in switches.BACKENDS if switches.BACKENDS[b].unavailable() is None] \
+            if args.switch is None else [switches.resolve(b) for b in args.switch.split(",")]
+        if not backends:
+            raise PreflightError(switches.BACKENDS["ovs"].unavailable() or "no switch backend runs here")
+        if args.trials < 1 or args.start_pps <= 0:
+            raise PreflightError("--trials and --start-pps must be positive")
+        unknown = [s for s in args.shapes.split(",") if s not in SHAPES]
+        if unknown:
+            raise PreflightError(f"unknown shape(s) {unknown}: use {', '.join(SHAPES)}")
+        if not os.access(BLAST, os.X_OK):
+            raise PreflightError(f"{BLAST.relative_to(REPO)} is missing: run `make setup` "
+                                 f"(it compiles experiments/tools/mrcblast.c with clang)")
+    except PreflightError as exc:
+        print(f"dataplane_bench: error: {exc}", file=sys.stderr)
+        return 2
+    try:
+        data = json.loads(args.out.read_text())
+    except (OSError, ValueError):
+        data = {}
+    load_before = os.getloadavg()
+    for backend in backends:
+        for shape in args.shapes.split(","):
+            workdir = files.private_dir(f"mrclab-dpbench-{backend}-{shape}-")
+            try:
+                result = measure(backend, shape, workdir, args.start_pps, args.trials)
+            finally:
+                shutil.rmtree(workdir, ignore_errors=True)
+            result["measured_at"] = time.strftime("%Y-%m-%dT%H:%M:%S")
+            data.setdefault(backend, {})[shape] = result
+            print(json.dumps({backend: {shape: {k: v for k, v in result.items() if k != "sweep"}}}),
+                  flush=True)
+            files.write_json(args.out, data)  # each result kept even if a later one fails
+    data["software"] = fidelity.software_versions()
+    data["machine"] = {"cpus": os.cpu_count(), "arch": platform.machine(),
+                       "loadavg_before": [round(x, 2) for x in load_before]}
+    files.write_json(args.out, data)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

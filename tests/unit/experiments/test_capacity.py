@@ -1,0 +1,128 @@
+"""experiments/capacity.py: what a run asks of the switches against what its backend carries."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from endpoints.protocol import wire
+from experiments import capacity
+from topologies.model import FabricParams
+
+SMALL = FabricParams(planes=4, leaves=4, spines=2, hosts_per_leaf=4, link_mbps=100000.0)
+LARGE = FabricParams(planes=8, leaves=8, spines=4, hosts_per_leaf=8, link_mbps=100000.0)
+MEASURED = {"ovs": {"16x4": {"packet_hops_per_s": 120000, "fabric": SMALL.as_dict()},
+                    "64x8": {"packet_hops_per_s": 60000, "fabric": LARGE.as_dict()}},
+            "software": {"python": "3"}}  # not a backend: ignored
+REFERENCE = {"ovs": {"16x4": {"packet_hops_per_s": 30000, "fabric": SMALL.as_dict()}},
+             "linux": {"64x8": {"packet_hops_per_s": 400000, "fabric": LARGE.as_dict()}}}
+MTU = 4096
+
+
+def test_load_counts_every_nic_of_every_busy_sender_over_three_hops():
+    p = FabricParams(planes=2, leaves=2, spines=2, hosts_per_leaf=2, link_mbps=10.0)
+    per_nic = 10e6 / 8 / wire.frame_bytes(MTU)
+    assert capacity.load(p, 3, MTU) == pytest.approx(3 * 2 * per_nic * 3 * 1.1)
+    assert capacity.load(p, 6, MTU) == pytest.approx(2 * capacity.load(p, 3, MTU))
+
+
+def test_switch_ports_match_the_model():
+    from topologies.model import build
+
+    for p in (SMALL, FabricParams(planes=2, leaves=3, spines=2, hosts_per_leaf=1)):
+        fabric = build(p)
+        switches = {sw.name for sw in fabric.switches}
+        switch_ends = sum((link.a in switches) + (link.b in switches) for link in fabric.links)
+        assert capacity.switch_ports(p) == switch_ends
+
+
+def test_the_smallest_measured_fabric_at_least_as_large_is_used():
+    tiny = FabricParams(planes=2, leaves=2, spines=2, hosts_per_leaf=2)
+    mid = FabricParams(planes=8, leaves=4, spines=2, hosts_per_leaf=4)  # between the two
+    huge = FabricParams(planes=8, leaves=16, spines=8, hosts_per_leaf=4)
+    assert capacity.capacity("ovs", tiny, MEASURED, REFERENCE)["shape"] == "16x4"
+    assert capacity.capacity("ovs", mid, MEASURED, REFERENCE)["shape"] == "64x8"
+    got = capacity.capacity("ovs", huge, MEASURED, REFERENCE)  # larger than any: the largest
+    assert got == {"packet_hops_per_s": 60000, "shape": "64x8", "source": "measured"}
+
+
+def test_measured_figures_win_then_the_reference_then_nothing():
+    assert capacity.capacity("ovs", SMALL, MEASURED, REFERENCE)["source"] == "measured"
+    assert capacity.capacity("ovs", SMALL, {}, REFERENCE) == \
+        {"packet_hops_per_s": 30000, "shape": "16x4", "source": "reference"}
+    assert capacity.capacity("linux", SMALL, MEASURED, REFERENCE)["source"] == "reference"
+    assert capacity.capacity("other", SMALL, MEASURED, REFERENCE)["source"] == "none"
+
+
+def test_assess_compares_the_load_with_the_faithful_share():
+    p = FabricParams(planes=4, leaves=2, spines=2, hosts_per_leaf=2, link_mbps=10.0)
+    need = capacity.load(p, 4, MTU)
+    fits = {"ovs": {"x": {"packet_hops_per_s": int(need / capacity.FAITHFUL_SHARE) + 1,
+                          "fabric": SMALL.as_dict()}}}
+    short = {"ovs": {"x": {"packet_hops_per_s": int(need / capacity.FAITHFUL_SHARE) - 1,
+                           "fabric": SMALL.as_dict()}}}
+    assert capacity.assess("ovs", p, 4, MTU, fits, {})["within"] is True
+    a = capacity.assess("ovs", p, 4, MTU, short, {})
+    assert a["within"] is False and a["needed_packet_hops_per_s"] == round(need)
+    assert "measured here" in capacity.describe(a) and "ovs" in capacity.describe(a)
+    unknown = capacity.assess("other", p, 4, MTU, MEASURED, REFERENCE)
+    assert unknown["within"] is True and "unknown" in capacity.describe(unknown)
+
+
+def test_faithful_rate_is_the_fastest_rung_that_fits():
+    p = FabricParams(planes=2, leaves=2, spines=2, hosts_per_leaf=3, link_mbps=1000.0)
+    rate = capacity.faithful_rate("ovs", p, 12, MTU, MEASURED, REFERENCE)
+    faster = [r for r in capacity.LADDER if r > rate]
+    assert capacity.assess("ovs", FabricParams(**{**p.as_dict(), "link_mbps": rate}), 12, MTU,
+                           MEASURED, REFERENCE)["within"]
+    assert faster and not capacity.assess("ovs", FabricParams(**{**p.as_dict(), "link_mbps": faster[-1]}),
+                                          12, MTU, MEASURED, REFERENCE)["within"]
+    # 120k x 0.5 / (12 x 2 NICs x 3.3 hops per packet): ~760 frames/s per NIC: 20 Mbit/s.
+    assert rate == 20.0
+    assert capacity.faithful_rate("ovs", p, 10**6, MTU, MEASURED, REFERENCE) == capacity.LADDER[-1]
+
+
+# ----- the runner and the CLI read the benchmark's file --------------------------------------
+@pytest.fixture
+def measured(tmp_path, monkeypatch):
+    """A results/bench/dataplane.json with one OVS figure, and no reference."""
+    from experiments import runner
+
+    path = tmp_path / "dataplane.json"
+    path.write_text(json.dumps({"ovs": {"16x4": {"packet_hops_per_s": 40000, "fabric": SMALL.as_dict()}}}))
+    monkeypatch.setattr(runner, "MEASURED_CAPACITY", path)
+    monkeypatch.setattr(runner, "REFERENCE_CAPACITY", tmp_path / "missing.json")
+    return path
+
+
+def test_each_kind_counts_its_busy_senders(measured):
+    from experiments import runner
+    from experiments.scenarios import default_options
+
+    perm = default_options("permutation")
+    hosts = perm.fabric.leaves * perm.fabric.hosts_per_leaf
+    assert runner.assess_load(perm, "ovs")["busy_senders"] == hosts
+    assert runner.assess_load(default_options("incast", senders=4), "ovs")["busy_senders"] == 5
+    assert runner.assess_load(default_options("link-failure"), "ovs")["busy_senders"] == 1
+    a = runner.assess_load(perm, "ovs")
+    assert (a["source"], a["faithful_packet_hops_per_s"]) == ("measured", 20000)
+    assert a["needed_packet_hops_per_s"] == round(capacity.load(perm.fabric, hosts, MTU))
+
+
+def test_link_mbps_auto_picks_the_fastest_faithful_rate(measured, monkeypatch):
+    from experiments import cli, runner
+    from topologies import switches
+
+    monkeypatch.setattr(switches, "resolve", lambda requested="auto": "ovs")
+    args = cli.make_parser().parse_args(["run", "permutation", "--link-mbps", "auto"])
+    opts = cli.run_options(args)
+    assert opts.fabric.link_mbps in capacity.LADDER
+    assert runner.assess_load(opts, "ovs")["within"]
+    faster = [r for r in capacity.LADDER if r > opts.fabric.link_mbps]
+    from dataclasses import replace
+
+    assert not runner.assess_load(replace(opts, fabric=replace(opts.fabric, link_mbps=faster[-1])),
+                                  "ovs")["within"]
+    with pytest.raises(cli.CliError, match="expected Mbit/s or auto"):
+        cli.make_parser().parse_args(["run", "permutation", "--link-mbps", "fast"])

@@ -47,6 +47,9 @@ IFNAME_MAX = 15  # Linux IFNAMSIZ - 1
 LINK_MTU = 9000
 GATEWAY_LLADDR = "fe80::1"  # every host NIC's static next hop; the leaf never answers ND
 GATEWAY_MAC = "02:ff:00:00:00:01"  # its MAC: the source MAC of frames switches deliver to hosts
+# The plan's uN as the Linux kernel spells it (RFC 9800 NEXT-C-SID: a 32-bit locator block, 16-bit
+# uSIDs), for the kernel-router backend and the check of whether this machine runs it.
+KERNEL_END_BEHAVIOUR = "End flavors next-csid lblen 32 nflen 16"
 EV_PORT_BASE = 0xC000  # an EV's low half, the UDP source port, starts the ephemeral range
 
 
@@ -147,6 +150,11 @@ def _host_name(index: int) -> str:
 
 def _ifname(node: str, port: int) -> str:
     return f"{node}-eth{port}"
+
+
+def _mac(*words: int) -> str:
+    """Three 16-bit words as a MAC address."""
+    return ":".join(f"{(w >> shift) & 0xFF:02x}" for w in words for shift in (8, 0))
 
 
 def link_name(lower: str, upper: str) -> str:
@@ -398,6 +406,40 @@ class Fabric:
                 index[(link.a, link.a_port)] = link
             index[(link.b, link.b_port)] = link
         return index
+
+    def ports(self, switch: str) -> list[int]:
+        """The port numbers of `switch`, in order."""
+        return self._ports_of[switch]
+
+    @cached_property
+    def _ports_of(self) -> dict[str, list[int]]:
+        out: dict[str, list[int]] = {sw.name: [] for sw in self.switches}
+        for name, port in sorted(self._port_index):
+            out[name].append(port)
+        return out
+
+    def port_ifname(self, switch: str, port: int) -> str:
+        """The interface of port `port` of `switch`."""
+        link = self._port_index[(switch, port)]
+        return link.b_ifname if link.b == switch else link.a_ifname
+
+    def port_mac(self, switch: str, port: int) -> str:
+        """The MAC a switch port carries where the switch has MACs of its own (kernel routers):
+        a leaf's host ports the gateway's (the hosts' static neighbour), every other port
+        `02:fd:<uSID>:<port>`, unique in the fabric."""
+        sw = self.switch(switch)
+        if sw.role == ROLE_LEAF and port <= self.params.hosts_per_leaf:
+            return GATEWAY_MAC
+        return _mac(0x02FD, sw.usid, port)
+
+    def peer_mac(self, switch: str, port: int) -> str:
+        """The MAC at the far end of port `port`'s cable: a host NIC's, or a switch port's."""
+        link = self._port_index[(switch, port)]
+        if link.kind == "host":
+            return self.host(link.a).nics[link.plane].mac
+        if link.a == switch:
+            return self.port_mac(link.b, link.b_port)
+        return self.port_mac(link.a, link.a_port)
 
     # ----- routes ---------------------------------------------------------------------------
     def routes(self, src: str, dst: str) -> list[Route]:

@@ -3,6 +3,7 @@ import ipaddress
 import pytest
 
 from topologies.model import (
+    GATEWAY_MAC,
     ROLE_HOST,
     ROLE_LEAF,
     ROLE_SPINE,
@@ -153,3 +154,26 @@ def test_fair_share_counts_oversubscription_and_host_links():
     assert all(abs(v - 10) < 1e-6 for v in fair_share_mbps(fab3, cross, 1).values())
     # Two flows into one host share its NICs.
     assert sorted(fair_share_mbps(fab3, [("h0", "h5"), ("h1", "h5")], 2).values()) == [10.0, 10.0]
+
+
+def test_port_macs_unique_and_peers_see_each_other():
+    f = build(planes=2, leaves=3, spines=2, hosts_per_leaf=2)
+    macs = {}
+    for sw in f.switches:
+        assert f.ports(sw.name) == sorted({lk.b_port for lk in f.links if lk.b == sw.name} |
+                                          {lk.a_port for lk in f.links if lk.a == sw.name})
+        for port in f.ports(sw.name):
+            mac = f.port_mac(sw.name, port)
+            link = f.port_link(sw.name, port)
+            assert f.port_ifname(sw.name, port) in (link.a_ifname, link.b_ifname)
+            if link.kind == "host":
+                assert mac == GATEWAY_MAC  # what every host NIC's static neighbour says
+                assert f.peer_mac(sw.name, port) == f.host(link.a).nics[link.plane].mac
+            else:
+                macs.setdefault(mac, []).append((sw.name, port))
+                other, other_port = (link.b, link.b_port) if link.a == sw.name else (link.a, link.a_port)
+                assert f.peer_mac(sw.name, port) == f.port_mac(other, other_port)
+    assert all(len(v) == 1 for v in macs.values())
+    nic_macs = {n.mac for h in f.hosts for n in h.nics}
+    assert not nic_macs & set(macs) and GATEWAY_MAC not in nic_macs
+    assert f.port_mac("p1s1", 3) == "02:fd:28:01:00:03"

@@ -3,7 +3,7 @@ PY := .venv/bin/python
 MRCLAB := $(PY) -m experiments.cli
 SCENARIOS := link-failure switch-failure link-flap lossy-link permutation incast collective
 
-.PHONY: setup demo cli test unit integration lint experiment check-fabric bench report validate docs clean \
+.PHONY: setup demo cli test unit integration lint experiment check-fabric bench report validate docs clean lab check-lab \
 	soak fuzz \
 	$(addprefix experiment-,$(SCENARIOS))
 
@@ -16,6 +16,14 @@ demo: setup
 # Explore a running fabric like `mn`: `make cli ARGS="--planes 2 --spines 3"`.
 cli: setup
 	$(MRCLAB) cli $(ARGS)
+
+# Teaching labs (labs/README.md): `make lab N=3` sets lab 3 up and drops into its environment;
+# `make check-lab N=3` checks your files, `make check-lab N=3 SOLUTION=1` the reference solution.
+lab: setup
+	@$(PY) -m labs.checker start "$(N)"
+
+check-lab: setup
+	@$(PY) -m labs.checker check "$(N)" $(if $(SOLUTION),--solution)
 
 test: setup
 	$(PY) -m pytest -q tests

@@ -1,0 +1,117 @@
+"""`python -m labs.checker check N [--solution] [--json FILE] [--no-emulation]` runs lab N's
+checker (what `make check-lab N=.. [SOLUTION=1]` calls); `python -m labs.checker start N` sets
+lab N up and drops into its environment (`make lab N=..`); `python -m labs.checker list`."""
+
+from __future__ import annotations
+
+import argparse
+import code
+import importlib.util
+import os
+import sys
+from pathlib import Path
+
+from labs.checker.core import FAIL, Lab, internal_error, report, verdict_json
+from labs.checker.student import StudentFileError, load
+
+LABS = Path(__file__).resolve().parent.parent
+REPO = LABS.parent
+
+
+class BadLab(Exception):
+    """No such lab: the message lists the real ones."""
+
+
+def lab_dirs() -> dict[int, Path]:
+    """{N: labs/NN-name} for every lab folder with a check.py."""
+    out = {}
+    for d in sorted(LABS.iterdir()):
+        number = d.name.split("-", 1)[0]
+        if d.is_dir() and number.isdigit() and (d / "check.py").exists():
+            out[int(number)] = d
+    return out
+
+
+def find(number: str) -> Lab:
+    labs = lab_dirs()
+    known = ", ".join(f"{n} ({d.name})" for n, d in labs.items())
+    if not number.isdigit() or int(number) not in labs:
+        raise BadLab(f"no lab {number!r}: N is a lab folder's number, one of {known}")
+    path = labs[int(number)] / "check.py"
+    spec = importlib.util.spec_from_file_location(f"lab_check_{int(number):02d}", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module.LAB
+
+
+def check(args: argparse.Namespace) -> int:
+    lab = find(args.lab)
+    try:
+        verdicts = lab.run(solution=args.solution, emulation=not args.no_emulation)
+    except Exception as exc:  # noqa: BLE001 - a checker bug still gets one line, not a traceback
+        print(internal_error(exc), file=sys.stderr)
+        return 3
+    report(lab, verdicts, args.solution)
+    if args.json:
+        Path(args.json).write_text(verdict_json(lab, verdicts, args.solution) + "\n")
+    return 1 if any(v.status == FAIL for v in verdicts) else 0
+
+
+def start(args: argparse.Namespace) -> int:
+    lab = find(args.lab)
+    folder = lab.folder.relative_to(REPO)
+    editor = os.environ.get("EDITOR", "your editor")
+    print(f"Lab {args.lab}: {lab.title}")
+    print(f"  read    {folder}/README.md")
+    edit = " ".join(f"{folder}/{f}" for f in lab.files)
+    print(f"  edit    {edit}   (e.g. {editor} {folder}/{lab.files[0]})")
+    print(f"  check   make check-lab N={args.lab}")
+    env = getattr(sys.modules[f"lab_check_{int(args.lab):02d}"], "ENVIRONMENT", None)
+    if env and env[0] == "cli":
+        if os.geteuid() != 0:
+            print(f"the lab's fabric needs root: sudo make lab N={args.lab}", file=sys.stderr)
+            return 2
+        print(f"  fabric  mrclab cli {' '.join(env[1:])}   (`exit` leaves it)")
+        sys.stdout.flush()
+        os.execv(sys.executable, [sys.executable, "-m", "experiments.cli", "cli", *env[1:]])
+    names: dict[str, object] = {"lab": lab}
+    for f in lab.files:
+        if f.endswith(".py"):
+            try:
+                names[Path(f).stem] = load(lab.folder / f, lab.folder)
+            except StudentFileError as exc:
+                print(f"  note    {exc}")
+    print(f"  python  a Python prompt with {', '.join(n for n in names if n != 'lab')} loaded "
+          f"(Ctrl-D leaves it)")
+    sys.stdout.flush()
+    code.interact(banner="", local=names, exitmsg="")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m labs.checker", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    c = sub.add_parser("check", help="run a lab's checker")
+    c.add_argument("lab", help="the lab's number (its folder's NN)")
+    c.add_argument("--solution", action="store_true", help="check the reference solution")
+    c.add_argument("--json", default=None, metavar="FILE", help="also write the verdicts as JSON")
+    c.add_argument("--no-emulation", action="store_true", help="skip the checks that need root")
+    s = sub.add_parser("start", help="set a lab up and drop into its environment")
+    s.add_argument("lab")
+    sub.add_parser("list", help="the labs")
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "list":
+            for n, d in lab_dirs().items():
+                print(f"{n}  {d.name}")
+            return 0
+        return check(args) if args.command == "check" else start(args)
+    except BadLab as exc:
+        print(exc, file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

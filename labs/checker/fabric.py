@@ -1,0 +1,63 @@
+"""One emulation per lab: the first check that needs the real fabric starts a `Testbed`, every
+later check of the run shares it, and the run's end closes it (whatever happened)."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import time
+from typing import TYPE_CHECKING
+
+from labs.checker.core import CheckFailed, Context
+from topologies.model import Fabric
+
+if TYPE_CHECKING:
+    from experiments.testbed import Testbed
+
+
+def testbed(ctx: Context, fabric: Fabric, **options: object) -> Testbed:
+    """The lab's running emulation of `fabric` (started on first use, closed with the run)."""
+    bed = ctx.shared.get("testbed")
+    if bed is not None:
+        return bed
+    if os.geteuid() != 0:
+        raise CheckFailed("the emulation needs root: sudo make check-lab N=.. (or --no-emulation "
+                          "to check the rest)")
+    from experiments.testbed import Testbed
+
+    bed = Testbed(fabric, **options)  # type: ignore[arg-type]
+    bed.start()
+    ctx.shared["testbed"] = bed
+    ctx.closers.append(bed.close)
+    return bed
+
+
+def send_udp(bed: Testbed, host: str, address: str, count: int, port: int = 9) -> None:
+    """`count` small UDP datagrams from `host` to `address` (the host's own routes pick the NIC
+    and the source address), sent by a Python in the host's namespace."""
+    script = ("import socket\n"
+              "s = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)\n"
+              f"for _ in range({count}): s.sendto(b'mrclab lab', ({address!r}, {port}))\n")
+    out = bed.net[host].cmd(f"python3 -c {shlex.quote(script)}; echo rc=$?")
+    if "rc=0" not in out:
+        raise CheckFailed(f"sending from {host} to {address} failed: {out.strip().splitlines()[0]}")
+
+
+def nic_rx_packets(bed: Testbed, host: str, ifname: str) -> int:
+    """Packets the host's NIC `ifname` has received (the kernel's own interface counter)."""
+    out = bed.net[host].cmd(f"cat /sys/class/net/{ifname}/statistics/rx_packets")
+    return int(out.strip())
+
+
+def port_packets(bed: Testbed) -> dict[tuple[str, int], tuple[int, int]]:
+    """{(switch, port): (rx packets, tx packets)} of every switch, as the switches count them."""
+    out = {}
+    for sw in bed.fabric.switches:
+        for port, c in bed.em.port_counters(sw.name).items():
+            out[(sw.name, port)] = (c["rx_pkts"], c["tx_pkts"])
+    return out
+
+
+def settle(seconds: float = 0.3) -> None:
+    """Let counters catch up (OVS refreshes port statistics itself, not on every packet)."""
+    time.sleep(seconds)

@@ -1,0 +1,131 @@
+"""Every lab's checker can pass and can fail: on its reference solution every check passes, on
+the untouched skeleton exactly the expected checks fail (the rest are skipped behind them or,
+for what the skeleton leaves alone, pass). The checks that need the emulation run in
+tests/integration/test_labs.py; here they are skipped (--no-emulation). Also: the checker's
+command line (bad N, JSON verdict) and the drift test (skeleton + solution = solution; the
+solution behaves like the product module it stands for)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from labs.checker import gaps
+from labs.checker.__main__ import find, lab_dirs
+from labs.checker.core import FAIL, PASS, SKIP
+
+ROOT = Path(__file__).resolve().parents[3]
+FAKE_RUN = {  # lab 3's checks read a permutation run: this one stands for it (no emulation here)
+    "scenario": "permutation", "seed": 1, "switch_backend": "ovs",
+    "fabric": {"planes": 1, "leaves": 2, "spines": 3, "hosts_per_leaf": 3, "link_mbps": 10.0},
+    "fidelity": {"faithful": True, "problems": []},
+    "transports": {
+        "roce": {"data_ok": True, "capacity_mbps": 60.0,
+                 "flow_goodput_mbps": [9.4, 4.7, 4.6, 9.5, 9.3, 9.4]},
+        "spray": {"data_ok": True, "capacity_mbps": 60.0,
+                  "flow_goodput_mbps": [8.1, 8.3, 7.9, 8.2, 8.0, 8.4]}}}
+
+# What the untouched skeleton gets from each checker, check by check (pure checks only).
+SKELETON = {
+    1: {"usid-numbers": FAIL, "segment-lists": SKIP, "carrier-addresses": FAIL, "by-hand": FAIL,
+        "datagrams-on-path": SKIP},
+    2: {"un-entry": FAIL, "static-routes": FAIL, "every-path-delivers": SKIP, "real-switch": SKIP},
+    3: {"run-present": PASS, "run-faithful": PASS, "flow-goodputs": FAIL, "cdf": FAIL,
+        "fair-share-and-starved": SKIP, "better-tail": SKIP},
+}
+EMULATED = {1: {"datagrams-on-path"}, 2: {"real-switch"}}
+
+
+@pytest.fixture(autouse=True)
+def fake_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "summary.json").write_text(json.dumps(FAKE_RUN))
+    monkeypatch.setenv("LAB_RESULTS", str(tmp_path))
+
+
+def test_every_lab_folder_is_covered() -> None:
+    assert set(lab_dirs()) == set(SKELETON)
+
+
+@pytest.mark.parametrize("number", sorted(SKELETON))
+def test_solution_passes_every_pure_check(number: int) -> None:
+    verdicts = find(str(number)).run(solution=True, emulation=False)
+    got = {v.name: v.status for v in verdicts}
+    want = {name: SKIP if name in EMULATED.get(number, ()) else PASS for name in SKELETON[number]}
+    assert got == want, [v for v in verdicts if v.status != want[v.name]]
+
+
+@pytest.mark.parametrize("number", sorted(SKELETON))
+def test_skeleton_fails_the_expected_checks(number: int) -> None:
+    verdicts = find(str(number)).run(solution=False, emulation=False)
+    assert {v.name: v.status for v in verdicts} == SKELETON[number]
+    for v in verdicts:
+        if v.status == FAIL:  # one friendly line with a hint, never a traceback
+            assert v.hint and "\n" not in v.detail and "Traceback" not in v.detail
+
+
+@pytest.mark.parametrize("number", sorted(SKELETON))
+def test_skeleton_is_the_solution_with_gaps(number: int) -> None:
+    lab = find(str(number))
+    for name in lab.files:
+        skeleton = (lab.folder / name).read_text()
+        solution = (lab.folder / "solution" / name).read_text()
+        bodies = gaps.gaps(solution)
+        assert bodies and set(gaps.gaps(skeleton)) == set(bodies), name
+        assert gaps.fill(skeleton, bodies) == solution, f"{name}: files differ outside the gaps"
+        assert all("TODO" not in body for body in bodies.values())
+
+
+def test_lab1_solution_is_the_model() -> None:
+    from labs.checker.student import load
+    from topologies.model import ROLE_HOST, build
+
+    carrier = load(ROOT / "labs/01-paths-usids/solution/carrier.py")
+    fabric = build(planes=3, leaves=3, spines=4, hosts_per_leaf=2)
+    for sw in fabric.switches:
+        assert carrier.usid(sw.role, sw.plane, sw.index) == sw.usid
+    for host in fabric.hosts:
+        for n in host.nics:
+            assert carrier.usid(ROLE_HOST, n.plane, host.index) == n.usid
+    for src, dst in fabric.host_pairs():
+        for r in fabric.routes(src, dst):
+            assert carrier.segment_list(fabric, src, dst, r.plane, r.spine or 0) == r.usids
+            assert carrier.carrier(r.usids) == r.address
+
+
+def test_lab2_solution_is_the_controllers_generator() -> None:
+    from controller.tables import srv6_flows
+    from labs.checker.student import load
+    from topologies.model import build
+
+    mine = load(ROOT / "labs/02-un-switch/solution/un_switch.py")
+    for fabric in (build(planes=2, leaves=3, spines=2, hosts_per_leaf=3),
+                   build(planes=1, leaves=1, spines=1)):
+        for sw in fabric.switches:
+            assert mine.srv6_flows(fabric, sw) == srv6_flows(fabric, sw)
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "labs.checker", *args], capture_output=True, text=True,
+                          cwd=ROOT, timeout=120)
+
+
+def test_bad_lab_number_is_one_line_and_exit_2() -> None:
+    for bad in ("0", "x", ""):
+        res = _cli("check", bad)
+        assert res.returncode == 2 and res.stdout == ""
+        assert len(res.stderr.splitlines()) == 1 and "01-paths-usids" in res.stderr
+
+
+def test_json_verdict_and_exit_codes(tmp_path: Path) -> None:
+    out = tmp_path / "v.json"
+    res = _cli("check", "2", "--no-emulation", "--json", str(out))
+    assert res.returncode == 1 and "Traceback" not in res.stdout + res.stderr
+    verdict = json.loads(out.read_text())
+    assert verdict["passed"] is False and verdict["lab"] == "02-un-switch"
+    assert [c["status"] for c in verdict["checks"]] == list(SKELETON[2].values())
+    res = _cli("check", "2", "--solution", "--no-emulation")
+    assert res.returncode == 0 and res.stdout.splitlines()[-1] == "3 of 4 checks pass, 1 skipped"

@@ -8,6 +8,7 @@ solution behaves like the product module it stands for)."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -36,6 +37,8 @@ SKELETON = {
     2: {"un-entry": FAIL, "static-routes": FAIL, "every-path-delivers": SKIP, "real-switch": SKIP},
     3: {"run-present": PASS, "run-faithful": PASS, "flow-goodputs": FAIL, "cdf": FAIL,
         "fair-share-and-starved": SKIP, "better-tail": SKIP},
+    4: {"bench-swaps-in-backup": FAIL, "floor": SKIP, "probes-resurrect": FAIL,
+        "link-cut-simulated": SKIP},
 }
 EMULATED = {1: {"datagrams-on-path"}, 2: {"real-switch"}}
 
@@ -106,6 +109,27 @@ def test_lab2_solution_is_the_controllers_generator() -> None:
                    build(planes=1, leaves=1, spines=1)):
         for sw in fabric.switches:
             assert mine.srv6_flows(fabric, sw) == srv6_flows(fabric, sw)
+
+
+# Labs whose solution stands in for a product class: the product's own unit tests run with the
+# solution in its place (and must pass), then with the skeleton (and must fail: the replacement
+# took effect). (target, lab file:class, product tests)
+PRODUCT_TESTS = {
+    4: ("endpoints.protocol.evset:EvSet", "labs/04-ev-state-machine/{}ev_states.py:LabEvSet",
+        ("tests/unit/endpoints/protocol/test_evset.py",
+         "tests/unit/endpoints/protocol/test_transport.py")),
+}
+
+
+@pytest.mark.parametrize("number", sorted(PRODUCT_TESTS))
+def test_product_tests_pass_with_the_solution_and_fail_with_the_skeleton(number: int) -> None:
+    target, source, tests = PRODUCT_TESTS[number]
+    for folder, passes in (("solution/", True), ("", False)):
+        env = {**os.environ, "LAB_REPLACE": f"{target}={ROOT / source.format(folder)}"}
+        res = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                              "-p", "labs.checker.pytest_replace", *tests], cwd=ROOT, env=env,
+                             capture_output=True, text=True, timeout=300)
+        assert (res.returncode == 0) == passes, f"{folder or 'skeleton'}: {res.stdout[-3000:]}"
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:

@@ -4,6 +4,7 @@ README shows (tests/labs_readme.py). The rest run in tests/integration/test_labs
 from __future__ import annotations
 
 import os
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -27,3 +28,23 @@ def test_readme_command(cmd: labs_readme.Command, tmp_path: Path) -> None:
     res = labs_readme.run(cmd, env=env, timeout=120)
     assert "Traceback" not in res.stdout + res.stderr
     labs_readme.check_output(cmd, res)
+
+
+def _prompt_lines(readme: Path, prompt: str) -> list[str]:
+    return [line[len(prompt):] for line in readme.read_text().splitlines() if line.startswith(prompt)]
+
+
+@pytest.mark.parametrize("readme", sorted(labs_readme.LABS.glob("*/README.md")),
+                         ids=lambda p: p.parent.name)
+def test_make_lab_python_prompt(readme: Path) -> None:
+    """`make lab N=..` of a lab with no fabric opens a Python prompt with the student's file
+    loaded: the README's `>>>` lines run there as shown (no exception)."""
+    lines = _prompt_lines(readme, ">>> ")
+    if not lines:
+        pytest.skip("this README types nothing at a Python prompt")
+    number = int(readme.parent.name.split("-")[0])
+    res = subprocess.run(["make", "lab", f"N={number}"], cwd=labs_readme.ROOT, text=True,
+                         input="\n".join(lines) + "\n", capture_output=True, timeout=60)
+    assert res.returncode == 0, res.stderr
+    assert "Traceback" not in res.stdout + res.stderr, res.stderr[-2000:]
+    assert f"Lab {number}:" in res.stdout and "python  a Python prompt" in res.stdout

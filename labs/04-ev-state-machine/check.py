@@ -1,0 +1,135 @@
+"""Lab 4's checker: the student's mark_bad and probe_result, first as the EV set's unit
+properties, then in the product's sender over the simulated network while a link is cut and
+restored: the cut path is benched within the bound, nothing else is, the transfer goes on at
+full rate, and the path comes back after the restore."""
+
+from __future__ import annotations
+
+import random
+
+from endpoints.protocol.config import TransportConfig
+from endpoints.protocol.evset import ASSUMED_BAD, GOOD, EvInfo
+from labs.checker import Check, CheckFailed, Context, Lab, simlab
+from topologies.model import ev_value
+
+CUT = (0.5, 1.0)  # simulated seconds: plane 0's uplink to spine 0 is down
+BENCH_WITHIN = 0.100  # s after the cut: the product benches it in about 56 ms (seed 1)
+BACK_WITHIN = 0.200  # s after the restore: 3 probes in a row, 5 ms apart, after a lost one times out
+RATE_KEPT = 0.8  # goodput while cut over goodput before: the plane's other path takes the share
+
+
+def _set(ctx: Context, planes: int, per_plane: int, **kw: object):  # -> LabEvSet
+    args: dict[str, object] = dict(active_fraction=0.75, min_active=2, skip_rotations=1,
+                                   rng=random.Random(3))
+    args.update(kw)
+    evs = [EvInfo((p << 16) | i, p) for p in range(planes) for i in range(per_plane)]
+    return ctx.module("ev_states").LabEvSet(evs, **args)
+
+
+def bench_swaps_in_backup(ctx: Context) -> str:
+    s = _set(ctx, 4, 8)  # 6 active and 2 backups per plane
+    victim = s.active[0]
+    plane = s.plane[victim]
+    if s.mark_bad(victim, 1.0) is not True:
+        raise CheckFailed("mark_bad on an active EV with backups returned something else than True")
+    if s.state[victim] != ASSUMED_BAD:
+        raise CheckFailed(f"after mark_bad the EV is {s.state[victim]}, not ASSUMED_BAD")
+    if victim in s.active:
+        raise CheckFailed("the benched EV is still in the active set: packets keep going to it")
+    if sum(1 for e in s.active if s.plane[e] == plane) != 6:
+        raise CheckFailed(f"plane {plane} has {sum(1 for e in s.active if s.plane[e] == plane)} "
+                          f"active EVs after the swap, not 6: a backup of the same plane steps in")
+    if victim in {s.next_ev() for _ in range(500)}:
+        raise CheckFailed("the benched EV was still picked for packets")
+    if (victim, GOOD, ASSUMED_BAD) not in s.changes:
+        raise CheckFailed("the change is not recorded: set the state with self._set")
+    backup = s.backup[plane][0]
+    if not s.mark_bad(backup, 2.0) or s.state[backup] != ASSUMED_BAD or backup in s.backup[plane]:
+        raise CheckFailed("a backup that fails must be benched and leave the backups")
+    return "a failed EV is benched, a backup of its plane takes its place, it is never used"
+
+
+def floor(ctx: Context) -> str:
+    s = _set(ctx, 1, 4, active_fraction=1.0, min_active=2)
+    a, b, c, _ = s.active
+    if not (s.mark_bad(a, 0) and s.mark_bad(b, 0)):
+        raise CheckFailed("benching 2 of 4 EVs (min_active 2) was refused")
+    if s.mark_bad(c, 0) is not False or s.state[c] != GOOD or c not in s.active:
+        raise CheckFailed("a third was benched: the floor keeps min_active usable EVs in use "
+                          "(mark_bad returns False and leaves it GOOD)")
+    s = _set(ctx, 1, 3, active_fraction=0.67, min_active=2)  # 2 active (the floor), 1 backup
+    x, _ = s.active
+    if not s.mark_bad(x, 1.0) or len(s.usable()) != 2:
+        raise CheckFailed("at the floor with a backup ready, the failed EV must still be swapped "
+                          "out: the backup keeps the count")
+    return "the floor keeps min_active EVs in use, but never instead of a ready backup"
+
+
+def probes_resurrect(ctx: Context) -> str:
+    s = _set(ctx, 2, 4)  # 3 active, 1 backup per plane
+    ev = s.active[0]
+    s.mark_bad(ev, 0.0)
+    steps = [(True, False), (False, False), (True, False), (True, False), (True, True)]
+    for i, (ok, want) in enumerate(steps):
+        got = s.probe_result(ev, ok, 3)
+        if got != want:
+            seq = ", ".join("ok" if o else "lost" for o, _ in steps[:i + 1])
+            raise CheckFailed(f"after probes {seq} (3 needed in a row) probe_result returned {got}")
+    if s.state[ev] != GOOD:
+        raise CheckFailed(f"a resurrected EV is {s.state[ev]}, not GOOD")
+    if [c for c in s.changes if c[0] == ev] != [(ev, GOOD, ASSUMED_BAD), (ev, ASSUMED_BAD, GOOD)]:
+        raise CheckFailed("the resurrection is not recorded: set the state with self._set")
+    s = _set(ctx, 1, 4)  # 3 active and 1 backup: bench two, the plane is one short
+    first, second = s.active[0], s.active[1]
+    s.mark_bad(first, 1.0)  # the backup steps in
+    s.mark_bad(second, 1.0)  # no backup left: the plane runs on 2
+    for _ in range(3):
+        s.probe_result(second, True, 3)
+    if second not in s.active:
+        raise CheckFailed("a resurrected EV whose plane is short of active EVs must be active "
+                          "again (self._rebalance)")
+    return "3 probe replies in a row bring an EV back, a lost probe starts the count again"
+
+
+def link_cut(ctx: Context) -> str:
+    run = simlab.transfer(simlab.cut_uplink(cut=CUT), [1 << 19] * 8, seed=1,
+                          config=TransportConfig(), evset=ctx.module("ev_states").LabEvSet)
+    if not run.exact:
+        raise CheckFailed(f"the transfer delivered {len(run.result.completed)} of 8 messages "
+                          f"intact by t={run.result.end:.1f} s")
+    cut_ev = ev_value(0, 0)
+    benched = run.ev_changes(ASSUMED_BAD)
+    others = sorted({hex(e.ev) for e in benched if e.ev != cut_ev})
+    if others:
+        raise CheckFailed(f"EVs on healthy paths were benched: {', '.join(others)}")
+    mine = [e.t for e in benched if e.ev == cut_ev]
+    if not mine or not CUT[0] <= mine[0] <= CUT[0] + BENCH_WITHIN:
+        when = f"at {mine[0]:.3f} s" if mine else "never"
+        raise CheckFailed(f"the cut path's EV {cut_ev:#x} was benched {when}; the cut was at "
+                          f"{CUT[0]} s (want within {BENCH_WITHIN * 1e3:.0f} ms)")
+    back = [e.t for e in run.ev_changes(GOOD) if e.ev == cut_ev and e.t > CUT[1]]
+    if not back or back[0] > CUT[1] + BACK_WITHIN:
+        raise CheckFailed(f"EV {cut_ev:#x} was not back within {BACK_WITHIN * 1e3:.0f} ms of the "
+                          f"restore at {CUT[1]} s")
+    before, during = run.mbps(0.1, CUT[0]), run.mbps(mine[0] + 0.05, CUT[1])
+    if during < RATE_KEPT * before:
+        raise CheckFailed(f"goodput fell from {before:.1f} to {during:.1f} Mbit/s while cut")
+    return (f"cut at {CUT[0]} s: EV {cut_ev:#x} benched after {(mine[0] - CUT[0]) * 1e3:.0f} ms, "
+            f"back {(back[0] - CUT[1]) * 1e3:.0f} ms after the restore; {before:.1f} Mbit/s "
+            f"before, {during:.1f} while cut; all 8 messages intact")
+
+
+LAB = Lab(__file__, "The EV state machine", files=("ev_states.py",), checks=[
+    Check("bench-swaps-in-backup", bench_swaps_in_backup,
+          "TODOs 1, 3, 4: find a GOOD backup of the plane, self._set(ev, ASSUMED_BAD), then "
+          "move it out of self.active and the spare in"),
+    Check("floor", floor, "TODO 2: without a spare, keep the EV when len(self.usable()) <= "
+          "self.min_active; with a spare, always swap", needs=("bench-swaps-in-backup",)),
+    Check("probes-resurrect", probes_resurrect,
+          "TODOs 5-6: self.probe_ok[ev] counts successes in a row; at `needed`, self._set(ev, "
+          "GOOD), append to self.backup[plane], self._rebalance(plane)"),
+    Check("link-cut-simulated", link_cut,
+          "the product's sender relies on mark_bad to stop using a dead path and on "
+          "probe_result to bring it back: pass the unit checks first",
+          needs=("bench-swaps-in-backup", "probes-resurrect")),
+])

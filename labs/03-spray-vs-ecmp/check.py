@@ -12,7 +12,7 @@ from typing import Any
 from labs.checker import Check, CheckFailed, Context, Lab
 
 REPO = Path(__file__).resolve().parents[2]
-RUN = "make experiment-permutation ARGS=\"--planes 1 --transports roce,spray --duration 4\""
+RUN = "make experiment-permutation ARGS=\"--planes 1 --link-mbps 5 --transports roce,spray --duration 4\""
 TRANSPORTS = ("roce", "spray")
 
 

@@ -6,6 +6,9 @@ nothing left behind."""
 
 from __future__ import annotations
 
+import re
+import subprocess
+
 import pytest
 
 from tests import labs_readme
@@ -47,10 +50,17 @@ def test_spray_vs_ecmp_lab() -> None:
         "SKIP fair-share-and-starved", "SKIP better-tail"]
 
 
-def test_make_lab_starts_the_fabric_cli() -> None:
-    """`make lab N=1` drops into the lab's CLI: here with no input, so it starts, ends, cleans up."""
-    cmd = labs_readme.Command(labs_readme.LABS / "01-paths-usids" / "README.md", "make lab N=1", ())
-    res = labs_readme.run(cmd, timeout=180)
+def test_make_lab_drops_into_the_fabric_cli() -> None:
+    """`make lab N=1` drops into the lab's CLI, where the README's `mrclab>` lines (one datagram
+    along a path by hand, then the destination NIC's counter) run as shown."""
+    readme = labs_readme.LABS / "01-paths-usids" / "README.md"
+    typed = [line[len("mrclab> "):] for line in readme.read_text().splitlines()
+             if line.startswith("mrclab> ")]
+    assert len(typed) == 2
+    res = subprocess.run(["make", "lab", "N=1"], cwd=labs_readme.ROOT, input="\n".join(typed) + "\n",
+                         capture_output=True, text=True, timeout=180)
     assert res.returncode == 0, res.stdout + res.stderr[-2000:]
     assert "Lab 1: Paths and micro-SIDs" in res.stdout and "mrclab cli --planes 2" in res.stdout
+    counts = [int(n) for n in re.findall(r"^(\d+)\s*$", res.stdout, re.M)]
+    assert counts and counts[-1] >= 1, res.stdout  # h3's plane-1 NIC got the datagram
     assert_nothing_left()

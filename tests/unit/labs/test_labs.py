@@ -39,6 +39,7 @@ SKELETON = {
         "fair-share-and-starved": SKIP, "better-tail": SKIP},
     4: {"bench-swaps-in-backup": FAIL, "floor": SKIP, "probes-resurrect": FAIL,
         "link-cut-simulated": SKIP},
+    5: {"receiver-nacks": FAIL, "sender-reacts": FAIL, "incast-simulated": FAIL},
 }
 EMULATED = {1: {"datagrams-on-path"}, 2: {"real-switch"}}
 
@@ -130,6 +131,47 @@ def test_product_tests_pass_with_the_solution_and_fail_with_the_skeleton(number:
                               "-p", "labs.checker.pytest_replace", *tests], cwd=ROOT, env=env,
                              capture_output=True, text=True, timeout=300)
         assert (res.returncode == 0) == passes, f"{folder or 'skeleton'}: {res.stdout[-3000:]}"
+
+
+def test_lab5_expected_reactions_are_the_products() -> None:
+    """What lab 5 calls MRC's reactions to a trim is what the product's receiver and sender do
+    (observed, as tests/unit/endpoints/protocol/test_trim.py does), and the solution decides
+    them; with the solution, the incast runs exactly as with the product's own cores."""
+    from endpoints.protocol import wire
+    from endpoints.protocol.config import TransportConfig
+    from endpoints.protocol.receiver import MrcReceiver
+    from endpoints.protocol.sender import MrcSender
+    from experiments.simnet import sim_fabric
+    from labs.checker import simlab
+    from labs.checker.student import load
+
+    check = find("5")
+    module = sys.modules["lab_check_05"]
+    solution = load(ROOT / "labs/05-trimming-incast/solution/trim_reactions.py")
+    evs = sim_fabric(2, 2).evs
+    for reason, want in module.EXPECTED.items():
+        snd = MrcSender(1, 2, evs, TransportConfig(), 1)
+        rcv = MrcReceiver(2, 1, evs, TransportConfig(), 1)
+        snd.send_message(b"x" * 8192, 0.0)
+        ev, pkt = snd.poll(0.0)[0]
+        cut = wire.trimmed(pkt, last_hop=reason == wire.NACK_TRIMMED_LASTHOP)
+        assert solution.nack_reason(wire.decode(cut).flags) == reason
+        rcv.on_datagram(cut, ev, 0.001)
+        nacks = [wire.decode(p) for _, p in rcv.poll(0.001) if p[0] == wire.OP_NACK]
+        assert [n.reason for n in nacks] == [reason]
+        cwnd = snd.cc.cwnd
+        snd.on_datagram(wire.encode_nack(1, nacks[0].psn, reason, ev), evs[0].ev, 0.003)
+        resent = [wire.decode(p).psn for _, p in snd.poll(0.003) if p[0] in wire.DATA_OPCODES
+                  and wire.decode(p).flags & wire.F_RETRANSMIT]
+        seen = {"resend": resent == [nacks[0].psn], "skip_ev": snd.ev_states()[ev] == "SKIP",
+                "slow_down": snd.cc.cwnd < cwnd, "bench_ev": snd.ev_states()[ev] == "ASSUMED_BAD"}
+        assert seen == want == module._reaction(solution.on_trim_nack(reason))
+    flows = [(src, module.RECEIVER, [64 << 10] * 2) for src in module.CROWD[:3]]
+    runs = [simlab.clos_run(module.FABRIC, flows, config=module.CONFIG, sender_cls=s, receiver_cls=r)
+            for r, s in ((MrcReceiver, MrcSender),
+                         module.lab_classes(solution.nack_reason, solution.on_trim_nack))]
+    assert [q.sender.stats for q in runs[0].qps] == [q.sender.stats for q in runs[1].qps]
+    assert check.title == "Trimming and incast"
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:

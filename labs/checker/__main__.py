@@ -111,6 +111,9 @@ def main(argv: list[str] | None = None) -> int:
     except BadLab as exc:
         print(exc, file=sys.stderr)
         return 2
+    except BrokenPipeError:  # `make check-lab N=1 | head`: the reader left, nothing to say
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
 
 
 if __name__ == "__main__":

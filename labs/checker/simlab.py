@@ -7,7 +7,7 @@ from __future__ import annotations
 import random
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from endpoints.host.goodput import BIN_S, bin_of
@@ -41,6 +41,16 @@ def evset_class(cls: type | None) -> Iterator[None]:
         yield
         return
     with replacing(sender_module, "EvSet", cls):
+        yield
+
+
+@contextmanager
+def nscc_class(cls: type | None) -> Iterator[None]:
+    """Senders made inside the block run `cls` as their congestion control (None: the product's)."""
+    if cls is None:
+        yield
+        return
+    with replacing(sender_module, "Nscc", cls):
         yield
 
 
@@ -102,6 +112,12 @@ class PortLink(SimLink):
     trimmed: int = 0
     max_backlog: int = 0  # bytes: the deepest backlog a data packet found
     ctrl_busy_until: float = 0.0  # the strict-priority class: control and trimmed headers
+    # (time, backlog bytes a data packet found, trimmed there) for every data packet: queue
+    # figures over a window of the run
+    log: list[tuple[float, int, bool]] = field(default_factory=list)
+
+    def window(self, start: float, end: float) -> list[tuple[float, int, bool]]:
+        return [entry for entry in self.log if start <= entry[0] < end]
 
 
 class PortNetwork(Simulation):
@@ -121,6 +137,7 @@ class PortNetwork(Simulation):
             if data:
                 link.max_backlog = max(link.max_backlog, int(backlog))
             if data and link.trim_bytes is not None and backlog + size > link.trim_bytes:
+                link.log.append((t, int(backlog), True))
                 packet = wire.trimmed(packet, link.last_hop)
                 size = len(packet) + wire.FRAME_OVERHEAD
                 link.trimmed += 1
@@ -128,6 +145,8 @@ class PortNetwork(Simulation):
             elif data and backlog + size > link.queue_bytes:
                 link.dropped += 1
                 return
+            if data:
+                link.log.append((t, int(backlog), False))
             if data and link.mark_bytes is not None and not link.last_hop and \
                     backlog + size > link.mark_bytes:
                 ce = True
@@ -173,6 +192,11 @@ class Qp:
     def exact(self) -> bool:
         return [data for _, data in self.completed] == self.messages
 
+    def mbps(self, start: float, end: float) -> float:
+        """Goodput delivered in [start, end) of simulated time, Mbit/s."""
+        got = sum(v for k, v in self.bins.items() if bin_of(start) <= k < bin_of(end))
+        return got * 8 / (end - start) / 1e6
+
     def benched(self) -> list[EvState]:
         return [e for e in self.sender_events if isinstance(e, EvState) and e.new == "ASSUMED_BAD"]
 
@@ -187,10 +211,13 @@ class ClosRun:
 def clos_run(fabric: Fabric, flows: Sequence[tuple[str, str, Sequence[int]]], seed: int = 1,
              until: float = 30.0, config: TransportConfig | None = None,
              sender_cls: type = MrcSender, receiver_cls: type = MrcReceiver,
-             trim: bool = True) -> ClosRun:
-    """Every (src, dst, message sizes) flow as one QP over the fabric's own paths, all posted at
-    t=0, switch ports with the emulation's thresholds (`trim` False: drop-tail, marks only),
-    hosts' NICs with a deep queue; until every message completes or `until`."""
+             trim: bool = True, starts: Sequence[float] = (), cc_cls: type | None = None,
+             delay: float = 0.0003) -> ClosRun:
+    """Every (src, dst, message sizes) flow as one QP over the fabric's own paths, posted at
+    t=0 (or at `starts[i]`), switch ports with the emulation's thresholds (`trim` False:
+    drop-tail, marks only), hosts' NICs with a deep queue; until every message completes or
+    `until`. `cc_cls`: the senders' congestion control in place of the product's Nscc; `delay`:
+    every hop's propagation delay, s."""
     config = (config or TransportConfig()).for_link(fabric.params.link_mbps)
     th = ports.default_thresholds(shaping.SWITCH_QUEUE_PACKETS, config)
     rate = fabric.params.link_mbps * 1e6
@@ -201,7 +228,7 @@ def clos_run(fabric: Fabric, flows: Sequence[tuple[str, str, Sequence[int]]], se
         if (name, direction) not in links:
             from_host = direction == "up" and fabric.link(name).kind == "host"
             links[(name, direction)] = PortLink(
-                rate, 0.0003, queue_bytes=(shaping.HOST_QUEUE_PACKETS if from_host else
+                rate, delay, queue_bytes=(shaping.HOST_QUEUE_PACKETS if from_host else
                                            shaping.SWITCH_QUEUE_PACKETS) * frame,
                 mark_bytes=None if from_host else th.mark_bytes,
                 trim_bytes=None if from_host or not trim else th.trim_bytes,
@@ -222,12 +249,20 @@ def clos_run(fabric: Fabric, flows: Sequence[tuple[str, str, Sequence[int]]], se
     for i, (src, dst, sizes) in enumerate(flows):
         fwd_evs, fwd = paths(src, dst)
         rev_evs, rev = paths(dst, src)
-        snd = sender_cls(2 * i + 1, 2 * i + 2, fwd_evs, config, seed + i)
+        with nscc_class(cc_cls):
+            snd = sender_cls(2 * i + 1, 2 * i + 2, fwd_evs, config, seed + i)
         rcv = receiver_cls(2 * i + 2, 2 * i + 1, rev_evs, config, seed + i)
         sim.add_pair(snd, rcv, fwd, rev)
         messages = [random.Random(seed * 1000 + 100 * i + k).randbytes(n) for k, n in enumerate(sizes)]
-        for m in messages:
-            snd.send_message(m, 0.0)
+        start = starts[i] if i < len(starts) else 0.0
+
+        def post(snd: Any = snd, messages: list[bytes] = messages, start: float = start) -> None:
+            for m in messages:
+                snd.send_message(m, start)
+        if start > 0:
+            sim.schedule(start, post)
+        else:
+            post()
         qps.append(Qp(src, dst, snd, rcv, messages, [], [], {}))
     delivered = [0] * len(qps)
 

@@ -40,6 +40,8 @@ SKELETON = {
     4: {"bench-swaps-in-backup": FAIL, "floor": SKIP, "probes-resurrect": FAIL,
         "link-cut-simulated": SKIP},
     5: {"receiver-nacks": FAIL, "sender-reacts": FAIL, "incast-simulated": FAIL},
+    6: {"proportional-increase": FAIL, "fair-increase": FAIL, "multiplicative-decrease": FAIL,
+        "ecn-below-target": PASS, "fair-shares-simulated": FAIL},
 }
 EMULATED = {1: {"datagrams-on-path"}, 2: {"real-switch"}}
 

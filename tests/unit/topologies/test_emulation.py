@@ -19,3 +19,24 @@ def test_switch_thresholds_count_frames_of_the_runs_payload_size(tmp_path):
         assert a.ifname == b.ifname and a.last_hop == b.last_hop
         assert a.drop_bytes * wire.frame_bytes(4096) == b.drop_bytes * wire.frame_bytes(1024)
         assert a.mark_bytes == TransportConfig().ecn_mark_frames * wire.frame_bytes(1024)
+
+
+def test_a_start_refused_by_the_lock_leaves_the_running_emulation_alone(tmp_path, monkeypatch):
+    """Regression: a second emulation whose start was refused (another one holds the machine's
+    lock) went on in stop() to remove leftovers, i.e. the running emulation's switches."""
+    from topologies import cleanup, emulation, preflight
+
+    def refused() -> None:
+        raise preflight.PreflightError("another emulation runs")
+
+    cleaned = []
+    monkeypatch.setattr(emulation.switches, "check", lambda requested: "ovs")
+    monkeypatch.setattr(cleanup, "take_lock", refused)
+    monkeypatch.setattr(cleanup, "cleanup_leftovers", lambda: cleaned.append(True))
+    em = Emulation(build(planes=1, leaves=1, spines=1), tmp_path)
+    try:
+        em.start()
+    except preflight.PreflightError:
+        pass
+    em.stop()
+    assert cleaned == []

@@ -15,7 +15,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 LABS = ROOT / "labs"
-_BLOCK = re.compile(r"^```console\n(.*?)^```", re.M | re.S)
+_BLOCK = re.compile(r"^[ \t]*```console\n(.*?)^[ \t]*```", re.M | re.S)
 _VERDICT = re.compile(r"^  (PASS|FAIL|SKIP)  ([\w-]+): ")
 _SUMMARY = re.compile(r"^(all \d+ checks pass|\d+ of \d+ checks pass.*)$")
 

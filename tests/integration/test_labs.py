@@ -6,6 +6,7 @@ nothing left behind."""
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 
@@ -34,19 +35,29 @@ def test_fabric_lab_solution(number: int) -> None:
 
 
 def test_spray_vs_ecmp_lab() -> None:
+    """Lab 3 on one real run: the README's command makes it; the reference solution passes
+    every check on it, the skeleton fails the answers. `run-faithful` reports the run's own
+    fidelity verdict, which a loaded machine can spoil (CPU headroom): the check must agree with
+    the run, whichever it is."""
     run = next(c for c in ALL if c.command.startswith("make experiment-permutation"))
     res = labs_readme.run(run, timeout=300)
     assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
     assert_nothing_left()
+    summary = json.loads((labs_readme.ROOT / "results" / "permutation" / "summary.json").read_text())
+    faithful = "PASS" if summary["fidelity"]["faithful"] else "FAIL"
     cmd = _command("make check-lab N=3 SOLUTION=1")
     res = labs_readme.run(cmd, timeout=60)
-    assert res.returncode == 0, res.stdout
-    labs_readme.check_output(cmd, res)
-    # The skeleton on the same run: the run's checks pass, every answer fails or waits.
+    assert (res.returncode == 0) == (faithful == "PASS"), res.stdout
+    want = [line.replace("PASS run-faithful", f"{faithful} run-faithful")
+            for line in labs_readme.checker_lines(cmd.shown, loose=True)]
+    if faithful == "FAIL":
+        want[-1] = "5 of 6 checks pass; to fix: run-faithful"
+    assert labs_readme.checker_lines(res.stdout.splitlines(), loose=True) == want, res.stdout
+    # The skeleton on the same run: the run's checks as above, every answer fails or waits.
     res = labs_readme.run(labs_readme.Command(cmd.readme, "make check-lab N=3", ()), timeout=60)
     assert res.returncode != 0
-    assert labs_readme.checker_lines(res.stdout.splitlines(), loose=True) == [
-        "PASS run-present", "PASS run-faithful", "FAIL flow-goodputs", "FAIL cdf",
+    assert labs_readme.checker_lines(res.stdout.splitlines(), loose=True)[:-1] == [
+        "PASS run-present", f"{faithful} run-faithful", "FAIL flow-goodputs", "FAIL cdf",
         "SKIP fair-share-and-starved", "SKIP better-tail"]
 
 
@@ -61,6 +72,7 @@ def test_make_lab_drops_into_the_fabric_cli() -> None:
                          capture_output=True, text=True, timeout=180)
     assert res.returncode == 0, res.stdout + res.stderr[-2000:]
     assert "Lab 1: Paths and micro-SIDs" in res.stdout and "mrclab cli --planes 2" in res.stdout
-    counts = [int(n) for n in re.findall(r"^(\d+)\s*$", res.stdout, re.M)]
-    assert counts and counts[-1] >= 1, res.stdout  # h3's plane-1 NIC got the datagram
+    # Mininet prints a host command's output through its log (stderr without a terminal).
+    counts = [int(n) for n in re.findall(r"^(\d+)\s*$", res.stdout + res.stderr, re.M)]
+    assert counts and counts[-1] >= 1, res.stdout + res.stderr  # h3's plane-1 NIC got it
     assert_nothing_left()

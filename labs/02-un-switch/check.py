@@ -90,7 +90,7 @@ def static_routes(ctx: Context) -> str:
 
 def walk(fabric: Fabric, tables: dict[str, list[FlowSpec]], route: Route) -> str | None:
     """Follow `route`'s carrier address through the tables; None when it reaches its
-    destination's NIC with the destination's own address, else what went wrong."""
+    destination's NIC with the destination's SID (fully shifted), else what went wrong."""
     node = fabric.host(route.src).nics[route.plane].leaf
     address = int(route.address)
     for _ in range(8):
@@ -119,9 +119,9 @@ def walk(fabric: Fabric, tables: dict[str, list[FlowSpec]], route: Route) -> str
             dst = fabric.host(route.dst).nics[route.plane]
             if nxt != route.dst:
                 return f"delivered to {nxt}, not {route.dst}"
-            if address != int(dst.srv6_addr):
+            if address != int(dst.sid):
                 return (f"reached {nxt} with destination {ipaddress.IPv6Address(address)}, "
-                        f"not its own {dst.srv6_addr}: a uSID was not shifted")
+                        f"not its SID {dst.sid}: a uSID was not shifted")
             return None
         node = nxt
     return "looped"

@@ -36,9 +36,9 @@ def test_fabric_lab_solution(number: int) -> None:
 
 def test_spray_vs_ecmp_lab() -> None:
     """Lab 3 on one real run: the README's command makes it; the reference solution passes
-    every check on it, the skeleton fails the answers. `run-faithful` reports the run's own
-    fidelity verdict, which a loaded machine can spoil (CPU headroom): the check must agree with
-    the run, whichever it is."""
+    every check of its answers on it, the skeleton fails them. `run-faithful` reports the run's
+    own fidelity verdict, which a loaded machine spoils (CPU headroom): the check must agree
+    with the run, whichever it is."""
     run = next(c for c in ALL if c.command.startswith("make experiment-permutation"))
     res = labs_readme.run(run, timeout=300)
     assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
@@ -48,11 +48,14 @@ def test_spray_vs_ecmp_lab() -> None:
     cmd = _command("make check-lab N=3 SOLUTION=1")
     res = labs_readme.run(cmd, timeout=60)
     assert (res.returncode == 0) == (faithful == "PASS"), res.stdout
-    want = [line.replace("PASS run-faithful", f"{faithful} run-faithful")
-            for line in labs_readme.checker_lines(cmd.shown, loose=True)]
-    if faithful == "FAIL":
-        want[-1] = "5 of 6 checks pass; to fix: run-faithful"
-    assert labs_readme.checker_lines(res.stdout.splitlines(), loose=True) == want, res.stdout
+    got = labs_readme.checker_lines(res.stdout.splitlines(), loose=True)
+    assert f"{faithful} run-faithful" in got, res.stdout
+
+    def answers(lines: list[str]) -> list[str]:  # what does not depend on the machine's load
+        return [line for line in lines[:-1] if not line.endswith(" run-faithful")]
+
+    assert answers(got) == answers(labs_readme.checker_lines(cmd.shown, loose=True)), res.stdout
+    assert all(line.startswith("PASS") for line in answers(got))
     # The skeleton on the same run: the run's checks as above, every answer fails or waits.
     res = labs_readme.run(labs_readme.Command(cmd.readme, "make check-lab N=3", ()), timeout=60)
     assert res.returncode != 0

@@ -1,11 +1,12 @@
 """Lab 6's checker: each of NSCC's four quadrants on crafted acknowledgements, then the
-student's window rule in the product's senders on the simulated network: one flow alone on a
-marked bottleneck, three more joining it; once settled, fair shares, the queue held near the
-target and nothing trimmed."""
+student's window rule in the product's senders on the simulated network: two flows from a small
+window over one marked bottleneck; once settled, the link full, the queue held near the target,
+nothing trimmed, equal shares."""
 
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 from endpoints.protocol import wire
 from endpoints.protocol.config import TransportConfig
@@ -15,13 +16,16 @@ from topologies.model import build
 
 CONFIG = TransportConfig().for_link(10.0)  # the lab's links: target = 6 frames at 10 Mbit/s
 BASE = 0.004  # s: the crafted acknowledgements' smallest RTT
-# The shared bottleneck: 4 hosts under one leaf send to 4 under the other over one plane and
-# one spine, so all four flows cross the leaf's one uplink; 2 ms per hop makes the path's
-# bandwidth-delay product about 19 packets (fair shares of a few packets each).
+# The shared bottleneck: h0 and h1 under one leaf send to h4 and h5 under the other over one
+# plane and one spine, so both flows cross the leaf's one uplink, which ECN-marks at the
+# emulated switches' threshold; 2 ms per hop makes the round trip ~30 ms, the path's
+# bandwidth-delay product ~9 packets. Both start with a window of 4: growing fills the link,
+# the decrease holds the queue near the target.
 FABRIC = build(planes=1, leaves=2, spines=1, hosts_per_leaf=4, link_mbps=10)
 HOP_DELAY = 0.002
-JOIN, STEADY = 1.0, (2.5, 4.0)  # s: three flows join the first; fairness measured once settled
-FAIR_MIN = 0.95  # Jain's index over the steady window (1: equal shares)
+SHARED = replace(TransportConfig(), init_cwnd_pkts=4.0).for_link(10.0)
+SETTLED = (2.0, 4.0)  # s: measured once the windows have found their size
+FAIR_MIN = 0.95  # Jain's index of the two flows' goodputs (1: equal shares)
 QUEUE_MAX_FRAMES = CONFIG.target_queue_frames + 1  # the bottleneck's median queue, settled
 
 
@@ -87,31 +91,31 @@ def ecn_below(ctx: Context) -> str:
     return "a mark below target changes nothing"
 
 
-def fair_shares(ctx: Context) -> str:
-    flows = [(f"h{i}", f"h{4 + i}", [256 << 10] * 40) for i in range(4)]
-    run = simlab.clos_run(FABRIC, flows, seed=1, until=STEADY[1], config=CONFIG,
-                          starts=[0.0, JOIN, JOIN, JOIN], cc_cls=ctx.module("nscc").LabNscc,
-                          delay=HOP_DELAY)
-    goodput = [qp.mbps(*STEADY) for qp in run.qps]
+def shared_bottleneck(ctx: Context) -> str:
+    flows = [(f"h{i}", f"h{4 + i}", [256 << 10] * 60) for i in range(2)]
+    run = simlab.clos_run(FABRIC, flows, seed=1, until=SETTLED[1], config=SHARED,
+                          cc_cls=ctx.module("nscc").LabNscc, delay=HOP_DELAY)
+    goodput = [qp.mbps(*SETTLED) for qp in run.qps]
     total, fair = sum(goodput), metrics.jain(goodput)
     rate = FABRIC.params.link_mbps
-    shares = ", ".join(f"{g:.2f}" for g in goodput)
+    shares = " and ".join(f"{g:.2f}" for g in goodput)
+    windows = " and ".join(f"{qp.sender.cc.cwnd:.1f}" for qp in run.qps)
     if total < 0.9 * rate:
-        raise CheckFailed(f"the four flows carried {total:.2f} of the bottleneck's {rate:g} Mbit/s")
-    if fair < FAIR_MIN:
-        raise CheckFailed(f"shares once settled: {shares} Mbit/s (Jain {fair:.3f} < {FAIR_MIN}): "
-                          f"the flows did not converge to equal shares")
+        raise CheckFailed(f"the two flows carried {shares} Mbit/s, {total:.2f} of the uplink's "
+                          f"{rate:g} (windows {windows} packets): they did not grow to fill it")
     bottleneck = run.links[("p0l0-p0s0", "up")]
-    seen = bottleneck.window(*STEADY)
-    frame = wire.frame_bytes(CONFIG.mtu_payload)
-    queue = sorted(b for _, b, _ in seen)[len(seen) // 2] / frame
+    seen = bottleneck.window(*SETTLED)
+    queue = sorted(b for _, b, _ in seen)[len(seen) // 2] / wire.frame_bytes(CONFIG.mtu_payload)
     trims = sum(1 for *_, trimmed in seen if trimmed)
     if queue > QUEUE_MAX_FRAMES or trims:
-        raise CheckFailed(f"the bottleneck's median queue once settled is {queue:.1f} frames "
-                          f"({trims} packets trimmed): NSCC holds it near the target, "
-                          f"{CONFIG.target_queue_frames} frames")
-    return (f"1 flow then 4 over one 10 Mbit/s uplink: shares {shares} Mbit/s (Jain {fair:.3f}), "
-            f"median queue {queue:.1f} frames, nothing trimmed once settled")
+        raise CheckFailed(f"the uplink's median queue once settled is {queue:.1f} frames, "
+                          f"{trims} packets trimmed (windows {windows}): NSCC holds it near the "
+                          f"target, {CONFIG.target_queue_frames} frames")
+    if fair < FAIR_MIN:
+        raise CheckFailed(f"shares {shares} Mbit/s (Jain {fair:.3f} < {FAIR_MIN}): equal growth "
+                          f"and proportional decrease make them equal")
+    return (f"2 flows from a window of 4 over one 10 Mbit/s uplink: {shares} Mbit/s (Jain "
+            f"{fair:.3f}), median queue {queue:.1f} frames, nothing trimmed once settled")
 
 
 LAB = Lab(__file__, "Congestion control", files=("nscc.py",), checks=[
@@ -123,7 +127,7 @@ LAB = Lab(__file__, "Congestion control", files=("nscc.py",), checks=[
           "TODO 3: only if now - self.last_md >= self.srtt: remember now, then "
           "self.cwnd *= 1 - c.md_factor * (delay - target) / delay"),
     Check("ecn-below-target", ecn_below, "a mark below target must leave the window alone"),
-    Check("fair-shares-simulated", fair_shares,
-          "a flow alone grows its window; newcomers get a share only if it shrinks on marks and "
-          "everyone grows alike: the quadrant checks above say which rule is off"),
+    Check("shared-bottleneck-simulated", shared_bottleneck,
+          "growth fills the link, the decrease on marks above target holds the queue: the "
+          "quadrant checks above say which rule is off"),
 ])

@@ -41,7 +41,7 @@ SKELETON = {
         "link-cut-simulated": SKIP},
     5: {"receiver-nacks": FAIL, "sender-reacts": FAIL, "incast-simulated": FAIL},
     6: {"proportional-increase": FAIL, "fair-increase": FAIL, "multiplicative-decrease": FAIL,
-        "ecn-below-target": PASS, "fair-shares-simulated": FAIL},
+        "ecn-below-target": PASS, "shared-bottleneck-simulated": FAIL},
 }
 EMULATED = {1: {"datagrams-on-path"}, 2: {"real-switch"}}
 
@@ -174,6 +174,21 @@ def test_lab5_expected_reactions_are_the_products() -> None:
                          module.lab_classes(solution.nack_reason, solution.on_trim_nack))]
     assert [q.sender.stats for q in runs[0].qps] == [q.sender.stats for q in runs[1].qps]
     assert check.title == "Trimming and incast"
+
+
+def test_lab6_products_nscc_passes_the_labs_simulated_check() -> None:
+    """Lab 6 teaches what the product does: its own congestion control passes the lab's
+    shared-bottleneck check."""
+    from endpoints.protocol.congestion import Nscc
+
+    find("6")
+    module = sys.modules["lab_check_06"]
+
+    class ProductAsStudent:
+        def module(self, name: str) -> object:
+            return type("nscc", (), {"LabNscc": Nscc})
+
+    assert "Jain" in module.shared_bottleneck(ProductAsStudent())
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:

@@ -16,6 +16,9 @@ CUT = (0.5, 1.0)  # simulated seconds: plane 0's uplink to spine 0 is down
 BENCH_WITHIN = 0.100  # s after the cut: the product benches it in about 56 ms (seed 1)
 BACK_WITHIN = 0.200  # s after the restore: 3 probes in a row, 5 ms apart, after a lost one times out
 RATE_KEPT = 0.8  # goodput while cut over goodput before: the plane's other path takes the share
+# What an agent derives from its fabric (2 planes of 10 Mbit/s links; these simulated links
+# mark no ECN), as examples/simulated_transfer.py does.
+CONFIG = TransportConfig().for_fabric(link_mbps=10.0, planes=2, ecn=False)
 
 
 def _set(ctx: Context, planes: int, per_plane: int, **kw: object):  # -> LabEvSet
@@ -93,7 +96,7 @@ def probes_resurrect(ctx: Context) -> str:
 
 def link_cut(ctx: Context) -> str:
     run = simlab.transfer(simlab.cut_uplink(cut=CUT), [1 << 19] * 8, seed=1,
-                          config=TransportConfig(), evset=ctx.module("ev_states").LabEvSet)
+                          config=CONFIG, evset=ctx.module("ev_states").LabEvSet)
     if not run.exact:
         raise CheckFailed(f"the transfer delivered {len(run.result.completed)} of 8 messages "
                           f"intact by t={run.result.end:.1f} s")

@@ -1,6 +1,7 @@
 """Lab 5's checker: the student's reactions to a trimmed packet, one by one, then carried out by
-the product's receiver and sender in a simulated 7:1 incast over the fabric's paths, with the
-switch ports marking and trimming at the emulated switches' thresholds."""
+the product's receiver and sender in a 7:1 incast on the product's simulated Clos
+(experiments/simclos.py: switch ports that mark and trim at the data plane's thresholds, a
+priority class, paced NICs), with the agents' transport settings for that fabric."""
 
 from __future__ import annotations
 
@@ -8,12 +9,13 @@ from collections.abc import Callable
 from typing import Any
 
 from endpoints.protocol import wire
-from endpoints.protocol.config import TransportConfig
+from endpoints.protocol.events import EvState
+from endpoints.protocol.evset import ASSUMED_BAD
 from endpoints.protocol.receiver import MrcReceiver
 from endpoints.protocol.sender import MrcSender
-from labs.checker import Check, CheckFailed, Context, Lab, simlab
-from topologies import shaping
-from topologies.dataplane import ports
+from experiments import simclos
+from labs.checker import Check, CheckFailed, Context, Lab
+from labs.checker.student import replacing
 from topologies.model import build
 
 # The reactions MRC prescribes (what the product's sender does: the drift test checks it).
@@ -36,12 +38,8 @@ WHY = {
 FABRIC = build(planes=2, leaves=2, spines=2, hosts_per_leaf=6, link_mbps=10)
 CROWD = ("h0", "h1", "h2", "h3", "h4", "h6", "h7")
 RECEIVER, VICTIM = "h11", ("h5", "h10")
-VICTIM_MIN_MBPS = 5.0  # a quarter of its NIC rate (2 planes): the product gets about 10
-_TH = ports.default_thresholds(shaping.SWITCH_QUEUE_PACKETS, TransportConfig())
-# The loss timers must outlast the longest a packet legitimately queues on a trimming fabric,
-# two hops of a full trimming queue: a timeout benches an EV.
-QUEUE_BOUND = 2 * _TH.trim_bytes * 8 / (FABRIC.params.link_mbps * 1e6)
-CONFIG = TransportConfig(rto_min=QUEUE_BOUND + 0.02, rto_initial=QUEUE_BOUND + 0.05)
+INCAST, END = (1.0, 2.5), 3.0  # s: the crowd streams during INCAST, the victim all along
+VICTIM_KEPT = 0.5  # of its goodput alone, during the incast
 
 
 def _reaction(reaction: Any) -> dict[str, bool]:
@@ -126,30 +124,32 @@ def sender_reacts(ctx: Context) -> str:
 def incast(ctx: Context) -> str:
     module = ctx.module("trim_reactions")
     receiver_cls, sender_cls = lab_classes(module.nack_reason, module.on_trim_nack)
-    flows = [(src, RECEIVER, [64 << 10] * 6) for src in CROWD] + [(*VICTIM, [128 << 10] * 8)]
-    run = simlab.clos_run(FABRIC, flows, seed=1, until=20.0, config=CONFIG,
-                          sender_cls=sender_cls, receiver_cls=receiver_cls)
-    broken = [f"{qp.src}->{qp.dst}" for qp in run.qps if not qp.exact]
-    if broken:
-        raise CheckFailed(f"by t={run.end:.1f} s these flows had not delivered every message "
-                          f"intact: {', '.join(broken)}")
-    benched = {f"{qp.src}->{qp.dst}": len(qp.benched()) for qp in run.qps if qp.benched()}
+    model = simclos.ClosModel(params=FABRIC.params)
+    pairs = [(*VICTIM, 0.0, END)] + [(src, RECEIVER, *INCAST) for src in CROWD]
+    with replacing(simclos, "MrcSender", sender_cls), replacing(simclos, "MrcReceiver", receiver_cls):
+        run = simclos.run(model, pairs, simclos.config_for(model), seed=1, until=END)
+    benched = {f"{f.src}->{f.dst}": n for f in run.flows
+               if (n := sum(1 for e in f.events if isinstance(e, EvState) and e.new == ASSUMED_BAD))}
     if benched:
         raise CheckFailed(f"{sum(benched.values())} EVs benched in "
                           + ", ".join(f"{k} ({v})" for k, v in benched.items())
                           + ": a trim must never look like a broken path")
+    timeouts = sum(f.snd.stats["timeouts"] for f in run.flows)
+    if timeouts:
+        raise CheckFailed(f"{timeouts} retransmission timeouts: a trimmed packet must be resent "
+                          f"at once, not left for the timer")
     trims = sum(link.trimmed for link in run.links.values())
-    last = sum(link.trimmed for link in run.links.values() if link.last_hop)
+    last = sum(link.trimmed for (kind, _), link in run.links.items() if kind == "port")
     if not trims or not last:
         raise CheckFailed("the incast trimmed nothing: the checker's set-up is wrong")
-    victim = run.qps[-1]
-    assert victim.end is not None
-    mbps = sum(map(len, victim.messages)) * 8 / victim.end / 1e6
-    if mbps < VICTIM_MIN_MBPS:
-        raise CheckFailed(f"the victim {VICTIM[0]}->{VICTIM[1]} got {mbps:.1f} Mbit/s (< "
-                          f"{VICTIM_MIN_MBPS:g}): the crowd's trims pushed it out")
-    return (f"7:1 into {RECEIVER}: {trims} packets trimmed ({last} at the last hop), every "
-            f"message intact, no EV benched; the victim ran at {mbps:.1f} Mbit/s")
+    victim = run.flows[0]
+    alone = run.goodput_mbps(victim, 0.5, INCAST[0])
+    during = run.goodput_mbps(victim, INCAST[0] + 0.3, INCAST[1])
+    if during < VICTIM_KEPT * alone:
+        raise CheckFailed(f"the victim {VICTIM[0]}->{VICTIM[1]} fell from {alone:.1f} to "
+                          f"{during:.1f} Mbit/s during the incast")
+    return (f"7:1 into {RECEIVER}: {trims} packets trimmed ({last} at the last hop), no EV "
+            f"benched, no timeout; the victim kept {during:.1f} of its {alone:.1f} Mbit/s")
 
 
 LAB = Lab(__file__, "Trimming and incast", files=("trim_reactions.py",), checks=[

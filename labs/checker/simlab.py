@@ -218,7 +218,12 @@ def clos_run(fabric: Fabric, flows: Sequence[tuple[str, str, Sequence[int]]], se
     drop-tail, marks only), hosts' NICs with a deep queue; until every message completes or
     `until`. `cc_cls`: the senders' congestion control in place of the product's Nscc; `delay`:
     every hop's propagation delay, s."""
-    config = (config or TransportConfig()).for_link(fabric.params.link_mbps)
+    # What an agent derives from the fabric (RTT target, window ceiling, loss-timer floor, SACK
+    # timer), these ports marking ECN; parameters the caller set differently from the defaults stay.
+    config = config or TransportConfig()
+    config = config.for_fabric(fabric.params.link_mbps, fabric.params.planes, ecn=True,
+                               keep=[k for k, v in config.as_dict().items()
+                                     if v != getattr(TransportConfig(), k)])
     th = ports.default_thresholds(shaping.SWITCH_QUEUE_PACKETS, config)
     rate = fabric.params.link_mbps * 1e6
     frame = wire.frame_bytes(config.mtu_payload)

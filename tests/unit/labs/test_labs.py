@@ -143,9 +143,9 @@ def test_lab5_expected_reactions_are_the_products() -> None:
     from endpoints.protocol.config import TransportConfig
     from endpoints.protocol.receiver import MrcReceiver
     from endpoints.protocol.sender import MrcSender
+    from experiments import simclos
     from experiments.simnet import sim_fabric
-    from labs.checker import simlab
-    from labs.checker.student import load
+    from labs.checker.student import load, replacing
 
     check = find("5")
     module = sys.modules["lab_check_05"]
@@ -168,11 +168,15 @@ def test_lab5_expected_reactions_are_the_products() -> None:
         seen = {"resend": resent == [nacks[0].psn], "skip_ev": snd.ev_states()[ev] == "SKIP",
                 "slow_down": snd.cc.cwnd < cwnd, "bench_ev": snd.ev_states()[ev] == "ASSUMED_BAD"}
         assert seen == want == module._reaction(solution.on_trim_nack(reason))
-    flows = [(src, module.RECEIVER, [64 << 10] * 2) for src in module.CROWD[:3]]
-    runs = [simlab.clos_run(module.FABRIC, flows, config=module.CONFIG, sender_cls=s, receiver_cls=r)
-            for r, s in ((MrcReceiver, MrcSender),
-                         module.lab_classes(solution.nack_reason, solution.on_trim_nack))]
-    assert [q.sender.stats for q in runs[0].qps] == [q.sender.stats for q in runs[1].qps]
+    model = simclos.ClosModel(params=module.FABRIC.params)
+    pairs = [(src, module.RECEIVER, 0.0, 0.5) for src in module.CROWD[:3]]
+
+    def incast(receiver_cls: type, sender_cls: type) -> dict:
+        with replacing(simclos, "MrcSender", sender_cls), replacing(simclos, "MrcReceiver", receiver_cls):
+            return simclos.run(model, pairs, simclos.config_for(model), seed=1, until=0.6).summary()
+
+    assert incast(MrcReceiver, MrcSender) == incast(*module.lab_classes(solution.nack_reason,
+                                                                         solution.on_trim_nack))
     assert check.title == "Trimming and incast"
 
 

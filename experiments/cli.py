@@ -120,7 +120,9 @@ def make_parser() -> argparse.ArgumentParser:
     run.add_argument("--transports", default=None,
                      help="comma-separated subset of mrc,roce,spray,tcp,mptcp (default: the scenario's)")
     run.add_argument("--duration", type=float, default=None, help="seconds per transport")
-    run.add_argument("--fault-at", type=float, default=None, help="seconds after each transport starts")
+    run.add_argument("--fault-at", type=float, default=None,
+                     help="seconds after each transport starts (incast: the crowd starts; "
+                          "ecn-balance: the second flow is forced onto the first one's path)")
     run.add_argument("--fault-end", type=float, default=None, help="restore / end of the fault")
     run.add_argument("--detect-ms", type=float, default=None,
                      help="baseline routing detection delay (default 900)")

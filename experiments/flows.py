@@ -154,6 +154,14 @@ class AgentFlow:
             sorted({c[1] for c in changes})
         return changes, evs
 
+    def restrict(self, keep: Sequence[tuple[int, int | None]]) -> list[int]:
+        """Force the sender onto the paths over (plane, spine) in `keep` (spine None: a
+        same-leaf path): every other EV DENIED. Returns the EVs kept."""
+        if self.closed:
+            raise ValueError(f"flow {self.number} is closed: its QPs are gone")
+        return self.agents[self.src].call("restrict", qpn=self.qpn,
+                                          keep=[[p, s] for p, s in keep])["kept"]
+
     def stop(self) -> None:
         """Post no more messages; what is posted still completes."""
         if not self.closed:

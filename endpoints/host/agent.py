@@ -52,7 +52,7 @@ from endpoints.protocol import wire
 from endpoints.protocol.config import TransportConfig, with_overrides
 from endpoints.protocol.core import Core, ReceiverCore, SenderCore
 from endpoints.protocol.events import as_record
-from endpoints.protocol.evset import EvInfo
+from endpoints.protocol.evset import DENIED, EvInfo
 from endpoints.protocol.gobackn import GbnReceiver, GbnSender
 from endpoints.protocol.nicpacer import NicPacer
 from endpoints.protocol.receiver import MrcReceiver
@@ -204,6 +204,8 @@ class Agent:
             qp, _ = self._sender(req)
             msn = self._post(qp, _number(req, "bytes", 1, self.config.max_message), now)
             return {"qpn": qp.qpn, "msn": msn}
+        if cmd == "restrict":
+            return self._restrict(req)
         if cmd == "stop_stream":
             qp, _ = self._sender(req)
             qp.stream_until = 0.0
@@ -247,7 +249,7 @@ class Agent:
             self.running = False
             return {}
         raise ControlError(f"unknown command {cmd!r}: use open, stream, write, stop_stream, "
-                           f"stats, evs, progress, close, agent_stats, ping or shutdown")
+                           f"restrict, stats, evs, progress, close, agent_stats, ping or shutdown")
 
     def _qp(self, req: dict) -> Qp:
         qpn = _number(req, "qpn", 1, wire.QPN_MASK)
@@ -261,6 +263,34 @@ class Agent:
         if qp.sender is None:
             raise ControlError(f"QP {qp.qpn} on {self.host.name} is a {qp.role} QP")
         return qp, qp.sender
+
+    def _restrict(self, req: dict) -> dict:
+        """Force a sending MRC or spray QP onto some of its paths: every other EV DENIED, as an
+        operator would deny them (ecn-balance forces a second flow onto a path the first one
+        sprays over). `keep`: [[plane, spine], ...], spine null for a same-leaf path."""
+        qp, sender = self._sender(req)
+        if not isinstance(sender, MrcSender):
+            raise ControlError(f"restrict applies to mrc and spray QPs; QP {qp.qpn} is {qp.transport}")
+        keep = req.get("keep")
+        if not isinstance(keep, list) or not keep or not all(
+                isinstance(k, list) and len(k) == 2 and _whole(k[0]) and (k[1] is None or _whole(k[1]))
+                for k in keep):
+            raise ControlError(f"keep must be a list of [plane, spine] (spine null: a same-leaf "
+                               f"path), got {keep!r}")
+        wanted = {(k[0], k[1]) for k in keep}
+        states = sender.ev_states()
+        routes = [r for r in self.fabric.routes(self.host.name, qp.peer) if r.ev in states]
+        kept = [r.ev for r in routes if (r.plane, r.spine) in wanted]
+        if not kept:
+            raise ControlError(f"restrict: no path of QP {qp.qpn} ({self.host.name}->{qp.peer}) "
+                               f"goes over {sorted(wanted, key=str)}; its paths: "
+                               f"{', '.join(r.label for r in routes)}")
+        denied = []
+        for route in routes:
+            if route.ev not in kept and states[route.ev] != DENIED:
+                sender.deny_ev(route.ev)
+                denied.append(route.ev)
+        return {"qpn": qp.qpn, "kept": kept, "denied": denied}
 
     def _open(self, req: dict, now: float) -> dict:
         qpn = _number(req, "qpn", 1, wire.QPN_MASK)
@@ -552,6 +582,10 @@ def _number(req: dict, name: str, lo: float, hi: float, real: bool = False,
         return check_number(name, value, lo, hi, integral=not real, lo_open=real)
     except FabricError as exc:
         raise ControlError(str(exc)) from None
+
+
+def _whole(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 def main(argv: list[str] | None = None) -> int:

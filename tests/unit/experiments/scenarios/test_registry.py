@@ -9,12 +9,12 @@ import pytest
 
 from experiments.scenarios import SCENARIOS, default_options, parse_transports, scenario
 from experiments.scenarios.base import Kind
-from topologies.model import FabricError
+from topologies.model import FabricError, FabricParams
 
 
 def test_every_scenario_has_a_kind_headline_figures_and_valid_defaults():
     assert list(SCENARIOS) == ["link-failure", "switch-failure", "link-flap", "lossy-link",
-                               "permutation", "incast", "collective"]
+                               "permutation", "incast", "ecn-balance", "collective"]
     for name, sc in SCENARIOS.items():
         assert isinstance(sc.kind, Kind) and sc.kind.name
         assert sc.figures[-1] == "data_ok"
@@ -67,6 +67,10 @@ def test_each_kind_records_its_own_options():
     ("collective", {"duration": 5.0}, "--duration does not apply to the collective scenario"),
     ("incast", {"detect_ms": 900.0}, "--detect-ms does not apply to the incast scenario"),
     ("lossy-link", {"fail_switch": "p0s1"}, "--fail-switch does not apply to the lossy-link scenario"),
+    ("ecn-balance", {"transports": ("mrc", "tcp")}, "mrc, spray only, not tcp"),
+    ("ecn-balance", {"fault_at": 7.8}, "--fault-at (when the second flow is forced"),
+    ("ecn-balance", {"fault_at": 0.2}, "--fault-at > 0.5"),
+    ("ecn-balance", {"fabric": FabricParams(2, 2, 1, 2)}, "2+ spines"),
 ])
 def test_bad_options_are_refused_with_their_name(name, overrides, words):
     with pytest.raises(FabricError, match=re.escape(words)):

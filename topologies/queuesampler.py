@@ -54,7 +54,8 @@ class QueueSampler:
     Start with `start()` (or as a context manager); nothing is written unless `active` is set."""
 
     def __init__(self, em: Any, folder: Path, switch_interval: float = SWITCH_INTERVAL_S,
-                 host_interval: float = HOST_INTERVAL_S) -> None:
+                 host_interval: float | None = HOST_INTERVAL_S) -> None:
+        """`host_interval` None: no host NIC samples (when the agents trace their own)."""
         self.em, self.folder = em, folder
         self.switch_interval, self.host_interval = switch_interval, host_interval
         self.active = threading.Event()
@@ -74,7 +75,7 @@ class QueueSampler:
             by_ns.setdefault(spec.netns_pid, {})[spec.ifname] = spec.ifname
         try:
             self._switch_ns = [_Namespace(pid, names) for pid, names in by_ns.items()]
-            for host in self.em.fabric.hosts:
+            for host in self.em.fabric.hosts if self.host_interval is not None else ():
                 self._host_ns[host.name] = _Namespace(
                     self.em.pid(host.name), {nic.ifname: str(nic.plane) for nic in host.nics})
         except BaseException:
@@ -107,18 +108,20 @@ class QueueSampler:
     def _run(self) -> None:
         with open(self.folder / "switch-queues.jsonl", "a") as sw, \
                 open(self.folder / "host-queues.jsonl", "a") as hs:
-            next_switch = next_host = time.monotonic()
+            host_interval = self.host_interval or float("inf")
+            next_switch = time.monotonic()
+            next_host = next_switch + host_interval
             while True:
                 due = min(next_switch, next_host)
                 if self._stop.wait(max(0.0, due - time.monotonic())):
                     return
                 now = time.monotonic()
-                if not self.active.is_set():
-                    next_switch = next_host = now + min(self.switch_interval, self.host_interval)
+                if not self.active.is_set():  # look again soon: sample as soon as a run starts
+                    next_switch, next_host = now + self.switch_interval, now + host_interval
                     continue
                 self._late.append(now - due)
                 if now >= next_host:
-                    next_host = max(next_host + self.host_interval, now)
+                    next_host = max(next_host + host_interval, now)
                     self._sample("host", hs, self._hosts)
                 if now >= next_switch:
                     next_switch = max(next_switch + self.switch_interval, now)

@@ -55,3 +55,12 @@ def test_without_a_data_plane_the_virtual_queue_is_null(tmp_path):
     qs.stop()  # idempotent
     first = json.loads((tmp_path / "switch-queues.jsonl").read_text().splitlines()[0])
     assert first["ports"]["lo"][2] is None
+
+
+def test_host_sampling_can_be_left_to_the_agents(tmp_path):
+    qs = QueueSampler(_em(), tmp_path, switch_interval=0.01, host_interval=None).start()
+    qs.active.set()
+    time.sleep(0.08)
+    qs.stop()
+    assert (tmp_path / "host-queues.jsonl").read_text() == ""
+    assert qs.cost()["host"]["samples"] == 0 and qs.cost()["switch"]["samples"] > 0

@@ -80,7 +80,7 @@ def write_report(results: Path) -> Path:
                   f"{p['hosts_per_leaf']} hosts per leaf, {p['link_mbps']:g} Mbit/s links; "
                   f"seed {summary.get('seed')}.", "", table(summary, markdown=True), "",
                   fidelity_line(summary), ""]
-        for image in ("goodput.png", "recovery.png", "path_state.png", "cdf.png"):
+        for image in ("goodput.png", "recovery.png", "path_state.png", "cdf.png", "ev_load.png", "cc.png"):
             if (summary_path.parent / image).exists():
                 parts += [f"![{folder} {image}]({folder}/{image})", ""]
         parts += ["<details><summary>configuration and software</summary>", "", "```json",

@@ -25,7 +25,7 @@ def _results(tmp_path, agent_host_samples=False):
            "base_rtt": 0.002, "target": 0.02, "ecn_frac": 0.1, "path_rtt": None, "rto": 0.03,
            "usable": 4} for i in range(50)]
     h0 += [{"qpn": 1, "event": "cwnd_dec", "t": T0 + 0.1, "cause": "ecn", "before": 12, "after": 9,
-            "severity": 0.25},
+            "fraction": 0.25},
            {"qpn": 1, "event": "ev_skip", "t": T0 + 0.1, "ev": 0x1C000, "cause": "ecn", "rtt": None},
            {"qpn": 1, "event": "ev_bad", "t": T0 + 0.2, "ev": 0x1C001, "rule": "rto", "seq": 5, "age": 0.05},
            {"qpn": 1, "event": "timeout", "t": T0 + 0.2, "psn": 5, "rto": 0.03},
@@ -36,9 +36,9 @@ def _results(tmp_path, agent_host_samples=False):
         h0.append({"qpn": None, "event": "host", "t": T0 + 0.05, "nics": {"0": [7, 28000, 0]},
                    "backlog": 0, "loop_lag": 0.001})
     _write(traces, "h0-trace.jsonl", h0)
-    _write(traces, "h1-trace.jsonl", [{"qpn": 1, "event": "sack_cadence", "t": T0 + 0.05, "sacks": 10,
-                                       "pkts": 40, "count": 9, "delay": 1, "urgent": 0,
-                                       "max_gap": 0.004, "nacks": 0, "ce": 2}])
+    _write(traces, "h1-trace.jsonl", [{"qpn": 1, "event": "sack_cadence", "t": T0 + 0.05, "interval": 0.05,
+                                       "sacks": 10, "pkts": 40, "on_count": 9, "on_delay": 1,
+                                       "on_urgent": 0, "max_gap": 0.004, "nacks": 0, "ce": 2}])
     _write(traces, "host-queues.jsonl", [{"t": T0 + 0.02 * i, "hosts": {
         "h0": {"0": [i, i * 4198, 0], "1": [0, 0, 0]}, "h1": {"0": [1, 4198, 0]}, "h5": {"0": [3, 1, 0]}}}
         for i in range(10)])

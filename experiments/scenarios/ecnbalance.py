@@ -81,6 +81,7 @@ def share_on(samples: list[tuple[float, dict[int, int]]], ev: int, t_from: float
 
 class EcnBalance(Kind):
     name = "ecn-balance"
+    options = frozenset({"duration", "fault_at"})
 
     def check(self, opts: Options, fabric: Fabric) -> None:
         p = fabric.params

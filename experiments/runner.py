@@ -25,9 +25,8 @@ from experiments import capacity, fidelity, metrics, outdir
 from experiments.flows import ev_timeline
 from experiments.scenarios.base import Options, Record
 from experiments.testbed import Testbed, describe_switches
-from topologies import cleanup, files, switches
+from topologies import cleanup, files, queuesampler, switches
 from topologies.model import Fabric
-from topologies.queuesampler import QueueSampler
 
 REPO = Path(__file__).resolve().parent.parent
 MEASURED_CAPACITY = REPO / "results" / "bench" / "dataplane.json"  # `make bench`, this machine
@@ -85,7 +84,10 @@ def execute(opts: Options, workdir: Path, say: Progress) -> tuple[Record, dict]:
         captures = [bed.capture(target, workdir / f"{target}.pcap") for target in opts.capture]
         bed.prepare(opts.transports)
         sampled = 0.0
-        with QueueSampler(em, workdir) as sampler:
+        # The agents sample their own host NICs (their `host` trace lines, the NIC pacer's reads):
+        # the runner samples hosts only when no agent runs (TCP and MPTCP alone).
+        host_interval = None if bed.agents else queuesampler.HOST_INTERVAL_S
+        with queuesampler.QueueSampler(em, workdir, host_interval=host_interval) as sampler:
             for transport, trim in kind.variants(opts, bed):
                 label = transport if trim is None else f"{transport}{'' if trim else '-droptail'}"
                 if trim is not None:

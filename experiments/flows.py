@@ -159,8 +159,8 @@ class AgentFlow:
         same-leaf path): every other EV DENIED. Returns the EVs kept."""
         if self.closed:
             raise ValueError(f"flow {self.number} is closed: its QPs are gone")
-        return self.agents[self.src].call("restrict", qpn=self.qpn,
-                                          keep=[[p, s] for p, s in keep])["kept"]
+        labels = ",".join(f"p{plane}/{'direct' if spine is None else f's{spine}'}" for plane, spine in keep)
+        return self.agents[self.src].call("restrict", qpn=self.qpn, keep=labels)["kept"]
 
     def stop(self) -> None:
         """Post no more messages; what is posted still completes."""

@@ -267,24 +267,22 @@ class Agent:
     def _restrict(self, req: dict) -> dict:
         """Force a sending MRC or spray QP onto some of its paths: every other EV DENIED, as an
         operator would deny them (ecn-balance forces a second flow onto a path the first one
-        sprays over). `keep`: [[plane, spine], ...], spine null for a same-leaf path."""
+        sprays over). `keep`: the paths' labels, comma-separated (`p0/s0,p1/s1`; `p0/direct`
+        for a same-leaf path), as `Route.label` names them."""
         qp, sender = self._sender(req)
         if not isinstance(sender, MrcSender):
             raise ControlError(f"restrict applies to mrc and spray QPs; QP {qp.qpn} is {qp.transport}")
         keep = req.get("keep")
-        if not isinstance(keep, list) or not keep or not all(
-                isinstance(k, list) and len(k) == 2 and _whole(k[0]) and (k[1] is None or _whole(k[1]))
-                for k in keep):
-            raise ControlError(f"keep must be a list of [plane, spine] (spine null: a same-leaf "
-                               f"path), got {keep!r}")
-        wanted = {(k[0], k[1]) for k in keep}
+        if not isinstance(keep, str) or not keep.strip(","):
+            raise ControlError(f"keep must be path labels like p0/s0,p1/s1, got {keep!r}")
+        wanted = set(keep.split(","))
         states = sender.ev_states()
         routes = [r for r in self.fabric.routes(self.host.name, qp.peer) if r.ev in states]
-        kept = [r.ev for r in routes if (r.plane, r.spine) in wanted]
-        if not kept:
-            raise ControlError(f"restrict: no path of QP {qp.qpn} ({self.host.name}->{qp.peer}) "
-                               f"goes over {sorted(wanted, key=str)}; its paths: "
-                               f"{', '.join(r.label for r in routes)}")
+        unknown = sorted(wanted - {r.label for r in routes})
+        if unknown:
+            raise ControlError(f"restrict: QP {qp.qpn} ({self.host.name}->{qp.peer}) has no path "
+                               f"{unknown[0]}; its paths: {', '.join(r.label for r in routes)}")
+        kept = [r.ev for r in routes if r.label in wanted]
         denied = []
         for route in routes:
             if route.ev not in kept and states[route.ev] != DENIED:
@@ -583,9 +581,6 @@ def _number(req: dict, name: str, lo: float, hi: float, real: bool = False,
     except FabricError as exc:
         raise ControlError(str(exc)) from None
 
-
-def _whole(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 def main(argv: list[str] | None = None) -> int:

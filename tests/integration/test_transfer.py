@@ -125,12 +125,13 @@ def test_agent_counts_malformed_datagrams_and_refuses_bad_requests(tmp_path):
                 agents["h1"].call(cmd, **request)
         # restrict (ecn-balance's force): a sending QP onto the paths over (plane, spine)
         agents["h0"].call("open", qpn=5, peer="h1", peer_qpn=5, transport="mrc", role="send")
-        for host, keep, words in [("h1", [[0, 0]], "is a recv QP"), ("h0", "p0s0", "keep must be"),
-                                  ("h0", [[0, True]], "keep must be"), ("h0", [[1, 0]], "no path of QP 5")]:
+        for host, keep, words in [("h1", "p0/s0", "is a recv QP"), ("h0", 5, "keep must be"),
+                                  ("h0", ",", "keep must be"), ("h0", "p1/s0", "has no path p1/s0"),
+                                  ("h0", "p0/s0,p0/s9", "has no path p0/s9; its paths: p0/s0, p0/s1")]:
             with pytest.raises(ControlError, match=words):
                 agents[host].call("restrict", qpn=5, keep=keep)
         by_spine = {r.spine: r.ev for r in fabric.routes("h0", "h1")}
-        got = agents["h0"].call("restrict", qpn=5, keep=[[0, 1]])
+        got = agents["h0"].call("restrict", qpn=5, keep="p0/s1")
         assert (got["kept"], got["denied"]) == ([by_spine[1]], [by_spine[0]])
         states = {r["ev"]: r["state"] for r in agents["h0"].call("evs", qpn=5)["rows"]}
         assert states == {by_spine[0]: "DENIED", by_spine[1]: "GOOD"}

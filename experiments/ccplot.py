@@ -159,7 +159,7 @@ def plot(data: CcData, out: Path, summary: dict) -> Path:
     qps = sorted(data.qps)[:MAX_QPS]
     fig, axes = plt.subplots(8, 1, figsize=(12, 22), dpi=80, sharex=True)
     colour = {q: f"C{i % 10}" for i, q in enumerate(qps)}
-    name = {q: f"qp{q} {data.qps[q][0]}>{data.qps[q][1]}" for q in qps}
+    name = {q: f"{data.qps[q][0]}>{data.qps[q][1]}" for q in qps}  # QPNs are long random numbers
     senders = [q for q in qps if data.of(q, "cc")]
 
     ax = axes[0]

@@ -104,7 +104,8 @@ def execute(opts: Options, workdir: Path, say: Progress) -> tuple[Record, dict]:
                     sampler.active.clear()
                     sampled += time.monotonic() - started
                 bed.check_alive()
-                record.qps[label] = [[f.src, f.dst, f.number, f.transport]
+                # the QP number the agents trace (random per QP); a TCP flow's number otherwise
+                record.qps[label] = [[f.src, f.dst, getattr(f, "qpn", f.number), f.transport]
                                      for f in bed.flows[first:]]
                 say(f"{label}: {_brief(record.transports[label])}")
         bed.check_alive()

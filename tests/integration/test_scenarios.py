@@ -47,6 +47,12 @@ def _check_traces(summary, out):
     assert set(traces["windows"]) == set(traces["qps"]) == set(summary["transports"])
     assert all(traces["qps"][label] for label in traces["qps"])
     assert (out / "cc.png").stat().st_size > 20_000
+    from experiments import ccplot
+
+    for label, qps in traces["qps"].items():  # the agents' QPs are found in their traces
+        if qps[0][3] in ("mrc", "spray"):
+            data = ccplot.load(out, label, summary)
+            assert all(data.of(q, "cc") for q in data.qps), label
     for label in list(summary["transports"])[1:]:
         assert (out / f"cc-{label}.png").exists()
     switch = [json.loads(x) for x in (out / "traces" / "switch-queues.jsonl").read_text().splitlines()]

@@ -50,9 +50,10 @@ CHECKS: dict[str, dict[str, dict[str, tuple[str, float]]]] = {
                        "evs_marked_bad": ("at_most", 2.0), "timeouts": ("at_most", 5.0),
                        "data_ok": ("true", 0.0)},
                "mrc-droptail": {"data_ok": ("true", 0.0)}},
-    # spray, which cannot move its load, leaves 1/4 of it on the shared path (0.80 of capacity)
-    "ecn-balance": {"mrc": {"goodput_fraction": ("within", 0.05),
-                            "a_shared_share_after": ("at_most", 0.21), "data_ok": ("true", 0.0)}},
+    # spray, which cannot move its load, leaves 1/4 of it on the shared path (0.80 of capacity);
+    # MRC before issue 10's fixes left 0.17 there and reached 0.85
+    "ecn-balance": {"mrc": {"goodput_fraction": ("within", 0.04),
+                            "a_shared_share_after": ("at_most", 0.15), "data_ok": ("true", 0.0)}},
 }
 
 

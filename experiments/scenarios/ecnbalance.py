@@ -98,6 +98,9 @@ class EcnBalance(Kind):
             raise FabricError(f"ecn-balance forces a flow onto one of its EVs: transports "
                               f"{', '.join(AGENT_TRANSPORTS)} only, not {', '.join(other)}")
 
+    def busy_senders(self, opts: Options, fabric: Fabric) -> int:
+        return 2  # both flows, each filling its NICs
+
     def run(self, bed: Testbed, opts: Options, transport: str, label: str, record: Record) -> None:
         fabric, em = bed.fabric, bed.em
         assert opts.fault_at is not None

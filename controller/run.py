@@ -1,4 +1,4 @@
-"""Start the controller process: `python -m controller.run --config FILE`.
+"""Start the controller process: `python -m controller.run [--backend ovs|linux] --config FILE`.
 
 os-ken 4.x no longer ships `osken-manager`, so this is the launcher: it runs `controller.app`
 with os-ken's native (thread) hub, listening for OpenFlow on the Unix socket `of_socket` of the
@@ -12,6 +12,9 @@ options), and with listen port 0 it also serves the old OpenFlow port 6633 on th
 a second bind of the same path that fails and takes every app down with it (so a port is always
 given; it means nothing for a path). Each connection's address becomes (socket path, the peer
 process's pid from SO_PEERCRED), so the app knows which process a switch is.
+
+linux: `controller.kernel_app`, which programs the kernel routers over netlink and `ip`; both
+write the same status and events files and listen on the same notify socket.
 """
 
 from __future__ import annotations
@@ -45,10 +48,19 @@ def peer_pid(sock: socket.socket) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--config", required=True,
-                        help="JSON: fabric, status, events, detect_ms, notify, of_socket")
+                        help="JSON: fabric, status, events, detect_ms, notify, and of_socket "
+                             "(ovs) or routers (linux)")
+    parser.add_argument("--backend", choices=("ovs", "linux"), default="ovs",
+                        help="the switches it controls (topologies/switches/)")
     args = parser.parse_args(argv)
     with open(args.config) as fh:
         settings = json.load(fh)
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    if args.backend == "linux":
+        from controller import kernel_app
+
+        return kernel_app.main(settings)
 
     from os_ken import cfg
     from os_ken.base.app_manager import AppManager
@@ -67,8 +79,6 @@ def main(argv: list[str] | None = None) -> int:
 
     ofc.datapath_connection_factory = factory  # what os-ken's server loop calls per connection
     app.SETTINGS.update(settings)
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
-                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
     if os.path.lexists(path):
         os.unlink(path)
     cfg.CONF(args=["--ofp-listen-host", path, "--ofp-tcp-listen-port", str(_UNUSED_TCP_PORT)],

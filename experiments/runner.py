@@ -110,7 +110,7 @@ def execute(opts: Options, workdir: Path, say: Progress) -> tuple[Record, dict]:
                 say(f"{label}: {_brief(record.transports[label])}")
         bed.check_alive()
         info = {"setup_seconds": round(em.setup_seconds, 2), "datapath": em.datapath,
-                "switches": em.backend.info(), "capacity": load,
+                "switches": em.switch_info(), "capacity": load,
                 "dataplane": {**em.dataplane_info, "totals": fidelity.dataplane_totals(em)},
                 "controller_events": [json.loads(line)
                                       for line in em.events_path.read_text().splitlines()],

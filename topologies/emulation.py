@@ -31,6 +31,7 @@ from topologies.dataplane.ports import PortSpec, switch_ports
 from topologies.model import LINK_MTU, Fabric
 from topologies.preflight import EmulationError
 from topologies.switches import SwitchBackend
+from topologies.switches.base import NOTIFY_FILE, STATUS_FILE
 
 
 def _existing_link_class() -> type:
@@ -67,6 +68,7 @@ class Emulation:
         self._port_owner = {link.b_ifname: link.b for link in fabric.links}
         self._port_owner.update({link.a_ifname: link.a for link in fabric.links if link.kind == "fabric"})
         self.switches: SwitchBackend | None = None  # the run's backend, once started
+        self.switch_choice = ""  # why that backend (`auto`: what it passed over, and why)
         # The run's transport parameters: the switch thresholds count frames of its payload size.
         self.transport = transport or TransportConfig()
         self.dataplane_mode = dataplane_mode
@@ -108,6 +110,10 @@ class Emulation:
         """The backend's name ("ovs", "linux"), once started."""
         return self.switches.name if self.switches is not None else ""
 
+    def switch_info(self) -> dict:
+        """What a summary records about the switches: the backend's info and why it was chosen."""
+        return {**self.backend.info(), "switch_choice": self.switch_choice}
+
     @property
     def backend(self) -> SwitchBackend:
         if self.switches is None:
@@ -115,7 +121,7 @@ class Emulation:
         return self.switches
 
     def start(self) -> None:
-        name = switches.check(self.switch_requested)
+        name, self.switch_choice = switches.check_choice(self.switch_requested)
         why = host_encap.unavailable()
         if why is not None:
             raise preflight.PreflightError(f"MRC's host encapsulation cannot run here: {why}")
@@ -146,9 +152,9 @@ class Emulation:
                              getattr(self.backend, "timings", {}).items()})
 
     def _start_controller(self) -> None:
-        self.status_path = self.workdir / "controller-status.json"
+        self.status_path = self.workdir / STATUS_FILE
         self.events_path = self.workdir / "controller-events.jsonl"
-        self.notify_path = self.workdir / "controller.sock"
+        self.notify_path = self.workdir / NOTIFY_FILE
         config = {"fabric": self.fabric.params.as_dict(), "status": str(self.status_path),
                   "events": str(self.events_path), "detect_ms": self.detect_ms,
                   "notify": str(self.notify_path), **self.backend.controller_config()}
@@ -223,13 +229,14 @@ class Emulation:
         pair: the peer has no peer yet.)"""
         pid = {name: node.pid for name, node in self.net.nameToNode.items()}  # type: ignore[attr-defined]
         lines = []
+        end = self.backend.port_link_options  # what the backend wants on its ports' ends
         for link in self.fabric.links:
             mac = f" address {self.fabric.host(link.a).nics[link.plane].mac}" \
-                if link.kind == "host" else ""
+                if link.kind == "host" else end(link.a, link.a_port)
             up = " up" if link.kind == "host" else ""
             lines.append(f"link add name {link.a_ifname} mtu {LINK_MTU}{mac} netns {pid[link.a]}"
-                         f"{up} type veth peer name {link.b_ifname} mtu {LINK_MTU} "
-                         f"netns {pid[link.b]}")
+                         f"{up} type veth peer name {link.b_ifname} mtu {LINK_MTU}"
+                         f"{end(link.b, link.b_port)} netns {pid[link.b]}")
         result = subprocess.run(["ip", "-batch", "-"], input="".join(f"{x}\n" for x in lines),
                                 text=True, capture_output=True)
         if result.returncode != 0:

@@ -148,7 +148,7 @@ def check_fabric(fabric: Fabric, workdir: Path | None = None, sample_pairs: int 
     with Emulation(fabric, workdir, datapath=datapath, switch=switch) as em:
         result["setup_seconds"] = round(em.setup_seconds, 2)
         result["datapath"] = em.datapath
-        result.update(em.backend.info())
+        result.update(em.switch_info())
         prober = Prober(em, probes)
         try:
             t0 = time.monotonic()

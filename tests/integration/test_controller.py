@@ -1,13 +1,17 @@
-"""The controller on real Open vSwitch: what it installs, and what it does (not) change on failure."""
+"""The control plane on each switch backend (os-ken on real Open vSwitch, the kernel routers'
+controller on Linux routers): what it installs, and what it does (not) change on failure."""
 
 import json
 import re
+import subprocess
 import time
 
 import pytest
 
 from controller.tables import switch_tables
+from tests.conftest import require_backend_or_skip
 from tests.integration.helpers import assert_nothing_left
+from topologies import netns
 from topologies.emulation import Emulation
 from topologies.model import build
 from topologies.switches.ovs import OvsBackend
@@ -66,6 +70,71 @@ def test_tables_installed_and_srv6_untouched_by_failure(tmp_path):
     converged = [e for e in events if e["event"] == "baseline_converged"]
     assert {e["switch"] for e in downs} == {leaf.name, spine.name}
     assert len(converged) == 2
+    assert converged[0]["withdrawn"] == [f"{leaf.name}-{spine.name}"]
+    assert converged[1]["withdrawn"] == []
+    assert converged[0]["t"] - cut >= detect_ms / 1000
+    assert_nothing_left()
+
+
+def _kroutes(em: Emulation, router: str) -> dict[str, list[int]]:
+    """{destination: next-hop ports} of a kernel router's IPv6 routes (blackholes: [])."""
+    out = subprocess.run(netns.command(em.pid(router), ["ip", "-6", "-j", "route", "show"]),
+                         capture_output=True, text=True, check=True).stdout
+    port = {em.fabric.port_ifname(router, p): p for p in em.fabric.ports(router)}
+    routes = {}
+    for r in json.loads(out):
+        hops = r.get("nexthops") or ([r] if "dev" in r and r.get("type") != "blackhole" else [])
+        routes[r["dst"]] = sorted(port[h["dev"]] for h in hops if h.get("dev") in port)
+    return routes
+
+
+def _end_routes(em: Emulation, router: str) -> list[str]:
+    out = subprocess.run(netns.command(em.pid(router), ["ip", "-6", "route", "show", "table", "local"]),
+                         capture_output=True, text=True, check=True).stdout
+    return [line for line in out.splitlines() if "seg6local" in line]
+
+
+def test_kernel_routes_installed_and_srv6_untouched_by_failure(tmp_path):
+    """The same contract on the Linux kernel-router backend: the routes say what the tables say,
+    uN is the kernel's own End with NEXT-C-SID, and only the baseline's multipath routes change,
+    after the detection delay."""
+    require_backend_or_skip("linux")
+    fabric = build(planes=2, leaves=3, spines=2, hosts_per_leaf=1)
+    detect_ms = 600
+    with Emulation(fabric, tmp_path, detect_ms=detect_ms, switch="linux") as em:
+        leaf, spine, other = fabric.leaf(0, 0), fabric.spine(0, 0), fabric.leaf(0, 1)
+        h0, h1, h2 = (str(fabric.host(f"h{i}").nics[0].addr) for i in range(3))
+        end = _end_routes(em, leaf.name)
+        assert len(end) == 1 and end[0].startswith("local fcbb:bb00:1400::/48")
+        assert "End flavors next-csid lblen 32 nflen 16" in end[0]
+        before = {sw.name: _kroutes(em, sw.name) for sw in (leaf, spine)}
+        uplinks = [fabric.params.hosts_per_leaf + 1 + s for s in range(2)]
+        assert before[leaf.name][h1] == before[leaf.name][h2] == uplinks
+        assert before[leaf.name][h0] == [1]
+
+        cut = em.set_link(f"{leaf.name}-{spine.name}", up=False)
+        time.sleep(detect_ms / 1000 * 0.5)
+        assert _kroutes(em, leaf.name)[h1] == uplinks, "withdrawn before the delay"
+        time.sleep(detect_ms / 1000 * 0.5 + 0.6)
+        assert _kroutes(em, leaf.name)[h1] == _kroutes(em, leaf.name)[h2] == [uplinks[1]]
+        assert _kroutes(em, other.name)[h0] == [uplinks[1]]  # spine 0 only towards leaf 0
+        assert _kroutes(em, other.name)[h2] == uplinks
+        static = {d: p for d, p in before[leaf.name].items() if d.startswith("fcbb")}
+        assert {d: p for d, p in _kroutes(em, leaf.name).items() if d.startswith("fcbb")} == static
+
+        em.set_link(f"{leaf.name}-{spine.name}", up=True)
+        em.wait_link_state(f"{leaf.name}-{spine.name}", up=True)
+        # The spine's routes through the port the cut set down are back at once (the kernel
+        # deleted them), the baseline after the delay.
+        assert _kroutes(em, spine.name) == before[spine.name]
+        time.sleep(detect_ms / 1000 + 0.8)
+        assert _kroutes(em, leaf.name) == before[leaf.name]
+        events = [json.loads(x) for x in em.events_path.read_text().splitlines()]
+    downs = [e for e in events if e["event"] == "port_down"]
+    converged = [e for e in events if e["event"] == "baseline_converged"]
+    restored = [e for e in events if e["event"] == "port_routes_restored"]
+    assert {e["switch"] for e in downs} == {leaf.name, spine.name}
+    assert len(converged) == 2 and not any(e["errors"] for e in converged + restored)
     assert converged[0]["withdrawn"] == [f"{leaf.name}-{spine.name}"]
     assert converged[1]["withdrawn"] == []
     assert converged[0]["t"] - cut >= detect_ms / 1000

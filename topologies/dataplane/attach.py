@@ -1,19 +1,18 @@
-"""Attaching the program to switch ports: one load per network namespace, a tc filter at
-clsact egress on every port, per-port configuration in the maps; counters, trimming on/off,
-and a detach that removes exactly what was added. `available()` says whether this machine can
-do it at all."""
+"""Attaching the program to switch ports: one load per network namespace (or one for all of
+them, when the ports' ifindexes are unique over every namespace, as the kernel-router backend
+makes them: the maps are keyed by ifindex), a tc filter at clsact egress on every port,
+per-port configuration in the maps; counters, trimming on/off, and a detach that removes
+exactly what was added. `available()` says whether this machine can do it at all."""
 
 from __future__ import annotations
 
 import functools
-import json
 import os
 import shutil
 import socket
 import subprocess
 import time
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 
@@ -40,11 +39,13 @@ def _netns_key(pid: int | None) -> int:
 
 
 def _clsact_devices() -> set[str]:
-    out = subprocess.run(["tc", "-j", "qdisc", "show"], capture_output=True, text=True)
-    try:
-        return {q["dev"] for q in json.loads(out.stdout or "[]") if q.get("kind") == "clsact"}
-    except ValueError:
-        return set()
+    """Devices of the calling thread's namespace that have a clsact qdisc (netlink, no process:
+    asked once per namespace)."""
+    from pyroute2 import IPRoute
+
+    with IPRoute() as ipr:
+        names = {link["index"]: link.get_attr("IFLA_IFNAME") for link in ipr.get_links()}
+        return {names.get(q["index"], "") for q in ipr.get_qdiscs() if q.get_attr("TCA_KIND") == "clsact"}
 
 
 @dataclass
@@ -63,8 +64,10 @@ class DataPlane:
         self._groups: list[_Group] = []
         self._where: dict[str, _Group] = {}
 
-    def _attach_group(self, pid: int | None, specs: list[PortSpec]) -> None:
-        program = Program()
+    def _attach_group(self, pid: int | None, specs: list[PortSpec], program: Program,
+                      jobs: list[tuple[int | None, list[str], str]]) -> None:
+        """Configure `specs` in `program`'s maps; their tc lines go into `jobs` (run later, all
+        namespaces side by side)."""
         group = _Group(pid, program, {}, set())
         self._groups.append(group)  # before anything can fail: detach() undoes what was done
         with _in_netns(pid):
@@ -73,14 +76,14 @@ class DataPlane:
                 group.ports[spec.ifname] = ifindex = _if_index(spec.ifname)
                 group.specs[spec.ifname] = spec
                 program.configure(ifindex, spec)
-            lines = []
-            for spec in specs:
-                if spec.ifname not in existing:
-                    lines.append(f"qdisc add dev {spec.ifname} clsact")
-                    group.own_clsact.add(spec.ifname)
-                lines.append(f"filter replace dev {spec.ifname} egress pref {FILTER_PREF} handle 1 "
-                             f"bpf da object-pinned {program.prog_path}")
-            tc_batch(lines)
+        lines = []
+        for spec in specs:
+            if spec.ifname not in existing:
+                lines.append(f"qdisc add dev {spec.ifname} clsact")
+                group.own_clsact.add(spec.ifname)
+            lines.append(f"filter replace dev {spec.ifname} egress pref {FILTER_PREF} handle 1 "
+                         f"bpf da object-pinned {program.prog_path}")
+        jobs.append((pid, ["tc", "-batch", "-"], "".join(f"{line}\n" for line in lines)))
         for spec in specs:
             self._where[spec.ifname] = group
 
@@ -120,11 +123,10 @@ class DataPlane:
         return group.program, group.ports[ifname]
 
     def detach(self, remove_filters: bool = True) -> None:
-        """Unpin the programs; `remove_filters` False when the ports' namespaces are about to
-        go (and their filters with them)."""
+        """Remove the filters and clsact qdiscs added (`remove_filters=False`: the ports are
+        going away with their namespaces, and the filters with them) and unpin the programs."""
         for g in self._groups:
             if not remove_filters:
-                g.program.close()
                 continue
             try:
                 with _in_netns(g.pid):
@@ -134,7 +136,8 @@ class DataPlane:
                     tc_batch(lines, force=True)  # devices may be gone with their namespace
             except OSError:
                 pass  # the namespace's process has exited: its devices went with it
-            g.program.close()
+        for program in {id(g.program): g.program for g in self._groups}.values():
+            program.close()
         self._groups.clear()
         self._where.clear()
 
@@ -170,12 +173,16 @@ def attach_ports(ports: list[PortSpec]) -> DataPlane:
             raise ValueError(f"an interface is listed twice: {sorted(names)}")
     dp = DataPlane()
     try:
-        # One load (a verifier run) and one tc batch per namespace, several namespaces at once:
-        # the work is in bpftool, tc and the kernel, so threads use every core.
-        with ThreadPoolExecutor(max_workers=4) as pool:
-            for done in [pool.submit(dp._attach_group, specs[0].netns_pid, specs)
-                         for specs in groups.values()]:
-                done.result()
+        # One load for every namespace where no two ports share an ifindex; else one each.
+        indexes: list[int] = []
+        for specs in groups.values():
+            with _in_netns(specs[0].netns_pid):
+                indexes += [_if_index(s.ifname) for s in specs]
+        shared = Program() if len(groups) > 1 and len(set(indexes)) == len(indexes) else None
+        jobs: list[tuple[int | None, list[str], str]] = []
+        for specs in groups.values():
+            dp._attach_group(specs[0].netns_pid, specs, shared or Program(), jobs)
+        netns.run_batches(jobs)
     except BaseException:
         dp.detach()
         raise

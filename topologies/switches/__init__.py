@@ -30,6 +30,12 @@ def resolve(requested: str = "auto") -> str:
     """The backend a run uses: `requested` if this machine runs it, or for `auto` the fastest
     one it runs. PreflightError (one line naming the fix) otherwise; for `auto` the reason
     given is OVS's, the first-class backend."""
+    return choose(requested)[0]
+
+
+def choose(requested: str = "auto") -> tuple[str, str]:
+    """(the backend a run uses, why: for `auto`, which faster backend this machine does not
+    run and why not). PreflightError as `resolve`."""
     if requested != "auto" and requested not in BACKENDS:
         raise preflight.PreflightError(f"unknown switch backend {requested!r}: use one of "
                                        f"{', '.join(CHOICES)}")
@@ -37,10 +43,13 @@ def resolve(requested: str = "auto") -> str:
         why = BACKENDS[requested].unavailable()
         if why is not None:
             raise preflight.PreflightError(why)
-        return requested
+        return requested, "asked for"
+    skipped: list[str] = []
     for name in FASTEST_FIRST:
-        if BACKENDS[name].unavailable() is None:
-            return name
+        why = BACKENDS[name].unavailable()
+        if why is None:
+            return name, "auto: " + ("; ".join(skipped) if skipped else f"{name} is the fastest here")
+        skipped.append(f"not {name} ({why})")
     raise preflight.PreflightError(OvsBackend.unavailable() or "no switch backend can run here")
 
 
@@ -48,6 +57,12 @@ def check(requested: str = "auto") -> str:
     """Everything an emulation needs (root, Mininet, a switch backend): the backend's name."""
     preflight.check_all()
     return resolve(requested)
+
+
+def check_choice(requested: str = "auto") -> tuple[str, str]:
+    """`check`, with why that backend (`choose`)."""
+    preflight.check_all()
+    return choose(requested)
 
 
 def make(name: str, fabric: Fabric, workdir: Path, **options: Any) -> SwitchBackend:
@@ -73,5 +88,5 @@ def cleanup_leftovers() -> dict[str, int]:
     return out
 
 
-__all__ = ["BACKENDS", "CHOICES", "SwitchBackend", "check", "cleanup_leftovers", "leftovers",
-           "make", "resolve", "set_mtu"]
+__all__ = ["BACKENDS", "CHOICES", "SwitchBackend", "check", "check_choice", "choose",
+           "cleanup_leftovers", "leftovers", "make", "resolve", "set_mtu"]

@@ -5,8 +5,10 @@ routers in `linux.py`).
 
 An emulation calls, in this order: `start_instances`, `controller_config` and
 `controller_command` (the control-plane process it starts), `controller_listening` (until it
-is), `add_switches` (Mininet nodes, before `net.build()`), `start_switches` (after the links
-exist), then during the run the queries and faults below, and at the end `stop`. A killed run
+is), `add_switches` (Mininet nodes; the emulation then makes every link, asking
+`port_link_options` for the switch ends), `start_switches` (after the links exist), then during the run the queries and faults below, and
+at the end `stop`. The control plane writes its status to `STATUS_FILE` in the run's folder
+(`ready_dpids`: the switches it has programmed) whatever the backend. A killed run
 leaves what `leftovers` lists and `cleanup_leftovers` removes (topologies/cleanup.py calls both
 for every backend).
 """
@@ -24,6 +26,8 @@ from topologies.model import LINK_MTU, Fabric
 # Per-port counters every backend reports (port_counters): packets and bytes each way, and the
 # packets the switch itself dropped on the port (not a queue's drops: those are tc's).
 COUNTER_KEYS = ("rx_pkts", "rx_bytes", "tx_pkts", "tx_bytes", "rx_drop", "tx_drop")
+STATUS_FILE = "controller-status.json"  # the control plane's status, in the run's folder
+NOTIFY_FILE = "controller.sock"  # where it hears of failures no port event reveals
 
 
 def set_mtu(ifnames: list[str], netns_pid: int | None, mtu: int = LINK_MTU) -> None:
@@ -77,6 +81,11 @@ class SwitchBackend(ABC):
     @abstractmethod
     def add_switches(self, net: Any) -> None:
         """Add every switch of the fabric to a Mininet network before it is built."""
+
+    def port_link_options(self, switch: str, port: int) -> str:
+        """Extra `ip link add` options for the veth end that is port `port` of `switch` (e.g.
+        " address MAC index N"), "" for none."""
+        return ""
 
     @abstractmethod
     def start_switches(self) -> None:

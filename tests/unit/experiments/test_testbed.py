@@ -19,3 +19,18 @@ def test_the_switches_get_the_same_config_as_the_agents(tmp_path):
     bed = testbed.Testbed(build(planes=1, leaves=2, spines=1, hosts_per_leaf=1), tmp_path, transport=config)
     assert bed.em.transport is config  # nothing started: the constructor only wires things up
     assert transport_overrides(bed.transport) == {"mtu_payload": 2048}
+
+
+def test_progress_line_says_why_auto_fell_back():
+    from types import SimpleNamespace
+
+    from experiments.testbed import describe_switches
+
+    em = SimpleNamespace(switch_backend="ovs", datapath="user", switch_choice="asked for")
+    assert describe_switches(em) == "ovs switches, user datapath"  # type: ignore[arg-type]
+    em.switch_choice = "auto: not linux (no NEXT-C-SID here)"
+    assert describe_switches(em) == ("ovs switches, user datapath; "  # type: ignore[arg-type]
+                                     "auto: not linux (no NEXT-C-SID here)")
+    linux = SimpleNamespace(switch_backend="linux", datapath="",
+                            switch_choice="auto: linux is the fastest here")
+    assert describe_switches(linux) == "linux switches"  # type: ignore[arg-type]

@@ -6,7 +6,7 @@ import pytest
 
 from topologies import preflight, switches
 from topologies.model import build
-from topologies.switches import linux
+from topologies.switches import linux, routers
 from topologies.switches.ovs import OvsBackend
 
 
@@ -25,8 +25,10 @@ def test_auto_takes_the_fastest_available(monkeypatch):
     monkeypatch.setattr(OvsBackend, "unavailable", classmethod(lambda cls: None))
     monkeypatch.setattr(linux.LinuxBackend, "unavailable", classmethod(lambda cls: None))
     assert switches.resolve("auto") == switches.FASTEST_FIRST[0]
+    assert switches.choose("auto") == ("linux", "auto: linux is the fastest here")
     monkeypatch.setattr(linux.LinuxBackend, "unavailable", classmethod(lambda cls: "not here"))
     assert switches.resolve("auto") == "ovs"
+    assert switches.choose("auto") == ("ovs", "auto: not linux (not here)")  # saying why
     monkeypatch.setattr(OvsBackend, "unavailable", classmethod(lambda cls: "no OVS: make setup"))
     with pytest.raises(preflight.PreflightError, match="no OVS: make setup"):  # OVS's reason
         switches.resolve("auto")
@@ -85,3 +87,29 @@ def test_queued_vsctl_words_lose_only_the_shell_escaping():
     cmd = '-- --id=@cp0l0 create Controller target=\\"unix:of.sock\\" max_backoff=1000 -- add-br p0l0'
     assert _unquote_words(cmd) == ["--", "--id=@cp0l0", "create", "Controller",
                                    'target="unix:of.sock"', "max_backoff=1000", "--", "add-br", "p0l0"]
+
+
+def test_linux_backend_before_start(tmp_path):
+    fabric = build(planes=2, leaves=2, spines=2, hosts_per_leaf=1)
+    backend = switches.make("linux", fabric, tmp_path)
+    assert backend.info()["switch_backend"] == "linux"
+    assert not backend.cut_both_ends and backend.removes_port_namespaces
+    assert backend.forwarding_pids() == []  # the kernel forwards in softirq
+    cmd = backend.controller_command(tmp_path / "c.json")
+    assert cmd[-4:] == ["--backend", "linux", "--config", str(tmp_path / "c.json")]
+    # The control plane's view of a port: down exactly when its status says so.
+    assert backend.link_state("p0s0", "p0s0-eth1") == ""  # no status yet
+    (tmp_path / "controller-status.json").write_text('{"ports_down": ["p0s0-eth1"]}')
+    assert backend.link_state("p0s0", "p0s0-eth1") == "down"
+    assert backend.link_state("p0l0", "p0l0-eth2") == "up"
+
+
+def test_linux_ports_get_the_models_macs_and_ifindexes_unique_over_the_fabric(tmp_path):
+    fabric = build(planes=2, leaves=2, spines=2, hosts_per_leaf=2)
+    backend = switches.make("linux", fabric, tmp_path)
+    opts = {(sw.name, p): backend.port_link_options(sw.name, p).split()
+            for sw in fabric.switches for p in fabric.ports(sw.name)}
+    indexes = [int(o[o.index("index") + 1]) for o in opts.values()]
+    assert len(indexes) == len(set(indexes)) and min(indexes) >= routers.IFINDEX_BASE
+    assert all(o[o.index("address") + 1] == fabric.port_mac(*key) for key, o in opts.items())
+    assert switches.make("ovs", fabric, tmp_path, datapath="user").port_link_options("p0l0", 1) == ""

@@ -1,0 +1,84 @@
+"""Mininet glue for the Linux kernel-router backend: routers as Mininet switches in their own
+namespaces.
+
+Routers are `Switch` subclasses (so Mininet's CLI lists them among the switches: `net`, `dump`,
+`link p0l0 p0s0 down`, commands typed into them), each in its own network namespace, whose
+shells start together: Mininet waits for each node's prompt before starting the next, ~20 ms
+a node. Their `start`/`stop` do nothing but terminate: the control plane (`controller.run
+--backend linux`) programs them.
+"""
+
+from __future__ import annotations
+
+import os
+import pty
+import select
+from typing import Any
+
+from mininet.node import Switch
+
+
+IFINDEX_BASE = 1000  # above what a namespace's own devices take (lo is 1)
+# Written in every router namespace before its ports exist, so that every port inherits them.
+ROUTER_SYSCTLS = {
+    # No link-local address on ports (addr_gen_mode 1): no DAD, neighbour discovery or MLD from
+    # routers at all; every neighbour is static.
+    "net/ipv6/conf/default/addr_gen_mode": "1",
+    "net/ipv6/conf/all/accept_dad": "0",
+    "net/ipv6/conf/default/accept_dad": "0",
+    "net/ipv6/conf/all/accept_ra": "0",
+    "net/ipv6/conf/default/accept_ra": "0",
+    # Forwarding, End's next hop included (a failed switch is forwarding 0: set_forwarding).
+    "net/ipv6/conf/all/forwarding": "1",
+    "net/ipv6/conf/default/forwarding": "1",
+    # ECMP over the 5-tuple, like an OVS select group's hash (the default hashes the flow label,
+    # which TCP changes on every timeout).
+    "net/ipv6/fib_multipath_hash_policy": "1",
+    # A next hop whose carrier is gone stays in use until the routing plane withdraws it, as on
+    # OVS (written explicitly: the cut's meaning depends on it).
+    "net/ipv6/conf/all/ignore_routes_with_linkdown": "0",
+    "net/ipv6/conf/default/ignore_routes_with_linkdown": "0",
+}
+
+
+class KernelRouter(Switch):
+    """A Linux router in its own namespace. Its shell starts without waiting for the prompt;
+    `finish_shell()` waits (call it once every router's shell is starting)."""
+
+    def startShell(self, mnopts: str | None = None) -> None:  # noqa: N802 - Mininet's name
+        if getattr(self, "shell", None):
+            return
+        opts = ("-cd" if mnopts is None else mnopts) + ("n" if self.inNamespace else "")
+        cmd = ["mnexec", opts, "env", "PS1=" + chr(127), "bash", "--norc", "--noediting", "-is",
+               "mininet:" + self.name]
+        self.master, self.slave = pty.openpty()
+        self.shell = self._popen(cmd, stdin=self.slave, stdout=self.slave, stderr=self.slave,
+                                 close_fds=False)
+        self.stdin = os.fdopen(self.master, "r")
+        self.stdout = self.stdin
+        self.pid = self.shell.pid
+        self.pollOut = select.poll()
+        self.pollOut.register(self.stdout)
+        self.outToNode[self.stdout.fileno()] = self
+        self.inToNode[self.stdin.fileno()] = self
+        self.execed = False
+        self.lastCmd = None
+        self.lastPid = None
+        self.readbuf = ""
+        self.waiting = True
+
+    def finish_shell(self) -> None:
+        """What Mininet's startShell does after starting the shell: wait for the prompt."""
+        while True:
+            data = self.read(1024)
+            if data and data[-1] == chr(127):
+                break
+            self.pollOut.poll()
+        self.waiting = False
+        self.cmd("unset HISTFILE; stty -echo; set +m")
+
+    def start(self, controllers: list[Any]) -> None:
+        pass  # routes come from the control plane
+
+    def stop(self, deleteIntfs: bool = False) -> None:  # noqa: N803 - Mininet's name
+        self.terminate()  # the namespace and every port in it go with the last process

@@ -82,7 +82,10 @@ def test_link_failure_mrc_rides_through_single_path_transports_stall(tmp_path, s
     for t in (mrc, roce, tcp):
         for key in ("recovery_ms", "stall_ms", "data_ok", "goodput_fraction", "target"):
             assert key in t
-    assert roce["stall_ms"] >= 800 and tcp["stall_ms"] >= 800  # the routing delay, at least
+    # The routing delay (900 ms), less what was in flight: when the ECMP hash sends only a flow's
+    # acknowledgements across the cut link (the hash is the backend's), its data already sent
+    # keeps arriving for up to a queue-inflated round trip after the cut.
+    assert roce["stall_ms"] >= 600 and tcp["stall_ms"] >= 600
     assert mrc["stall_ms"] < 200
     assert mrc["recovery_ms"] is not None and mrc["recovery_ms"] < 500
     assert (out / "path_state.png").exists()

@@ -99,9 +99,9 @@ def wait_for_agents(clients: dict[str, AgentClient], log_of: Callable[[str], Pat
 
 
 def describe_switches(em: Emulation) -> str:
-    """The switch backend in a few words, for progress lines; why, when `auto` passed over a
-    faster backend this machine does not run."""
-    fell_back = em.switch_choice.startswith("auto: not ")
+    """The switch backend in a few words, for progress lines; with `auto`, which backend this
+    machine does not run and why."""
+    fell_back = "; not " in em.switch_choice
     return (f"{em.switch_backend} switches" + (f", {em.datapath} datapath" if em.datapath else "")
             + (f"; {em.switch_choice}" if fell_back else ""))
 

@@ -28,9 +28,10 @@ def test_progress_line_says_why_auto_fell_back():
 
     em = SimpleNamespace(switch_backend="ovs", datapath="user", switch_choice="asked for")
     assert describe_switches(em) == "ovs switches, user datapath"  # type: ignore[arg-type]
-    em.switch_choice = "auto: not linux (no NEXT-C-SID here)"
+    em.switch_choice = "auto: ovs"
+    assert describe_switches(em) == "ovs switches, user datapath"  # type: ignore[arg-type]
+    em.switch_choice = "auto: ovs; not linux (no NEXT-C-SID here)"
     assert describe_switches(em) == ("ovs switches, user datapath; "  # type: ignore[arg-type]
-                                     "auto: not linux (no NEXT-C-SID here)")
-    linux = SimpleNamespace(switch_backend="linux", datapath="",
-                            switch_choice="auto: linux is the fastest here")
+                                     "auto: ovs; not linux (no NEXT-C-SID here)")
+    linux = SimpleNamespace(switch_backend="linux", datapath="", switch_choice="asked for")
     assert describe_switches(linux) == "linux switches"  # type: ignore[arg-type]

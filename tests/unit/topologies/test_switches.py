@@ -21,22 +21,25 @@ def test_an_unavailable_backend_says_why(monkeypatch):
         switches.resolve("ovs")
 
 
-def test_auto_takes_the_fastest_available(monkeypatch):
+def test_auto_takes_the_first_available_and_says_why_not_the_others(monkeypatch):
     monkeypatch.setattr(OvsBackend, "unavailable", classmethod(lambda cls: None))
     monkeypatch.setattr(linux.LinuxBackend, "unavailable", classmethod(lambda cls: None))
-    assert switches.resolve("auto") == switches.FASTEST_FIRST[0]
-    assert switches.choose("auto") == ("linux", "auto: linux is the fastest here")
-    monkeypatch.setattr(linux.LinuxBackend, "unavailable", classmethod(lambda cls: "not here"))
-    assert switches.resolve("auto") == "ovs"
-    assert switches.choose("auto") == ("ovs", "auto: not linux (not here)")  # saying why
+    assert switches.resolve("auto") == switches.AUTO_ORDER[0] == "ovs"
+    assert switches.choose("auto") == ("ovs", "auto: ovs")
+    assert switches.choose("linux") == ("linux", "asked for")
+    monkeypatch.setattr(linux.LinuxBackend, "unavailable", classmethod(lambda cls: "no next-csid"))
+    assert switches.choose("auto") == ("ovs", "auto: ovs; not linux (no next-csid)")  # one line
+    monkeypatch.setattr(linux.LinuxBackend, "unavailable", classmethod(lambda cls: None))
     monkeypatch.setattr(OvsBackend, "unavailable", classmethod(lambda cls: "no OVS: make setup"))
+    assert switches.choose("auto") == ("linux", "auto: linux; not ovs (no OVS: make setup)")
+    monkeypatch.setattr(linux.LinuxBackend, "unavailable", classmethod(lambda cls: "no next-csid"))
     with pytest.raises(preflight.PreflightError, match="no OVS: make setup"):  # OVS's reason
         switches.resolve("auto")
 
 
 def test_every_backend_is_a_choice_and_implements_the_seam():
     assert set(switches.CHOICES) == {"auto", *switches.BACKENDS}
-    assert set(switches.FASTEST_FIRST) == set(switches.BACKENDS)
+    assert set(switches.FASTEST_FIRST) == set(switches.AUTO_ORDER) == set(switches.BACKENDS)
     for name, cls in switches.BACKENDS.items():
         assert cls.name == name and not getattr(cls, "__abstractmethods__", None), name
 

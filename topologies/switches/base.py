@@ -6,11 +6,11 @@ routers in `linux.py`).
 An emulation calls, in this order: `start_instances`, `controller_config` and
 `controller_command` (the control-plane process it starts), `controller_listening` (until it
 is), `add_switches` (Mininet nodes; the emulation then makes every link, asking
-`port_link_options` for the switch ends), `start_switches` (after the links exist), then during the run the queries and faults below, and
-at the end `stop`. The control plane writes its status to `STATUS_FILE` in the run's folder
-(`ready_dpids`: the switches it has programmed) whatever the backend. A killed run
-leaves what `leftovers` lists and `cleanup_leftovers` removes (topologies/cleanup.py calls both
-for every backend).
+`port_link_options` for the switch ends), `start_switches` (after the links exist), then
+during the run the queries and faults below, and at the end `stop`. The control plane writes
+its status to `STATUS_FILE` in the run's folder (`ready_dpids`: the switches it has programmed)
+whatever the backend. A killed run leaves what `leftovers` lists and `cleanup_leftovers`
+removes (topologies/cleanup.py calls both for every backend).
 """
 
 from __future__ import annotations

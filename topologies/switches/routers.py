@@ -17,7 +17,6 @@ from typing import Any
 
 from mininet.node import Switch
 
-
 IFINDEX_BASE = 1000  # above what a namespace's own devices take (lo is 1)
 # Written in every router namespace before its ports exist, so that every port inherits them.
 ROUTER_SYSCTLS = {

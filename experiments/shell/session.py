@@ -26,6 +26,18 @@ def _end(signum: int, frame: object) -> None:
     raise SessionEnd(signal.Signals(signum).name)
 
 
+def _console_signals() -> None:
+    """Ctrl-C raises KeyboardInterrupt (the console stops the foreground command with it, and
+    the session goes on); SIGTERM and SIGHUP end the session. SIGINT is set here, not left as
+    inherited: Python installs its KeyboardInterrupt handler only when it starts with SIGINT at
+    the default action, and a shell without job control starts background commands (`cmd &`
+    in a script, a CI job) with SIGINT ignored, which every child inherits, a console on its
+    own terminal (pexpect, ssh -t) included: there Ctrl-C did nothing."""
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _end)
+
+
 def run_cli(fabric: Fabric, transport: TransportConfig, seed: int = 1, datapath: str = "auto",
             dataplane: str = "auto", detect_ms: float = 900.0, workdir: Path | None = None,
             script: Path | None = None, switch: str = "auto") -> int:
@@ -33,8 +45,7 @@ def run_cli(fabric: Fabric, transport: TransportConfig, seed: int = 1, datapath:
 
     from experiments.shell.console import MrcCli
 
-    for sig in (signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, _end)
+    _console_signals()
     p = fabric.params
     print(f"*** starting {p.planes} planes x {p.leaves} leaves x {p.spines} spines, "
           f"{p.hosts_per_leaf} hosts per leaf, {p.link_mbps:g} Mbit/s links", flush=True)

@@ -29,9 +29,12 @@ class Session:
         self.workdir = workdir
         env = {**os.environ, "TERM": "dumb"}  # no bracketed-paste escapes around the prompt
         env.pop("DISPLAY", None)
+        # SIGINT ignored, as a shell without job control starts a background job (CI can be
+        # one): Ctrl-C must still stop a foreground transfer, whatever the console inherited.
         self.child = pexpect.spawn(sys.executable, ["-m", "experiments.cli", "cli", "--workdir",
                                                     str(workdir)], cwd=str(REPO), env=env,
-                                   encoding="utf-8", timeout=30, dimensions=(60, 300))
+                                   encoding="utf-8", timeout=30, dimensions=(60, 300),
+                                   preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
         self.child.logfile_read = open(workdir / "session.log", "w")
         self.child.expect(PROMPT, timeout=180)
 

@@ -68,6 +68,9 @@ _Static_assert(MRC_FLAGS_OFF < MRC_COMMON_LEN && MRC_VERSION_OFF < MRC_COMMON_LE
 #define L4_OFF(encap) (L3_OFF + 40 + 40 * (encap))
 #define PAYLOAD_OFF(encap) (L4_OFF(encap) + 8)   /* the MRC header */
 #define TRIM_LEN(encap) (PAYLOAD_OFF(encap) + MRC_TRIM_KEEP)  /* what a trimmed frame keeps */
+#define KEPT_AFTER_L3(encap) (TRIM_LEN(encap) - L3_OFF - 40)  /* kept after the outer IPv6 header */
+#define ADJ_ROOM_MAX 0xfff                 /* bpf_skb_adjust_room's largest step */
+#define ADJ_ROOM_CALLS 4                   /* frames up to ~16 KB: above any MTU here */
 #define IPPROTO_IPV6_ENCAP 41
 #define VQ_CAP_BYTES (1ULL << 30)          /* keeps vq << RATE_SHIFT far from u64 overflow */
 #define ECN_MASK 0x30                      /* ECN = low 2 bits of traffic class = byte 1 bits 5:4 */
@@ -252,6 +255,42 @@ static __always_inline int police_control(struct port_state *st, const struct po
 	return 1;
 }
 
+/* Cut the frame to TRIM_LEN. bpf_skb_change_tail refuses an skb the kernel flagged as
+ * encapsulated (skb->encapsulation), and on kernel routers every MRC data packet is: the sending
+ * host's lwt program set the flag (bpf_lwt_push_encap) and each veth hands the same skb on to
+ * the next namespace, so nothing clears it before the receiver's End.DT6 (OVS userspace sends a
+ * fresh skb from every port). Without this fallback a kernel router never trims: every packet
+ * past the trim threshold was dropped instead. bpf_skb_adjust_room shrinks right after the L3
+ * header whatever the flag, at most ADJ_ROOM_MAX bytes per call. */
+static __always_inline int cut_tail(struct __sk_buff *skb, int encap)
+{
+	if (!bpf_skb_change_tail(skb, TRIM_LEN(encap), 0))
+		return 0;
+	/* Refused (the kernel's ENOTSUPP for an skb flagged encapsulated): move the bytes kept
+	 * after the outer IPv6 header to the frame's end, then remove everything between. */
+	__u8 kept[KEPT_AFTER_L3(1)];
+	__u32 len = skb->len;
+	if (len <= TRIM_LEN(encap) ||
+	    bpf_skb_load_bytes(skb, L3_OFF + 40, kept, KEPT_AFTER_L3(encap)) ||
+	    bpf_skb_store_bytes(skb, len - KEPT_AFTER_L3(encap), kept, KEPT_AFTER_L3(encap), 0))
+		return -1;
+	__u32 excess = len - TRIM_LEN(encap);
+#pragma unroll
+	for (int i = 0; i < ADJ_ROOM_CALLS; i++) {
+		__u32 n = excess > ADJ_ROOM_MAX ? ADJ_ROOM_MAX : excess;
+		if (n && bpf_skb_adjust_room(skb, -(__s32)n, BPF_ADJ_ROOM_NET, 0))
+			return -1;
+		excess -= n;
+	}
+	/* The kernel removed the bytes right after its idea of the L3 header: check it is ours. */
+	__u64 now_there, moved;
+	__builtin_memcpy(&moved, kept, sizeof(moved));
+	if (excess || skb->len != TRIM_LEN(encap) ||
+	    bpf_skb_load_bytes(skb, L3_OFF + 40, &now_there, sizeof(now_there)) || now_there != moved)
+		return -1;
+	return 0;
+}
+
 /* Cut a data packet to TRIM_LEN, zero its ICRC field (no CRC here: the agents do not check it,
  * and the UDP checksum below covers the packet), clear PadCnt (no payload is left), flag it
  * TRIMMED, fix the lengths (both IPv6 payload lengths
@@ -261,7 +300,7 @@ static __always_inline int police_control(struct port_state *st, const struct po
  * here write full checksums, so the field is never a CHECKSUM_PARTIAL seed. */
 static __always_inline int trim(struct __sk_buff *skb, int encap, int last_hop)
 {
-	if (bpf_skb_change_tail(skb, TRIM_LEN(encap), 0))
+	if (cut_tail(skb, encap))
 		return -1;
 	void *data = (void *)(long)skb->data;
 	void *end = (void *)(long)skb->data_end;

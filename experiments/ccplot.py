@@ -154,7 +154,7 @@ def _no_data(ax, what: str) -> None:  # noqa: ANN001 - a matplotlib Axes
 
 
 def plot(data: CcData, out: Path, summary: dict) -> Path:
-    from experiments.plots import plt  # matplotlib, Agg backend
+    from experiments.plots import fabric_label, plt  # matplotlib, Agg backend
 
     qps = sorted(data.qps)[:MAX_QPS]
     fig, axes = plt.subplots(8, 1, figsize=(12, 22), dpi=80, sharex=True)
@@ -295,12 +295,8 @@ def plot(data: CcData, out: Path, summary: dict) -> Path:
         if event.get("transport") == data.label:
             for a in axes:
                 a.axvline(event["t"], color="black", ls="--", lw=0.7)
-    p = summary.get("fabric", {})
-    shape = f"{p.get('planes')} x {p.get('leaves')} x {p.get('spines')} x {p.get('hosts_per_leaf')}" \
-        if p else "?"
     fig.suptitle(f"{summary.get('scenario')} seed {summary.get('seed')}, {data.label}: congestion "
-                 f"signals ({shape} fabric, {p.get('link_mbps', '?')} Mbit/s); dashed: faults",
-                 fontsize=10)
+                 f"signals ({fabric_label(summary)}); dashed: faults", fontsize=10)
     # Fixed margins: tight_layout would draw the 8 panels once more just to measure them.
     fig.subplots_adjust(left=0.11, right=0.92, top=0.975, bottom=0.035, hspace=0.12)
     fig.savefig(out)

@@ -12,10 +12,16 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from experiments.metrics import BIN_S, series, smoothed  # noqa: E402
+from topologies.model import FabricParams  # noqa: E402
 
 TRANSPORT_COLOURS = {"mrc": "#1f77b4", "roce": "#d62728", "spray": "#9467bd", "tcp": "#2ca02c",
                      "mptcp": "#ff7f0e"}
 STATE_COLOURS = {"GOOD": "#2ca02c", "SKIP": "#ffbf00", "ASSUMED_BAD": "#d62728", "DENIED": "#444444"}
+
+
+def fabric_label(summary: dict) -> str:
+    """A run's fabric in words, for figure titles (`FabricParams.describe`)."""
+    return FabricParams.from_dict(summary["fabric"]).describe()
 
 
 def plot_recovery(path: Path, curves: dict[str, list[float]], bin_s: float, summary: dict) -> None:
@@ -41,10 +47,8 @@ def plot_recovery(path: Path, curves: dict[str, list[float]], bin_s: float, summ
         ax.text(0.5, 0.5, "EMULATION NOT FAITHFUL:\n" + "\n".join(fid["problems"]),
                 transform=ax.transAxes, ha="center", va="center", color="red", fontsize=11,
                 alpha=0.6)
-    p = summary["fabric"]
-    ax.set_title(f"Goodput through a T0-T1 link cut: {p['planes']} planes x {p['leaves']} leaves x "
-                 f"{p['spines']} spines, {p['link_mbps']:g} Mbit/s links (50 ms average, 10 ms bins faint)",
-                 fontsize=9)
+    ax.set_title(f"Goodput through a T0-T1 link cut: {fabric_label(summary)} (50 ms average, 10 ms "
+                 "bins faint)", fontsize=9)
     ax.set_xlabel("time since start (s)")
     ax.set_ylabel("goodput at receiver (Mbit/s)")
     ax.set_ylim(bottom=0)
@@ -92,10 +96,8 @@ def plot_scenario(folder: Path, summary: dict, curves: dict[str, list[float]],
             ax.set_ylim(bottom=0)
             ax.grid(alpha=0.3)
         _fidelity_stamp(axes[0, 0], summary)
-        p = summary["fabric"]
-        fig.suptitle(f"{summary['scenario']}: {summary['title']} ({p['planes']} planes x {p['leaves']} "
-                     f"leaves x {p['spines']} spines, {p['hosts_per_leaf']} hosts/leaf, "
-                     f"{p['link_mbps']:g} Mbit/s); dashed: faults", fontsize=9)
+        fig.suptitle(f"{summary['scenario']}: {summary['title']} ({fabric_label(summary)}); dashed: "
+                     "faults", fontsize=9)
         axes[-1, 0].set_xlabel("time since the transport's start (s); 50 ms average, 10 ms bins faint")
         fig.tight_layout()
         fig.savefig(folder / "goodput.png")
@@ -206,9 +208,8 @@ def plot_session(path: Path, flows: list[FlowPanel], t0: float, span_s: float, f
     ax.set_ylabel("goodput (Mbit/s)")
     ax.grid(alpha=0.3)
     ax.legend(loc="lower left", fontsize=7)
-    ax.set_title(f"{fabric['planes']} planes x {fabric['leaves']} leaves x {fabric['spines']} spines, "
-                 f"{fabric['link_mbps']:g} Mbit/s links; 50 ms average; dashed: faults (green: "
-                 f"repairs)", fontsize=8, loc="left")
+    ax.set_title(f"{FabricParams.from_dict(fabric).describe()}; 50 ms average; dashed: faults "
+                 "(green: repairs)", fontsize=8, loc="left")
     for ax, f in zip(axes[1:, 0], with_evs, strict=True):
         changed = {c[1] for c in f.ev_changes}
         rows = f.evs if len(f.evs) <= MAX_EV_ROWS else [e for e in f.evs if e[0] in changed]

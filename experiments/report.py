@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 from topologies import files
+from topologies.model import FabricParams
 
 
 def figures(scenario: str) -> tuple[str, ...]:
@@ -74,10 +75,8 @@ def write_report(results: Path) -> Path:
             continue
         found += 1
         folder = summary_path.parent.name
-        p = summary["fabric"]
         parts += [f"## {folder}: {summary.get('title', summary['scenario'])}", "",
-                  f"Fabric: {p['planes']} planes x {p['leaves']} leaves x {p['spines']} spines, "
-                  f"{p['hosts_per_leaf']} hosts per leaf, {p['link_mbps']:g} Mbit/s links; "
+                  f"Fabric: {FabricParams.from_dict(summary['fabric']).describe()}; "
                   f"seed {summary.get('seed')}.", "", table(summary, markdown=True), "",
                   fidelity_line(summary), ""]
         for image in ("goodput.png", "recovery.png", "path_state.png", "cdf.png", "ev_load.png", "cc.png"):

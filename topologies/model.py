@@ -127,6 +127,15 @@ class FabricParams:
                 f"use fewer leaves, spines or hosts per leaf"
             )
 
+    def describe(self) -> str:
+        """The fabric in words, as figure titles, the report and the console name it."""
+        def n(count: int, one: str, many: str) -> str:
+            return f"{count} {one if count == 1 else many}"
+
+        return (f"{n(self.planes, 'plane', 'planes')} x {n(self.leaves, 'leaf', 'leaves')} x "
+                f"{n(self.spines, 'spine', 'spines')}, {n(self.hosts_per_leaf, 'host', 'hosts')} "
+                f"per leaf, {self.link_mbps:g} Mbit/s links")
+
     def as_dict(self) -> dict[str, int | float]:
         return {"planes": self.planes, "leaves": self.leaves, "spines": self.spines,
                 "hosts_per_leaf": self.hosts_per_leaf, "link_mbps": self.link_mbps}

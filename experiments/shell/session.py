@@ -46,9 +46,7 @@ def run_cli(fabric: Fabric, transport: TransportConfig, seed: int = 1, datapath:
     from experiments.shell.console import MrcCli
 
     _console_signals()
-    p = fabric.params
-    print(f"*** starting {p.planes} planes x {p.leaves} leaves x {p.spines} spines, "
-          f"{p.hosts_per_leaf} hosts per leaf, {p.link_mbps:g} Mbit/s links", flush=True)
+    print(f"*** starting {fabric.params.describe()}", flush=True)
     t0 = time.monotonic()
     ended: SessionEnd | None = None
     try:

@@ -90,11 +90,16 @@ def test_port_labels_say_which_way_each_port_sends():
     assert labels["p0s0-eth1"] == "p0s0-eth1 (p0s0>p0l0)"
 
 
-def test_figures_for_every_label_even_without_any_signal(tmp_path):
+def test_figures_for_every_label_even_without_any_signal(tmp_path, figure_texts):
     summary = _results(tmp_path)
     drawn = ccplot.plot_run(tmp_path, summary)
     assert [p.name for p in drawn] == ["cc.png", "cc-tcp.png"]
     assert all(p.stat().st_size > 20_000 for p in drawn)
+    words = figure_texts["cc.png"].splitlines()
+    assert any(FabricParams(2, 2, 2, 2).describe() in w for w in words)
+    # the decreases and the EV events, grouped by cause with their counts
+    assert {"ecn (1)", "skip: ecn (1)", "benched: rto (1)", "timeout (1)"} <= set(words)
+    assert "no data: no EV skipped or benched, no timeout" in figure_texts["cc-tcp.png"]
     assert ccplot.main([str(tmp_path), "--label", "tcp", "--out", str(tmp_path / "x.png")]) == 0
     assert ccplot.main([str(tmp_path), "--label", "quic"]) == 2
     with pytest.raises(ValueError, match="choose one of mrc, tcp"):

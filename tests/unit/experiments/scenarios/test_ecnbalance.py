@@ -63,7 +63,7 @@ def test_defaults_are_the_papers_setting():
     assert opts.scenario.figures[0] == "goodput_fraction"
 
 
-def test_the_ev_load_plot_draws_each_flow_and_says_when_there_is_nothing(tmp_path):
+def test_the_ev_load_plot_draws_each_flow_and_says_when_there_is_nothing(tmp_path, figure_texts):
     fabric = FabricParams(planes=2, leaves=2, spines=2, hosts_per_leaf=2)
     f = Fabric(fabric)
     (asrc, adst), (bsrc, bdst) = roles(f)
@@ -81,3 +81,4 @@ def test_the_ev_load_plot_draws_each_flow_and_says_when_there_is_nothing(tmp_pat
                "faults": [{"t": 0.5, "transport": "mrc", "action": "force_shared_path"}], "seed": 1}
     plot_ev_load(tmp_path, summary)  # spray's file is missing: its panels say "no data"
     assert (tmp_path / "ev_load.png").stat().st_size > 10_000
+    assert fabric.describe() in figure_texts["ev_load.png"]

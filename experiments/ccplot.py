@@ -154,7 +154,7 @@ def _no_data(ax, what: str) -> None:  # noqa: ANN001 - a matplotlib Axes
 
 
 def plot(data: CcData, out: Path, summary: dict) -> Path:
-    from experiments.plots import fabric_label, plt  # matplotlib, Agg backend
+    from experiments.plots import fabric_label, fidelity_stamp, plt  # matplotlib, Agg backend
 
     qps = sorted(data.qps)[:MAX_QPS]
     fig, axes = plt.subplots(8, 1, figsize=(12, 22), dpi=80, sharex=True)
@@ -295,6 +295,7 @@ def plot(data: CcData, out: Path, summary: dict) -> Path:
         if event.get("transport") == data.label:
             for a in axes:
                 a.axvline(event["t"], color="black", ls="--", lw=0.7)
+    fidelity_stamp(axes[0], summary)
     fig.suptitle(f"{summary.get('scenario')} seed {summary.get('seed')}, {data.label}: congestion "
                  f"signals ({fabric_label(summary)}); dashed: faults", fontsize=10)
     # Fixed margins: tight_layout would draw the 8 panels once more just to measure them.

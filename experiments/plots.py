@@ -42,11 +42,7 @@ def plot_recovery(path: Path, curves: dict[str, list[float]], bin_s: float, summ
     top = ax.get_ylim()[1]
     ax.text(failure["at_s"], top * 0.97, f" cut {failure['link']}", va="top", fontsize=8)
     ax.text(failure["restored_at_s"], top * 0.97, " restored", va="top", fontsize=8, color="green")
-    fid = summary["fidelity"]
-    if not fid.get("faithful", True):
-        ax.text(0.5, 0.5, "EMULATION NOT FAITHFUL:\n" + "\n".join(fid["problems"]),
-                transform=ax.transAxes, ha="center", va="center", color="red", fontsize=11,
-                alpha=0.6)
+    fidelity_stamp(ax, summary)
     ax.set_title(f"Goodput through a T0-T1 link cut: {fabric_label(summary)} (50 ms average, 10 ms "
                  "bins faint)", fontsize=9)
     ax.set_xlabel("time since start (s)")
@@ -59,9 +55,9 @@ def plot_recovery(path: Path, curves: dict[str, list[float]], bin_s: float, summ
     plt.close(fig)
 
 
-
-
-def _fidelity_stamp(ax, summary: dict) -> None:
+def fidelity_stamp(ax, summary: dict) -> None:
+    """Across `ax`, in red, that the run was not faithful and why (its first problems); nothing
+    on a faithful run. Every figure of a run carries it, on its first panel."""
     fid = summary["fidelity"]
     if not fid.get("faithful", True):
         ax.text(0.5, 0.5, "EMULATION NOT FAITHFUL:\n" + "\n".join(fid["problems"][:4]),
@@ -95,7 +91,7 @@ def plot_scenario(folder: Path, summary: dict, curves: dict[str, list[float]],
             ax.set_ylabel("Mbit/s", fontsize=8)
             ax.set_ylim(bottom=0)
             ax.grid(alpha=0.3)
-        _fidelity_stamp(axes[0, 0], summary)
+        fidelity_stamp(axes[0, 0], summary)
         fig.suptitle(f"{summary['scenario']}: {summary['title']} ({fabric_label(summary)}); dashed: "
                      "faults", fontsize=9)
         axes[-1, 0].set_xlabel("time since the transport's start (s); 50 ms average, 10 ms bins faint")
@@ -138,6 +134,7 @@ def _plot_path_state(path: Path, summary: dict, timelines: dict[str, list[list]]
         ax.set_title(f"{name}: per-EV state of the first QP (only EVs that changed state; "
                      "green GOOD, amber SKIP, red ASSUMED_BAD)", fontsize=8, loc="left")
         ax.set_xlim(0, t1 - t0)
+    fidelity_stamp(axes[0, 0], summary)
     axes[-1, 0].set_xlabel("time since the transport's start (s)")
     fig.tight_layout()
     fig.savefig(path)
@@ -161,7 +158,7 @@ def plot_cdf(path: Path, summary: dict, xlabel: str, series_of: Callable[[dict],
     ax.set_ylabel("CDF")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
-    _fidelity_stamp(ax, summary)
+    fidelity_stamp(ax, summary)
     ax.set_title(f"{summary['scenario']}: {summary['title']}", fontsize=9)
     fig.tight_layout()
     fig.savefig(path)

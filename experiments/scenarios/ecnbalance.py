@@ -180,7 +180,7 @@ def read_ev_load(path: Path) -> dict[str, list[tuple[float, dict[int, int]]]]:
 def plot_ev_load(folder: Path, summary: dict) -> None:
     """ev_load.png: per transport, each flow's data per EV over time (stacked, Mbit/s); the
     shared path hatched, the force dashed."""
-    from experiments.plots import fabric_label, plt  # matplotlib: only when there is something to draw
+    from experiments.plots import fabric_label, fidelity_stamp, plt  # matplotlib: only when drawn
 
     labels = list(summary["transports"])
     fabric = Fabric(FabricParams.from_dict(summary["fabric"]))
@@ -215,6 +215,7 @@ def plot_ev_load(folder: Path, summary: dict) -> None:
             ax.set_ylabel("Mbit/s", fontsize=8)
             ax.legend(fontsize=7, loc="upper right", ncol=4)
             ax.grid(alpha=0.3)
+    fidelity_stamp(axes[0, 0], summary)
     fig.suptitle(f"ecn-balance: the second flow forced onto plane {SHARED[0]} spine {SHARED[1]} "
                  f"(dashed); {fabric_label(summary)}, seed {summary['seed']}", fontsize=9)
     axes[-1, 0].set_xlabel("seconds since the transport started")

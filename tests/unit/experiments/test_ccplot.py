@@ -19,7 +19,7 @@ def _write(folder, name, records):
     (folder / name).write_text("".join(json.dumps(r) + "\n" for r in records) + "{cut short")
 
 
-def _results(tmp_path, agent_host_samples=False):
+def _results(tmp_path, agent_host_samples=False, faithful=True):
     traces = tmp_path / "traces"
     h0 = [{"qpn": 1, "event": "cc", "t": T0 + i * 0.005, "cwnd": 10 + i, "inflight": 8, "srtt": 0.004,
            "base_rtt": 0.002, "target": 0.02, "ecn_frac": 0.1, "path_rtt": None, "rto": 0.03,
@@ -46,6 +46,7 @@ def _results(tmp_path, agent_host_samples=False):
         "p0l0-eth3": [i, i * 4198, i * 4000], "p0s0-eth1": [1, 4198, None], "p0l1-eth1": [0, 0, 0]}}
         for i in range(10)])
     summary = {"scenario": "permutation", "seed": 3, "fabric": FabricParams(2, 2, 2, 2).as_dict(),
+               "fidelity": {"faithful": faithful, "problems": [] if faithful else ["CPU idle 2%"]},
                "faults": [{"t": 0.2, "transport": "mrc", "action": "cut"}],
                "dataplane": {"mode": "ebpf", "mark_bytes": 20990, "trim_bytes": 62970},
                "traces": {"windows": {"mrc": [T0, T0 + 1.0], "tcp": [T0 + 5, T0 + 6]},
@@ -100,6 +101,12 @@ def test_figures_for_every_label_even_without_any_signal(tmp_path, figure_texts)
     # the decreases and the EV events, grouped by cause with their counts
     assert {"ecn (1)", "skip: ecn (1)", "benched: rto (1)", "timeout (1)"} <= set(words)
     assert "no data: no EV skipped or benched, no timeout" in figure_texts["cc-tcp.png"]
+    assert "EMULATION NOT FAITHFUL" not in figure_texts["cc.png"]
+
+
+def test_a_run_that_was_not_faithful_says_so_on_cc_png(tmp_path, figure_texts):
+    ccplot.plot_run(tmp_path, _results(tmp_path, faithful=False))
+    assert "EMULATION NOT FAITHFUL:\nCPU idle 2%" in figure_texts["cc.png"]
     assert ccplot.main([str(tmp_path), "--label", "tcp", "--out", str(tmp_path / "x.png")]) == 0
     assert ccplot.main([str(tmp_path), "--label", "quic"]) == 2
     with pytest.raises(ValueError, match="choose one of mrc, tcp"):

@@ -41,3 +41,17 @@ def test_every_scenario_figure_names_the_fabric_alike(tmp_path, figure_texts):
         assert WORDS in figure_texts[name], name
     assert (tmp_path / "goodput.png").stat().st_size > 10_000
 
+
+
+def test_a_run_that_was_not_faithful_says_so_on_its_figures(tmp_path, figure_texts):
+    curve = [5.0] * int(3 / BIN_S)
+    for faithful in (True, False):
+        summary = _summary(faithful)
+        plots.plot_scenario(tmp_path, summary, {"mrc": curve}, {"mrc": (0.0, 3.0)},
+                            {"mrc": [[0.5, 0x1C000, "GOOD", "SKIP"]]})
+        plots.plot_recovery(tmp_path / "recovery.png", {"mrc": curve}, BIN_S, summary)
+        plots.plot_cdf(tmp_path / "cdf.png", summary, "ms", lambda t: [([1, 2, 3], "-", "steps")])
+        for name in ("goodput.png", "path_state.png", "recovery.png", "cdf.png"):
+            stamped = "EMULATION NOT FAITHFUL" in figure_texts[name]
+            assert stamped is not faithful, name
+            assert ("CPU idle 3% < 10%" in figure_texts[name]) is not faithful, name

@@ -63,7 +63,9 @@ def test_defaults_are_the_papers_setting():
     assert opts.scenario.figures[0] == "goodput_fraction"
 
 
-def test_the_ev_load_plot_draws_each_flow_and_says_when_there_is_nothing(tmp_path, figure_texts):
+@pytest.mark.parametrize("faithful", [True, False])
+def test_the_ev_load_plot_draws_each_flow_and_says_when_there_is_nothing(tmp_path, figure_texts,
+                                                                           faithful):
     fabric = FabricParams(planes=2, leaves=2, spines=2, hosts_per_leaf=2)
     f = Fabric(fabric)
     (asrc, adst), (bsrc, bdst) = roles(f)
@@ -78,7 +80,10 @@ def test_the_ev_load_plot_draws_each_flow_and_says_when_there_is_nothing(tmp_pat
     figures = {"flows": {"a": [asrc, adst], "b": [bsrc, bdst]},
                "shared_ev": {"a": evs["a"][0], "b": evs["b"][0]}, "a_shared_share_after": 0.1}
     summary = {"transports": {"mrc": figures, "spray": figures}, "fabric": fabric.as_dict(),
-               "faults": [{"t": 0.5, "transport": "mrc", "action": "force_shared_path"}], "seed": 1}
+               "faults": [{"t": 0.5, "transport": "mrc", "action": "force_shared_path"}], "seed": 1,
+               "fidelity": {"faithful": faithful, "problems": [] if faithful else ["CPU idle 4%"]}}
     plot_ev_load(tmp_path, summary)  # spray's file is missing: its panels say "no data"
     assert (tmp_path / "ev_load.png").stat().st_size > 10_000
     assert fabric.describe() in figure_texts["ev_load.png"]
+    stamped = "EMULATION NOT FAITHFUL:\nCPU idle 4%" in figure_texts["ev_load.png"]
+    assert stamped is not faithful

@@ -28,6 +28,7 @@ import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 MAX_QPS = 8  # QPs drawn per figure (a legend past that is unreadable): the first by QP number
 BUSIEST_PORTS = 6
@@ -205,38 +206,26 @@ def plot(data: CcData, out: Path, summary: dict) -> Path:
     ax.set_ylabel("ECN-marked\nfraction (EWMA)")
 
     ax = axes[3]
-    points: dict[str, list[tuple[float, float]]] = {}
+    decreases: dict[Mark, list[tuple[float, float]]] = {}
     for i, q in enumerate(qps):
         for r in data.of(q, "cwnd_dec"):
-            points.setdefault(str(r.get("cause")), []).append((r["t"], i))
-    for cause, xy in sorted(points.items()):
-        ax.scatter(*zip(*xy, strict=True), color=CAUSE_COLOURS.get(cause, "grey"), s=12,
-                   label=f"{cause} ({len(xy)})")
-    _rows(ax, qps, name)
-    if points:
-        ax.legend(fontsize=7, loc="upper right", ncol=5)
-    else:
-        _no_data(ax, "no window decrease recorded")
+            cause = str(r.get("cause"))
+            decreases.setdefault(Mark(cause, "o", CAUSE_COLOURS.get(cause, "grey"), 12),
+                                 []).append((r["t"], i))
+    _scatter_rows(ax, decreases, qps, name, 5, "no window decrease recorded")
     ax.set_ylabel("window decreases\nby cause")
 
     ax = axes[4]
-    marks: dict[tuple[str, str, str], list[tuple[float, float]]] = {}  # (label, marker, colour)
+    marks: dict[Mark, list[tuple[float, float]]] = {}
     for i, q in enumerate(qps):
         for when, cause in data.skips(q):
-            marks.setdefault((f"skip: {cause}", "o", CAUSE_COLOURS.get(cause, "grey")), []).append(
-                (when, i + 0.15))
+            marks.setdefault(Mark(f"skip: {cause}", "o", CAUSE_COLOURS.get(cause, "grey"), 6),
+                             []).append((when, i + 0.15))
         for when, rule in data.benchings(q):
-            marks.setdefault((f"benched: {rule}", "x", "tab:red"), []).append((when, i - 0.15))
+            marks.setdefault(Mark(f"benched: {rule}", "x", "tab:red", 30), []).append((when, i - 0.15))
         for when in data.timeouts(q):
-            marks.setdefault(("timeout", "|", "black"), []).append((when, i - 0.3))
-    for (what, marker, col), xy in sorted(marks.items()):
-        ax.scatter(*zip(*xy, strict=True), marker=marker, s=30 if marker != "o" else 6, color=col,
-                   label=f"{what} ({len(xy)})")
-    _rows(ax, qps, name)
-    if marks:
-        ax.legend(fontsize=7, loc="upper right", ncol=4)
-    else:
-        _no_data(ax, "no EV skipped or benched, no timeout")
+            marks.setdefault(Mark("timeout", "|", "black", 30), []).append((when, i - 0.3))
+    _scatter_rows(ax, marks, qps, name, 4, "no EV skipped or benched, no timeout")
     ax.set_ylabel("EV skips (o), benchings (x),\ntimeouts (|)")
 
     ax = axes[5]
@@ -305,9 +294,27 @@ def plot(data: CcData, out: Path, summary: dict) -> Path:
     return out
 
 
-def _rows(ax, qps: list[int], name: dict[int, str]) -> None:  # noqa: ANN001
+class Mark(NamedTuple):
+    """How one group of events is drawn in a panel with a row per QP."""
+    label: str
+    marker: str
+    colour: str
+    size: float
+
+
+def _scatter_rows(ax, groups: dict[Mark, list[tuple[float, float]]], qps: list[int],  # noqa: ANN001
+                  name: dict[int, str], ncol: int, nothing: str) -> None:
+    """Each group's (t, row) points, its legend entry counting them, one row per QP; `nothing`
+    says why a panel without a point is empty."""
+    for mark, xy in sorted(groups.items()):
+        ax.scatter(*zip(*xy, strict=True), marker=mark.marker, s=mark.size, color=mark.colour,
+                   label=f"{mark.label} ({len(xy)})")
     ax.set_yticks(range(len(qps)), [name[q] for q in qps], fontsize=7)
     ax.set_ylim(-0.7, max(len(qps), 1) - 0.3)
+    if groups:
+        ax.legend(fontsize=7, loc="upper right", ncol=ncol)
+    else:
+        _no_data(ax, nothing)
 
 
 def figure_name(label: str, first: bool) -> str:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -64,11 +65,15 @@ def test_bench_writes_sane_numbers_and_leaves_nothing_behind(root, tmp_path):
     assert not list(tmp_path.glob(".agent.json.*")), "temporary JSON left behind"
 
 
-def test_interrupted_bench_cleans_up(root, tmp_path):
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_interrupted_bench_cleans_up(root, tmp_path, sig):
     out = tmp_path / "agent.json"
+    # SIGINT ignored, as a shell without job control starts a background job (CI can be one):
+    # Ctrl-C must still stop the bench, whatever it inherited.
     proc = subprocess.Popen([sys.executable, "-m", "experiments.tools.bench", "--seconds", "30",
                              "--profile-seconds", "0", "--out", str(out)],
-                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
     tag = f"{cleanup.NETNS_PREFIX}b{proc.pid}"
     agents: list[int] = []
     try:
@@ -81,7 +86,7 @@ def test_interrupted_bench_cleans_up(root, tmp_path):
             time.sleep(0.1)
         assert len(agents) == 2, "the bench's agents did not start"
         time.sleep(1.0)  # streaming by now
-        proc.terminate()
+        proc.send_signal(sig)
         _, err = proc.communicate(timeout=30)
     finally:
         if proc.poll() is None:

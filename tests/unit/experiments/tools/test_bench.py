@@ -6,6 +6,10 @@ from __future__ import annotations
 import cProfile
 import os
 import pstats
+import signal
+import subprocess
+import sys
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -14,6 +18,7 @@ from endpoints.host import agent
 from endpoints.protocol import wire
 from experiments.tools import bench
 
+REPO = Path(__file__).resolve().parents[4]
 
 def _sample(t, user, system, sleeps=0, payload=0, **stats):
     return bench.Sample(t, user, system, stats, payload, sleeps)
@@ -120,3 +125,29 @@ def test_message_contents_are_reproducible_distinct_and_never_repeat_within_a_me
     big = bytes(agent._message_data(a, 2, 3 * agent.PATTERN_BYTES + 17))
     assert len(big) == 3 * agent.PATTERN_BYTES + 17
     assert big[:agent.PATTERN_BYTES] == big[agent.PATTERN_BYTES:2 * agent.PATTERN_BYTES]
+
+
+# A fresh interpreter started the way a shell without job control starts a background command
+# (a CI job, `cmd &` in a script): with SIGINT ignored.
+INTERRUPTED = """
+import os, signal, sys, time
+from experiments.tools import bench
+print("inherited", "ignored" if signal.getsignal(signal.SIGINT) is signal.SIG_IGN else "other")
+bench._bench_signals()
+for sig in (signal.SIGINT, signal.SIGTERM):
+    try:
+        os.kill(os.getpid(), sig)  # Ctrl-C, then a kill, during the measurement
+        time.sleep(5)
+        print(signal.Signals(sig).name, "was lost")
+    except KeyboardInterrupt:
+        print(signal.Signals(sig).name, "raised KeyboardInterrupt")
+"""
+
+
+def test_ctrl_c_and_sigterm_interrupt_the_bench_even_when_sigint_was_inherited_ignored():
+    out = subprocess.run([sys.executable, "-c", INTERRUPTED], cwd=REPO, capture_output=True,
+                         text=True, timeout=60,
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == ["inherited ignored", "SIGINT raised KeyboardInterrupt",
+                                       "SIGTERM raised KeyboardInterrupt"]

@@ -42,7 +42,9 @@ CHECKS: dict[str, dict[str, dict[str, tuple[str, float]]]] = {
                              "data_ok": ("true", 0.0)},
                      "roce": {"stall_ms": ("at_least", 800.0), "data_ok": ("true", 0.0)}},
     "lossy-link": {"mrc": {"goodput_fraction": ("at_least", 0.93), "data_ok": ("true", 0.0)}},
-    "permutation": {"mrc": {"throughput_fraction": ("at_least", 0.92),
+    # MRC against its frame's ceiling (0.9565 of the link rate at 4 KB, encapsulated):
+    # the 0.95 of capacity at a 0.97 ceiling, with a short run's slack.
+    "permutation": {"mrc": {"throughput_of_ceiling": ("at_least", 0.96),
                             "flow_fraction_min": ("at_least", 0.85), "data_ok": ("true", 0.0)},
                     "roce": {"throughput_fraction": ("at_most", 0.7), "data_ok": ("true", 0.0)}},
     "incast": {"mrc": {"victim_goodput_fraction": ("at_least", 0.92),

@@ -83,6 +83,9 @@ class PeerPaths:
 
 
 TRANSPORTS = ("mrc", "spray", "roce")  # roce: go-back-N on one ECMP-hashed path
+# Sprayed over the model's paths, IPv6-in-IPv6 to each path's uSID carrier; the others are
+# destination-routed, unencapsulated.
+SOURCE_ROUTED = ("mrc", "spray")
 
 
 @dataclass
@@ -163,7 +166,7 @@ class Agent:
         key = (peer, f"{transport}{plane}")
         if key in self._paths_cache:
             return self._paths_cache[key]
-        if transport == "roce":
+        if transport not in SOURCE_ROUTED:
             # One path per QP: destination routing over the plane's ECMP groups.
             me, them = self.host.nics[plane], self.fabric.host(peer).nics[plane]
             ev = ev_value(plane, 0x3FFF & (self.host.index * 131 + them.plane))

@@ -153,6 +153,21 @@ def frame_bytes(mtu_payload: int) -> int:
     return FRAME_OVERHEAD + data_len(mtu_payload)
 
 
+def payload_ceiling(mtu_payload: int, sack_every: int, encapsulated: bool = True) -> float:
+    """The most of a host link's rate that can be payload for a host that sends full frames on
+    it while acknowledging a flow it receives on the same NIC (one SACK every `sack_every`
+    data packets, as in a permutation), the shaper counting Ethernet and every IP header
+    (`encapsulated`: MRC's outer IPv6 header on data and SACKs alike). The figure a
+    throughput is measured against when the frame changes.
+
+    >>> round(payload_ceiling(4096, 4), 4), round(payload_ceiling(4096, 4, encapsulated=False), 4)
+    (0.9565, 0.9677)
+    """
+    outer = IPV6_HDR if encapsulated else 0
+    per_data = frame_bytes(mtu_payload) + outer + (FRAME_OVERHEAD + SACK_LEN + outer) / sack_every
+    return mtu_payload / per_data
+
+
 def ev_to_wire(ev: int) -> tuple[int, int]:
     """(UDP source port, flow label) carrying a 32-bit EV: its low 16 bits in the port, its high
     16 bits in the label's low 16 bits.

@@ -8,10 +8,12 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from endpoints.host.agent import SOURCE_ROUTED
+from endpoints.protocol import wire
 from experiments import metrics, traffic
 from experiments.flows import finish, planes_used
 from experiments.scenarios.base import TAIL_S, Kind, Options, Record, Scenario, sleep_until
-from experiments.testbed import Testbed
+from experiments.testbed import AGENT_TRANSPORTS, Testbed
 from topologies.model import Fabric, FabricError, FabricParams, fair_share_mbps
 
 STEADY_FROM_S = 1.0  # every flow has started and found its rate by then
@@ -56,6 +58,7 @@ class Permutation(Kind):
         record.windows[label] = (t0, t0 + opts.duration)
         record.transports[label] = {
             "throughput_fraction": round(sum(per_flow) / carry, 3),
+            **ceiling(bed, transport, sum(per_flow) / carry),
             "throughput_mbps": round(sum(per_flow), 2),
             "capacity_mbps": round(carry, 2),
             "host_capacity_mbps": host_cap * len(names),
@@ -75,6 +78,17 @@ class Permutation(Kind):
 
         plots.plot_cdf(folder / "cdf.png", summary, "per-flow goodput (Mbit/s)",
                        lambda t: [(t.get("flow_goodput_mbps", []), "-", "per-flow goodput")])
+
+
+def ceiling(bed: Testbed, transport: str, fraction: float) -> dict[str, float]:
+    """For the agents' transports, the most of the link rate that can be payload with this
+    run's frame (headers, MRC's encapsulation, the SACKs of the flow each host receives:
+    `wire.payload_ceiling`) and the throughput measured against it; {} for the kernel's."""
+    if transport not in AGENT_TRANSPORTS:
+        return {}
+    cfg = bed.transport
+    top = wire.payload_ceiling(cfg.mtu_payload, cfg.sack_every, transport in SOURCE_ROUTED)
+    return {"payload_ceiling": round(top, 4), "throughput_of_ceiling": round(fraction / top, 3)}
 
 
 # The default fabric: 8 hosts on 4 leaves with 2 spines per plane, so that a single-path

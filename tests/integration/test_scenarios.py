@@ -129,6 +129,10 @@ def test_permutation_incast_collective_and_report(tmp_path, switch_backend):
                 "--seed", "3")
     for t in s["transports"].values():
         assert 0 < t["throughput_fraction"] <= 1.05 and len(t["flow_goodput_mbps"]) == 8
+        # Measured against the frame's own ceiling too: MRC's encapsulation makes it lower.
+        assert t["throughput_of_ceiling"] == pytest.approx(
+            t["throughput_fraction"] / t["payload_ceiling"], abs=0.002)
+    assert s["transports"]["mrc"]["payload_ceiling"] < s["transports"]["roce"]["payload_ceiling"] < 0.97
     mrc, roce = s["transports"]["mrc"], s["transports"]["roce"]
     perm = mrc["permutation"]
     assert sorted(perm) == sorted(perm.values()) and all(a != b for a, b in perm.items())

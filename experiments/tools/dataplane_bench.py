@@ -54,6 +54,8 @@ HOPS = 3  # leaf, spine, leaf: the sender and the receiver sit on different leav
 EVS_PER_PATH = 16
 FAITHFUL_DELIVERY = 0.99
 WARMUP_S, WINDOW_S = 1.0, 3.0
+# Between trials: nothing arrived for DRAIN_QUIET_S (at most DRAIN_MAX_S of waiting).
+DRAIN_QUIET_S, DRAIN_MAX_S = 0.3, 30.0
 TRIALS = 6
 START_PPS = 5000  # the first rate tried (delivered packets per second, all planes together)
 
@@ -123,9 +125,24 @@ class Load:
         assert self.sink.stdout is not None
         self.sink.stdout.readline()  # {"mode": "ready"}
 
+    def drain(self) -> float:
+        """Wait until nothing more arrives (what an overloaded trial left queued in the
+        switches' socket buffers would otherwise count in the next window): seconds waited."""
+        t0 = time.monotonic()
+        rx_pid, last = self.em.pid(self.dst), -1
+        while time.monotonic() - t0 < DRAIN_MAX_S:
+            s = _snmp6(rx_pid)
+            now = s.get("Udp6InDatagrams", 0) + s.get("Udp6RcvbufErrors", 0)
+            if now == last:
+                break
+            last = now
+            time.sleep(DRAIN_QUIET_S)
+        return time.monotonic() - t0
+
     def trial(self, pps: float) -> dict:
         """Offer `pps` (all planes together) for a warm-up and a window: what arrived."""
         em, hz = self.em, os.sysconf("SC_CLK_TCK")
+        drained = self.drain()
         share = pps / len(self.files)
         senders = [em.popen(self.src, [str(BLAST), "send", ifname, str(path),
                                        str(WARMUP_S + WINDOW_S + 0.5), f"{share:.1f}"],
@@ -156,7 +173,7 @@ class Load:
                 "checksum_errors": b[2] - a[2],
                 "forwarding_cores": round(forwarding, 3) if fwd else None,
                 "machine_busy_cores": round((b[5] - a[5]) / (b[6] - a[6]) * (os.cpu_count() or 1), 2),
-                "window_s": round(dt, 2)}
+                "window_s": round(dt, 2), "drain_s": round(drained, 2)}
 
     def close(self) -> None:
         with contextlib.suppress(ProcessLookupError):

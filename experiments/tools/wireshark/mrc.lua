@@ -82,9 +82,6 @@ local mrc = Proto("mrc", "MRC (Multipath Reliable Connection)")
 local ROLES = { [W.ROLE_LEAF] = "leaf (T0)", [W.ROLE_SPINE] = "spine (T1)", [W.ROLE_HOST] = "host NIC" }
 local ICRC_STATUS = { [0] = "zero (not computed)", [1] = "Good", [2] = "Bad" }
 local LAYERS = { plain = "destination", outer = "outer destination", inner = "inner destination" }
-local EXT_LEN = { data = W.DATA_HDR - W.COMMON_LEN, sack = W.SACK_LEN - W.COMMON_LEN - W.ICRC_LEN,
-                  nack = W.NACK_LEN - W.COMMON_LEN - W.ICRC_LEN,
-                  probe = W.PROBE_LEN - W.COMMON_LEN - W.ICRC_LEN }
 local RESERVED_FLAGS = bit32.band(bit32.bnot(W.FLAGS_MASK), 0xFF)
 
 local pf = {
@@ -327,6 +324,44 @@ local function malformed(item, msg)
     item:add_proto_expert_info(ex.malformed, msg)
 end
 
+local function cut_short(root)
+    root:append_text(" [capture cut short]")
+end
+
+-- Header fields as { field, offset from the BTH, length }, added in this order.
+local BTH_FIELDS = { { pf.opcode, 0, 1 }, { pf.padcnt, W.PADCNT_OFF, 1 }, { pf.qpn, W.QPN_OFF, 3 },
+    { pf.ackreq, W.ACKREQ_OFF, 1 }, { pf.psn, W.PSN_OFF, 3 } }
+local FLAG_FIELDS = { { pf.f_retx, W.FLAGS_OFF, 1 }, { pf.f_trim, W.FLAGS_OFF, 1 },
+    { pf.f_trimlh, W.FLAGS_OFF, 1 }, { pf.f_ecne, W.FLAGS_OFF, 1 }, { pf.f_resv, W.FLAGS_OFF, 1 } }
+local DATA_FIELDS = { { pf.msn, DATA.msn, 4 }, { pf.payload_len, DATA.payload_len, 2 },
+    { pf.reserved, DATA.reserved, 2 }, { pf.offset, DATA.offset, 8 }, { pf.msg_len, DATA.msg_len, 4 },
+    { pf.tsval, DATA.tsval, 4 }, { pf.immediate, DATA.immediate, 4 } }
+local SACK_BITMAP_FIELDS = { { pf.base_psn, SACK.base, 4 }, { pf.bitmap, SACK.bitmap, 8 } }
+local SACK_ECHO_FIELDS = { { pf.echo_ev, SACK.echo_ev, 4 }, { pf.echo_ts, SACK.echo_ts, 4 },
+    { pf.ecn_count, SACK.ecn_count, 2 }, { pf.credit, SACK.credit, 2 } }
+local NACK_FIELDS = { { pf.reason, NACK.reason_cack, 1 }, { pf.nack_cack, NACK.reason_cack + 1, 3 },
+    { pf.echo_ev, NACK.echo_ev, 4 }, { pf.echo_ts, NACK.echo_ts, 4 } }
+local PROBE_FIELDS = { { pf.probe_id, PROBE.probe_id, 4 }, { pf.tsval, PROBE.tsval, 4 },
+    { pf.probe_ev, PROBE.probed_ev, 4 } }
+
+local function add_fields(tree, t, fields)
+    for _, f in ipairs(fields) do tree:add(f[1], t(f[2], f[3])) end
+end
+
+-- The extension subtree of a fixed-size packet (SACK, NACK, probe) of `n` bytes, or nil when
+-- it is malformed (its size is not `len`) or the capture cut it short.
+local function fixed_extension(root, t, n, cut, what, len, field)
+    if n ~= len then
+        malformed(root, string.format("%s of %d bytes, expected %d", what, n, len))
+        return nil
+    end
+    if cut then
+        cut_short(root)
+        return nil
+    end
+    return root:add(field, t(W.COMMON_LEN, len - W.COMMON_LEN - W.ICRC_LEN))
+end
+
 -- The MRC tree of one packet whose BTH starts at `off`; returns the Info column text, or nil
 -- when the packet is not MRC's.
 local function dissect_mrc(tvb, pinfo, tree, bth_fi)
@@ -350,11 +385,7 @@ local function dissect_mrc(tvb, pinfo, tree, bth_fi)
 
     -- BTH as MRC reads it (Wireshark's InfiniBand tree shows it too)
     local bt = root:add(pf.bth, t(0, W.BTH_LEN))
-    bt:add(pf.opcode, t(0, 1))
-    bt:add(pf.padcnt, t(W.PADCNT_OFF, 1))
-    bt:add(pf.qpn, t(W.QPN_OFF, 3))
-    bt:add(pf.ackreq, t(W.ACKREQ_OFF, 1))
-    bt:add(pf.psn, t(W.PSN_OFF, 3))
+    add_fields(bt, t, BTH_FIELDS)
     local b1, pkey = u8(h, W.PADCNT_OFF), u16(h, 2)
     local qpn, psn = u24(h, W.QPN_OFF), u24(h, W.PSN_OFF)
     local ackreq = band(u8(h, W.ACKREQ_OFF), W.ACKREQ_BIT) ~= 0
@@ -367,11 +398,7 @@ local function dissect_mrc(tvb, pinfo, tree, bth_fi)
     local trimmed = band(flags, W.F_TRIMMED) ~= 0
     local et = root:add(pf.meth, t(W.BTH_LEN, W.COMMON_LEN - W.BTH_LEN))
     local ft = et:add(pf.flags, t(W.FLAGS_OFF, 1))
-    ft:add(pf.f_retx, t(W.FLAGS_OFF, 1))
-    ft:add(pf.f_trim, t(W.FLAGS_OFF, 1))
-    ft:add(pf.f_trimlh, t(W.FLAGS_OFF, 1))
-    ft:add(pf.f_ecne, t(W.FLAGS_OFF, 1))
-    ft:add(pf.f_resv, t(W.FLAGS_OFF, 1))
+    add_fields(ft, t, FLAG_FIELDS)
     et:add(pf.version, t(W.VERSION_OFF, 1))
     et:add(pf.reserved, t(W.VERSION_OFF + 1, 2))
     if band(flags, RESERVED_FLAGS) ~= 0 then ft:add_proto_expert_info(ex.reserved) end
@@ -405,17 +432,11 @@ local function dissect_mrc(tvb, pinfo, tree, bth_fi)
             return info
         end
         if avail < W.DATA_HDR then
-            root:append_text(" [capture cut short]")
+            cut_short(root)
             return info
         end
-        local dt = root:add(pf.data, t(W.COMMON_LEN, EXT_LEN.data))
-        dt:add(pf.msn, t(DATA.msn, 4))
-        dt:add(pf.payload_len, t(DATA.payload_len, 2))
-        dt:add(pf.reserved, t(DATA.reserved, 2))
-        dt:add(pf.offset, t(DATA.offset, 8))
-        dt:add(pf.msg_len, t(DATA.msg_len, 4))
-        dt:add(pf.tsval, t(DATA.tsval, 4))
-        dt:add(pf.immediate, t(DATA.immediate, 4))
+        local dt = root:add(pf.data, t(W.COMMON_LEN, W.DATA_HDR - W.COMMON_LEN))
+        add_fields(dt, t, DATA_FIELDS)
         local plen, pad = u16(h, DATA.payload_len), rshift(band(b1, W.PADCNT_MASK), W.PADCNT_SHIFT)
         local offset = u32(h, DATA.offset) * 4294967296 + u32(h, DATA.offset + 4)  -- exact below 2^53
         local mlen = u32(h, DATA.msg_len)
@@ -443,44 +464,23 @@ local function dissect_mrc(tvb, pinfo, tree, bth_fi)
             malformed(dt, "payload overruns its message")
         end
     elseif opcode == W.OP_SACK then
-        if n ~= W.SACK_LEN then
-            malformed(root, string.format("SACK of %d bytes, expected %d", n, W.SACK_LEN))
-            return info
-        end
-        if cut then
-            root:append_text(" [capture cut short]")
-            return info
-        end
-        local st = root:add(pf.sack, t(W.COMMON_LEN, EXT_LEN.sack))
+        local st = fixed_extension(root, t, n, cut, "SACK", W.SACK_LEN, pf.sack)
+        if not st then return info end
         st:add(pf.cack, t(W.PSN_OFF, 3)):set_generated()
-        st:add(pf.base_psn, t(SACK.base, 4))
-        st:add(pf.bitmap, t(SACK.bitmap, 8))
+        add_fields(st, t, SACK_BITMAP_FIELDS)
         local base, hi, lo = u32(h, SACK.base), u32(h, SACK.bitmap), u32(h, SACK.bitmap + 4)
         if base > W.PSN_MASK then malformed(st, "reserved bits set in the bitmap base") end
         st:add(pf.received, t(SACK.bitmap, 8), psn_list(hi, lo, base, 1, 64)):set_generated()
         st:add(pf.missing, t(SACK.bitmap, 8), psn_list(hi, lo, base, 0, highest_bit(hi, lo))):set_generated()
-        st:add(pf.echo_ev, t(SACK.echo_ev, 4))
-        st:add(pf.echo_ts, t(SACK.echo_ts, 4))
-        st:add(pf.ecn_count, t(SACK.ecn_count, 2))
-        st:add(pf.credit, t(SACK.credit, 2))
+        add_fields(st, t, SACK_ECHO_FIELDS)
         icrc_off = W.SACK_LEN - W.ICRC_LEN
         info = hi ~= 0 and string.format("SACK QP=0x%06x cack=%d base=%d bitmap=0x%x%08x", qpn, psn, base, hi, lo)
             or string.format("SACK QP=0x%06x cack=%d base=%d bitmap=0x%x", qpn, psn, base, lo)
     elseif opcode == W.OP_NACK then
-        if n ~= W.NACK_LEN then
-            malformed(root, string.format("NACK of %d bytes, expected %d", n, W.NACK_LEN))
-            return info
-        end
-        if cut then
-            root:append_text(" [capture cut short]")
-            return info
-        end
-        local nt = root:add(pf.nack, t(W.COMMON_LEN, EXT_LEN.nack))
+        local nt = fixed_extension(root, t, n, cut, "NACK", W.NACK_LEN, pf.nack)
+        if not nt then return info end
         local reason = u8(h, NACK.reason_cack)
-        nt:add(pf.reason, t(NACK.reason_cack, 1))
-        nt:add(pf.nack_cack, t(NACK.reason_cack + 1, 3))
-        nt:add(pf.echo_ev, t(NACK.echo_ev, 4))
-        nt:add(pf.echo_ts, t(NACK.echo_ts, 4))
+        add_fields(nt, t, NACK_FIELDS)
         if NACK_REASONS[reason] then
             root:add_proto_expert_info(ex.nack, "NACK " .. NACK_REASONS[reason])
         else
@@ -489,18 +489,9 @@ local function dissect_mrc(tvb, pinfo, tree, bth_fi)
         icrc_off = W.NACK_LEN - W.ICRC_LEN
         info = string.format("NACK %s QP=0x%06x PSN=%d", NACK_REASONS[reason] or tostring(reason), qpn, psn)
     elseif opcode == W.OP_EV_PROBE or opcode == W.OP_EV_PROBE_REPLY then
-        if n ~= W.PROBE_LEN then
-            malformed(root, string.format("probe of %d bytes, expected %d", n, W.PROBE_LEN))
-            return info
-        end
-        if cut then
-            root:append_text(" [capture cut short]")
-            return info
-        end
-        local pt = root:add(pf.probe, t(W.COMMON_LEN, EXT_LEN.probe))
-        pt:add(pf.probe_id, t(PROBE.probe_id, 4))
-        pt:add(pf.tsval, t(PROBE.tsval, 4))
-        pt:add(pf.probe_ev, t(PROBE.probed_ev, 4))
+        local pt = fixed_extension(root, t, n, cut, "probe", W.PROBE_LEN, pf.probe)
+        if not pt then return info end
+        add_fields(pt, t, PROBE_FIELDS)
         icrc_off = W.PROBE_LEN - W.ICRC_LEN
         info = string.format("%s QP=0x%06x id=%d EV=0x%08x", name, qpn, u32(h, PROBE.probe_id),
             u32(h, PROBE.probed_ev))
@@ -514,7 +505,7 @@ local function dissect_mrc(tvb, pinfo, tree, bth_fi)
 
     -- ICRC
     if cut then
-        root:append_text(" [capture cut short]")
+        cut_short(root)
         return info
     end
     local icrc = t(icrc_off, W.ICRC_LEN):le_uint()

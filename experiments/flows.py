@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from endpoints.host.control import AgentClient
+from topologies import files
 from topologies.emulation import Emulation
 
 TRANSPORTS = ("mrc", "roce", "spray", "tcp", "mptcp")
@@ -241,10 +242,7 @@ class TcpFlow:
                                         stdout=log, stderr=log, cwd=str(REPO)))
 
     def _server_result(self) -> dict:
-        try:
-            return json.loads(self.server_out.read_text())
-        except (OSError, ValueError):
-            return {}
+        return files.read_json(self.server_out)
 
     def progress(self) -> Progress:
         data = self._server_result()

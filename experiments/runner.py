@@ -42,27 +42,19 @@ class Run:
     record: Record
 
 
-def _read_json(path: Path) -> dict:
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
-
-
 def assess_load(opts: Options, backend: str) -> dict:
     """What the run asks of the switches against what `backend` carries faithfully
     (experiments/capacity.py), from this machine's `make bench` or the committed reference."""
     senders = opts.scenario.kind.busy_senders(opts, Fabric(opts.fabric))
     return capacity.assess(backend, opts.fabric, senders, TransportConfig().mtu_payload,
-                           _read_json(MEASURED_CAPACITY), _read_json(REFERENCE_CAPACITY))
+                           files.read_json(MEASURED_CAPACITY), files.read_json(REFERENCE_CAPACITY))
 
 
 def faithful_link_mbps(opts: Options, backend: str) -> float:
     """The fastest link rate at which the run fits its backend's capacity (`--link-mbps auto`)."""
     senders = opts.scenario.kind.busy_senders(opts, Fabric(opts.fabric))
     return capacity.faithful_rate(backend, opts.fabric, senders, TransportConfig().mtu_payload,
-                                  _read_json(MEASURED_CAPACITY), _read_json(REFERENCE_CAPACITY))
+                                  files.read_json(MEASURED_CAPACITY), files.read_json(REFERENCE_CAPACITY))
 
 
 def execute(opts: Options, workdir: Path, say: Progress) -> tuple[Record, dict]:

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import json
 import os
 import re
 import secrets
@@ -82,17 +81,9 @@ _held_guard = threading.Lock()
 last_cleanup: dict[str, int] = {}  # what the last lock taker removed
 
 
-def _read_registry(path: Path) -> dict:
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
-
-
 def holder(directory: Path | None = None) -> dict:
     """What the registry says about the last run that held the lock (empty if none)."""
-    return _read_registry((directory or RUN_DIR) / REGISTRY_NAME)
+    return files.read_json((directory or RUN_DIR) / REGISTRY_NAME)
 
 
 def lock_free(directory: Path | None = None) -> bool:
@@ -143,7 +134,7 @@ def take_lock(directory: Path | None = None, clean: bool = True) -> str:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             os.close(fd)
-            raise PreflightError(_busy_message(_read_registry(where / REGISTRY_NAME))) from None
+            raise PreflightError(_busy_message(files.read_json(where / REGISTRY_NAME))) from None
         _held = _Held(fd, secrets.token_hex(8), where / REGISTRY_NAME)
     try:
         if clean:  # all of it: an interrupt half-way would leave the rest to no one
@@ -185,7 +176,7 @@ def track_dir(path: Path) -> None:
     leaves it to the next lock taker. Only while holding the lock."""
     if _held is None:
         return
-    data = _read_registry(_held.registry)
+    data = files.read_json(_held.registry)
     data.setdefault("dirs", []).append(str(path))
     files.write_json(_held.registry, data, mode=0o600)
 
@@ -393,7 +384,7 @@ def cleanup_leftovers(registry: Path | None = None, teardown: bool = False) -> d
     for pin in pins:
         shutil.rmtree(pin, ignore_errors=True)
     out["bpf_pins"] = len(pins)
-    out["dirs"] = _remove_dirs(_read_registry(registry).get("dirs", [])) if registry else 0
+    out["dirs"] = _remove_dirs(files.read_json(registry).get("dirs", [])) if registry else 0
     out["legacy_lock"] = _remove_legacy_lock()
     return out
 

@@ -348,12 +348,8 @@ class Emulation:
         while time.monotonic() < deadline:
             if self.controller is not None and self.controller.poll() is not None:
                 raise EmulationError(f"controller died: see {self.workdir / 'controller.log'}")
-            try:
-                status = json.loads(self.status_path.read_text())
-                if len(status["ready_dpids"]) >= want:
-                    return
-            except (OSError, ValueError, KeyError):
-                pass
+            if len(files.read_json(self.status_path).get("ready_dpids", ())) >= want:
+                return
             time.sleep(0.05)
         raise EmulationError(f"flows not installed on all {want} switches within {timeout:.0f} s")
 

@@ -2,7 +2,8 @@
 leaves the old one) and, for work directories, private to their owner.
 
 Every summary, status file, reference and benchmark result goes through `write_text` or
-`write_json`; every run's scratch space comes from `private_dir`.
+`write_json`, and is read back by `read_json`; every run's scratch space comes from
+`private_dir`.
 """
 
 from __future__ import annotations
@@ -38,6 +39,16 @@ def write_json(path: Path | str, data: Any, indent: int | None = 2, mode: int = 
     """`data` as JSON (a final newline when indented), atomically."""
     text = json.dumps(data, indent=indent)
     write_text(path, text + "\n" if indent is not None else text, mode)
+
+
+def read_json(path: Path | str) -> dict:
+    """The JSON object in `path`; {} when there is none yet: the file is missing, unreadable,
+    not JSON or not an object (whoever reads it treats every such case as nothing recorded)."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
 
 
 def ensure_private(path: Path | str) -> Path:

@@ -257,10 +257,7 @@ def main(argv: list[str] | None = None) -> int:
     except PreflightError as exc:
         print(f"dataplane_bench: error: {exc}", file=sys.stderr)
         return 2
-    try:
-        data = json.loads(args.out.read_text())
-    except (OSError, ValueError):
-        data = {}
+    data = files.read_json(args.out)  # earlier shapes' and backends' results are kept
     load_before = os.getloadavg()
     for backend in backends:
         for shape in args.shapes.split(","):

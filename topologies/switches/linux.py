@@ -17,7 +17,6 @@ the project's nftables rule run inside the router's namespace (`port_namespace`)
 from __future__ import annotations
 
 import functools
-import json
 import os
 import platform
 import shutil
@@ -130,9 +129,8 @@ class LinuxBackend(SwitchBackend):
     def link_state(self, switch: str, ifname: str) -> str:
         """As the control plane last saw the port (and acted on it: a port it shows up has its
         routes back)."""
-        try:
-            status = json.loads(self.status_path.read_text())
-        except (OSError, ValueError):
+        status = files.read_json(self.status_path)
+        if not status:
             return ""
         return "down" if ifname in status.get("ports_down", []) else "up"
 

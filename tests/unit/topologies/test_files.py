@@ -18,6 +18,19 @@ def test_json_is_written_atomically(tmp_path):
     assert stat.S_IMODE(out.stat().st_mode) == 0o644  # results are for everyone to read
 
 
+def test_read_json_gives_the_object_or_nothing_recorded(tmp_path):
+    path = tmp_path / "status.json"
+    assert files.read_json(path) == {}  # not written yet
+    files.write_json(path, {"ready_dpids": [1, 2]})
+    assert files.read_json(path) == {"ready_dpids": [1, 2]}
+    for text in ('{"ready_dpids": [1', "[1, 2]", "null", ""):  # cut short, not an object
+        path.write_text(text)
+        assert files.read_json(path) == {}, text
+    path.unlink()
+    path.mkdir()  # unreadable as a file
+    assert files.read_json(path) == {}
+
+
 def test_private_dir_is_its_owners_only(tmp_path):
     path = files.private_dir("x-", parent=tmp_path)
     assert path.parent == tmp_path and path.name.startswith("x-")

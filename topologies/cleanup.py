@@ -35,7 +35,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -200,24 +200,31 @@ def scratch_dir(prefix: str, parent: Path | None = None) -> Iterator[Path]:
 
 # ----- teardown that a second Ctrl-C cannot abort -----------------------------------------------
 @contextlib.contextmanager
-def teardown_shield() -> Iterator[None]:
-    """SIGINT and SIGTERM print "still tearing down" instead of interrupting the block (only
-    the main thread can set handlers; elsewhere the block runs unshielded)."""
+def _interrupts_to(handler: Callable[[int, object], None]) -> Iterator[None]:
+    """SIGINT and SIGTERM call `handler` during the block, and get their own handlers back
+    after it (only the main thread can set handlers; elsewhere the block runs as it is)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-
-    def _still(signum: int, frame: object) -> None:
-        print("mrclab: still tearing down, please wait", file=sys.stderr, flush=True)
-
     old = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
     for s in old:
-        signal.signal(s, _still)
+        signal.signal(s, handler)
     try:
         yield
     finally:
-        for s, handler in old.items():
-            signal.signal(s, handler)
+        for s, before in old.items():
+            signal.signal(s, before)
+
+
+@contextlib.contextmanager
+def teardown_shield() -> Iterator[None]:
+    """SIGINT and SIGTERM print "still tearing down" instead of interrupting the block (only
+    the main thread can set handlers; elsewhere the block runs unshielded)."""
+    def _still(signum: int, frame: object) -> None:
+        print("mrclab: still tearing down, please wait", file=sys.stderr, flush=True)
+
+    with _interrupts_to(_still):
+        yield
 
 
 @contextlib.contextmanager
@@ -225,23 +232,14 @@ def interrupts_deferred(what: str) -> Iterator[None]:
     """SIGINT and SIGTERM during the block print "`what`, please wait" and are raised as
     KeyboardInterrupt once the block has finished (main thread only; elsewhere the block runs
     as it is): for steps that must not stop half-way but should not swallow the interrupt."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
     got: list[int] = []
 
     def _later(signum: int, frame: object) -> None:
         got.append(signum)
         print(f"mrclab: {what}, please wait", file=sys.stderr, flush=True)
 
-    old = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
-    for s in old:
-        signal.signal(s, _later)
-    try:
+    with _interrupts_to(_later):
         yield
-    finally:
-        for s, handler in old.items():
-            signal.signal(s, handler)
     if got:
         raise KeyboardInterrupt
 

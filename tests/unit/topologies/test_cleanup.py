@@ -1,9 +1,11 @@
-"""The run lock's clean-up of a killed predecessor cannot be cut short by an interrupt."""
+"""The run lock's clean-up of a killed predecessor, and a teardown, cannot be cut short by an
+interrupt."""
 
 from __future__ import annotations
 
 import os
 import signal
+import threading
 
 import pytest
 
@@ -30,3 +32,29 @@ def test_an_interrupt_during_the_start_up_clean_up_waits_for_it_to_finish(tmp_pa
     assert steps == ["processes", "veths, nftables, pins"]
     assert cleanup.run_id() is None and cleanup.lock_free(tmp_path)
     assert signal.getsignal(signal.SIGINT) is before  # restored
+
+
+def test_the_teardown_shield_lets_no_interrupt_cut_the_teardown_short(capsys):
+    before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    steps = []
+    with cleanup.teardown_shield():
+        for sig in (signal.SIGINT, signal.SIGTERM):  # a second Ctrl-C, a kill
+            os.kill(os.getpid(), sig)
+            steps.append(sig)
+    assert steps == [signal.SIGINT, signal.SIGTERM]
+    assert capsys.readouterr().err.count("mrclab: still tearing down, please wait") == 2
+    assert {s: signal.getsignal(s) for s in before} == before  # restored
+
+
+def test_outside_the_main_thread_the_blocks_run_as_they_are():
+    seen = []
+
+    def worker():
+        with cleanup.teardown_shield(), cleanup.interrupts_deferred("x"):
+            seen.append(signal.getsignal(signal.SIGTERM))
+
+    before = signal.getsignal(signal.SIGTERM)
+    t = threading.Thread(target=worker)
+    t.start()
+    t.join()
+    assert seen == [before]

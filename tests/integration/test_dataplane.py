@@ -77,6 +77,16 @@ def prog(bpf_ready):
     p.close()
 
 
+def test_an_object_the_kernel_refuses_leaves_no_pin_directory(bpf_ready, tmp_path):
+    bad = tmp_path / "not-bpf.o"
+    bad.write_bytes(b"\x7fELF, but no program in it")
+    pins = lambda: set(bpf.PIN_ROOT.iterdir()) if bpf.PIN_ROOT.is_dir() else set()  # noqa: E731
+    before = pins()
+    with pytest.raises(RuntimeError, match="bpftool prog load of not-bpf.o failed: .+"):
+        bpf.Program(bad)
+    assert pins() == before
+
+
 def run_at(prog: bpf.Program, f: bytes, vq: int, spec: ports.PortSpec = SPEC,
            mark: int = 0) -> ref.RunResult:
     prog.configure(1, spec)

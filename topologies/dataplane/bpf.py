@@ -134,23 +134,32 @@ def _ensure_bpffs() -> None:
 _seq = itertools.count()
 
 
+def load_pinned(obj: Path, prog_type: str, tag: str = "") -> Path:
+    """A new pin directory of this process, `PIN_ROOT/<pid>-<tag><n>` (the clean-up removes
+    those of dead processes by that pid), with `obj` loaded by bpftool into it: the program
+    pinned as `prog`, its maps beside it under their own names. RuntimeError with bpftool's
+    words if the kernel refuses it, the directory removed."""
+    _ensure_bpffs()
+    pin_dir = PIN_ROOT / f"{os.getpid()}-{tag}{next(_seq)}"
+    pin_dir.mkdir(parents=True, exist_ok=True)
+    result = subprocess.run(["bpftool", "prog", "load", str(obj), str(pin_dir / "prog"), "type",
+                             prog_type, "pinmaps", str(pin_dir)], capture_output=True, text=True)
+    if result.returncode != 0:
+        shutil.rmtree(pin_dir, ignore_errors=True)
+        raise RuntimeError(f"bpftool prog load of {obj.name} failed: {result.stderr.strip()[-800:]}")
+    return pin_dir
+
+
 class Program:
     """One load of the object: the program and its three maps, pinned in a private directory.
     Ports are keyed by ifindex, so every port attached to one Program must share a namespace."""
 
     def __init__(self, obj: Path = OBJECT) -> None:
-        _ensure_bpffs()
-        self.pin_dir = PIN_ROOT / f"{os.getpid()}-{next(_seq)}"
-        self.pin_dir.mkdir(parents=True, exist_ok=True)
+        self.pin_dir = load_pinned(obj, "classifier")
         self.prog_path = self.pin_dir / "prog"
         self._maps: list[_Map] = []
         self.prog_fd = -1
         try:
-            result = subprocess.run(
-                ["bpftool", "prog", "load", str(obj), str(self.prog_path), "type", "classifier",
-                 "pinmaps", str(self.pin_dir)], capture_output=True, text=True)
-            if result.returncode != 0:
-                raise RuntimeError(f"bpftool prog load failed: {result.stderr.strip()[-800:]}")
             self.prog_fd = _obj_get(self.prog_path)
             self.cfg = _Map(self.pin_dir / "mrc_cfg", CFG_FMT)
             self._maps.append(self.cfg)

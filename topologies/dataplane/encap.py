@@ -13,22 +13,19 @@ from __future__ import annotations
 
 import ctypes
 import errno
-import itertools
 import os
 import shutil
 import struct
-import subprocess
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from topologies.dataplane.bpf import (
     BPF_MAP_LOOKUP_ELEM,
     BPF_MAP_UPDATE_ELEM,
-    PIN_ROOT,
     _bpf,
-    _ensure_bpffs,
     _MapElemAttr,
     _obj_get,
+    load_pinned,
 )
 from topologies.dataplane.build import ENCAP_OBJECT
 from topologies.model import Fabric
@@ -42,7 +39,6 @@ STAT_NAMES = ("encapsulated", "passed", "no_path", "error")  # the C program's e
 BATCH = 4096  # map entries per BPF_MAP_UPDATE_BATCH
 # What a kernel without BPF_MAP_UPDATE_BATCH (or without it for this map type) answers.
 _NO_BATCH = (errno.EINVAL, errno.EOPNOTSUPP, 524)  # 524: the kernel's ENOTSUPP
-_seq = itertools.count()
 
 
 class _BatchAttr(ctypes.Structure):
@@ -67,19 +63,11 @@ class HostEncap:
     program once no route holds it (the hosts' routes go with their namespaces)."""
 
     def __init__(self, obj: Path = ENCAP_OBJECT) -> None:
-        _ensure_bpffs()
-        self.pin_dir = PIN_ROOT / f"{os.getpid()}-encap{next(_seq)}"
-        self.pin_dir.mkdir(parents=True, exist_ok=True)
+        self.pin_dir = load_pinned(obj, "lwt_xmit", "encap")
         self.prog_path = self.pin_dir / "prog"
         self._fds: list[int] = []
         self.entries = 0
         try:
-            result = subprocess.run(
-                ["bpftool", "prog", "load", str(obj), str(self.prog_path), "type", "lwt_xmit",
-                 "pinmaps", str(self.pin_dir)], capture_output=True, text=True)
-            if result.returncode != 0:
-                raise RuntimeError(f"bpftool prog load (host encapsulation) failed: "
-                                   f"{result.stderr.strip()[-600:]}")
             self.paths_fd = _obj_get(self.pin_dir / "mrc_paths")
             self._fds.append(self.paths_fd)
             self.stats_fd = _obj_get(self.pin_dir / "mrc_encap_stats")

@@ -144,6 +144,10 @@ def make_parser() -> argparse.ArgumentParser:
                      help="each agent logs its first N datagrams sent and received in its trace, "
                           f"to check a capture against (default: {PACKET_LOG_WITH_CAPTURE} with "
                           "--capture, else 0)")
+    run.add_argument("--replace", action="append", default=[], metavar="POINT=FILE:NAME",
+                     help="run NAME from FILE in every agent in place of the product's POINT "
+                          "(evset, nscc, trim_nack_reason, trim_reaction: a lab's student code); "
+                          "recorded in the summary")
 
     report = sub.add_parser("report", help="one Markdown page over every result in results/")
     report.add_argument("--results", type=Path, default=RESULTS)
@@ -219,9 +223,16 @@ def run_options(args: argparse.Namespace):  # -> experiments.scenarios.Options
         raise CliError(f"--capture takes comma-separated targets like h1,p0l0-eth3, got {args.capture!r}")
     packet_log = args.packet_log if args.packet_log is not None else \
         (PACKET_LOG_WITH_CAPTURE if capture else 0)
+    from endpoints.host import overrides
+
+    try:
+        replace = overrides.check(overrides.parse(text) for text in args.replace)
+    except overrides.OverrideError as exc:
+        raise CliError(f"--replace: {exc}") from None
     opts = Options(sc, fabric, parse_transports(args.transports, sc.transports), seed=args.seed,
                    datapath=args.datapath, dataplane=args.dataplane, switch_backend=args.switch,
-                   capture=capture, packet_log=packet_log, given=frozenset(given), **fields)
+                   capture=capture, packet_log=packet_log, replace=replace,
+                   given=frozenset(given), **fields)
     if args.link_mbps == "auto":  # the fastest rate the run's switches carry faithfully
         from dataclasses import replace
 

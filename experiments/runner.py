@@ -69,10 +69,13 @@ def execute(opts: Options, workdir: Path, say: Progress) -> tuple[Record, dict]:
             f"{faithful_link_mbps(opts, load['backend']):g} fits; --link-mbps auto picks it)")
     with Testbed(fabric, workdir, seed=opts.seed, datapath=opts.datapath, detect_ms=opts.detect_ms,
                  dataplane=opts.dataplane, switch=opts.switch_backend,
-                 packet_log=opts.packet_log) as bed:
+                 packet_log=opts.packet_log, replace=opts.replace) as bed:
         em = bed.em
         say(f"fabric up in {em.setup_seconds:.1f} s ({len(fabric.switches)} switches, "
             f"{describe_switches(em)})")
+        if opts.replace:
+            say("agents run replaced code: " + ", ".join(f"{r.point} = {r.name} from {r.file}"
+                                                         for r in opts.replace))
         captures = [bed.capture(target, workdir / f"{target}.pcap") for target in opts.capture]
         bed.prepare(opts.transports)
         sampled = 0.0

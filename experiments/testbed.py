@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import NamedTuple
 
+from endpoints.host import overrides
 from endpoints.host.control import AgentClient
 from endpoints.protocol import wire
 from endpoints.protocol.config import TransportConfig, with_overrides
@@ -64,16 +65,22 @@ def fabric_settings(em: Emulation) -> dict:
 
 def start_agents(em: Emulation, hosts: Iterable[str], workdir: Path, seed: int,
                  transport: dict | None = None, packet_log: int = 0,
-                 procs: dict[str, subprocess.Popen] | None = None) -> dict[str, AgentClient]:
+                 procs: dict[str, subprocess.Popen] | None = None,
+                 replace: Iterable[overrides.Replacement] = ()) -> dict[str, AgentClient]:
     """One agent process per host (`python -m endpoints.host.agent`), connected to.
     `packet_log`: each agent logs the first N datagrams it sends and receives in its trace;
-    each process is put in `procs` (by host) when given."""
+    each process is put in `procs` (by host) when given. `replace`: code in the product's
+    place at named override points (endpoints/host/overrides.py), in every agent; each agent
+    is asked what it loaded, and must answer with the same files."""
     clients = {}
+    replace = overrides.check(replace)
     for host in hosts:
         control = str(workdir / f"{host}.sock")
         settings = {"host": host, "fabric": em.fabric.params.as_dict(), "control": control,
                     "trace": str(workdir / f"{host}-trace.jsonl"), "seed": seed,
                     "transport": transport or {}, "packet_log": packet_log, **fabric_settings(em)}
+        if replace:
+            settings["replace"] = overrides.as_settings(replace)
         config = workdir / f"agent-{host}.json"
         config.write_text(json.dumps(settings))
         log = open(workdir / f"agent-{host}.log", "w")
@@ -83,6 +90,13 @@ def start_agents(em: Emulation, hosts: Iterable[str], workdir: Path, seed: int,
             procs[host] = proc
         clients[host] = AgentClient(control)
     wait_for_agents(clients, lambda host: workdir / f"agent-{host}.log")
+    if replace:
+        want = overrides.provenance(replace)
+        for host, client in clients.items():
+            got = client.call("ping").get("replaced")
+            if got != want:
+                raise EmulationError(f"the agent on {host} runs {got} at the override points, "
+                                     f"not {want}: a file changed while the agents started")
     return clients
 
 
@@ -126,13 +140,20 @@ class Testbed:
     datapath, dataplane, detect_ms: as `mrclab run --datapath/--dataplane/--detect-ms`.
     packet_log: each agent logs the first N datagrams it sends and receives in its trace
         (`<host>-trace.jsonl`, event "packet"), to check a capture against; 0: none.
+    replace: code to run in the agents in the product's place, at named override points
+        (`overrides.Replacement`s or `POINT=FILE:NAME` texts; endpoints/host/overrides.py),
+        checked here; `provenance` records what was replaced, with each file's SHA-256.
     """
 
     def __init__(self, fabric: Fabric, workdir: Path | str | None = None, seed: int = 1,
                  transport: TransportConfig | None = None, datapath: str = "auto",
                  detect_ms: float = 900.0, dataplane: str = "auto", switch: str = "auto",
-                 packet_log: int = 0) -> None:
+                 packet_log: int = 0,
+                 replace: Iterable[overrides.Replacement | str] = ()) -> None:
         self.fabric = fabric
+        self.replace = overrides.check(r if isinstance(r, overrides.Replacement) else
+                                       overrides.parse(r) for r in replace)
+        self.provenance = overrides.provenance(self.replace)  # {} for the product's own code
         self._own_workdir = workdir is None
         self.workdir = files.private_dir("mrclab-testbed-") if workdir is None else Path(workdir)
         self.seed = seed
@@ -240,7 +261,7 @@ class Testbed:
         if wanted & AGENT_TRANSPORTS and not self.agents:
             self.agents = start_agents(self.em, [h.name for h in self.fabric.hosts], self.workdir,
                                        self.seed, transport_overrides(self.transport),
-                                       self.packet_log, self.agent_procs)
+                                       self.packet_log, self.agent_procs, self.replace)
         if "mptcp" in wanted and not self._mptcp:
             for host in self.fabric.hosts:
                 hostnet.configure_mptcp(self.fabric, host, self.em.pid(host.name))

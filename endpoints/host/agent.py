@@ -45,6 +45,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from endpoints.host import netio
+from endpoints.host import overrides as replacements_from
 from endpoints.host.control import ControlError, ControlServer
 from endpoints.host.goodput import BIN_S, GoodputBins
 from endpoints.host.qdisc import QdiscReader
@@ -56,6 +57,7 @@ from endpoints.protocol.evset import DENIED, EvInfo
 from endpoints.protocol.gobackn import GbnReceiver, GbnSender
 from endpoints.protocol.nicpacer import NicPacer
 from endpoints.protocol.receiver import MrcReceiver
+from endpoints.protocol.replaceable import cores
 from endpoints.protocol.sender import MrcSender
 from topologies.model import Fabric, FabricError, FabricParams, check_number, ev_plane, ev_value
 
@@ -116,6 +118,12 @@ class Qp:
 class Agent:
     def __init__(self, settings: dict) -> None:
         self.settings = settings
+        # Code in the product's place at its named override points, when the run says so
+        # (`replace`; endpoints/protocol/replaceable.py): loaded before anything is opened, so
+        # a bad file stops the agent with one line and nothing to clean up.
+        replacements = replacements_from.from_settings(settings.get("replace"))
+        self.sender_cls, self.receiver_cls = cores(replacements_from.load(replacements))
+        self.provenance = replacements_from.provenance(replacements)
         self.fabric = Fabric(FabricParams.from_dict(settings["fabric"]))
         self.host = self.fabric.host(settings["host"])
         overrides = dict(settings.get("transport", {}))
@@ -188,7 +196,7 @@ class Agent:
         if self.trace is not None:
             self.trace.flush()  # whoever asks may read the trace next (live EV-state plots)
         if cmd == "ping":
-            return {"host": self.host.name, "pid": os.getpid()}
+            return {"host": self.host.name, "pid": os.getpid(), "replaced": self.provenance}
         if cmd == "open":
             return self._open(req, now)
         if cmd == "stream":
@@ -321,11 +329,11 @@ class Agent:
             # spray: the same sender with its per-path state off (what the state machine adds)
             config = base if transport == "mrc" else replace(base, path_state=False)
             if role == "send":
-                sender = MrcSender(qpn, peer_qpn, paths.evs, config, seed, psn, pacer=self.pacer)
+                sender = self.sender_cls(qpn, peer_qpn, paths.evs, config, seed, psn, pacer=self.pacer)
             else:
                 # Per-EV state only for the sender's real paths to us (from the model).
                 forward = [r.ev for r in self.fabric.routes(peer, self.host.name)]
-                receiver = MrcReceiver(qpn, peer_qpn, paths.evs, config, seed, psn, forward)
+                receiver = self.receiver_cls(qpn, peer_qpn, paths.evs, config, seed, psn, forward)
         else:
             ev = paths.evs[0].ev
             if role == "send":
@@ -335,7 +343,11 @@ class Agent:
         core: Core = sender if sender is not None else receiver  # type: ignore[assignment]
         self.qps[qpn] = Qp(qpn, peer, peer_qpn, transport, core, paths, sender, receiver,
                            msg_seed=_number(req, "data_seed", 0, MAX_SEED, default=seed))
-        return {"qpn": qpn, "paths": len(paths.evs)}
+        # The classes at work, so a run can see its replacements are the ones in use.
+        classes = {"core": type(core).__name__}
+        if isinstance(core, MrcSender):
+            classes.update(evset=type(core.evs).__name__, cc=type(core.cc).__name__)
+        return {"qpn": qpn, "paths": len(paths.evs), "classes": classes}
 
     def _post(self, qp: Qp, size: int, now: float) -> int:
         assert qp.sender is not None
@@ -592,7 +604,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     with open(args.config) as fh:
         settings = json.load(fh)
-    agent = Agent(settings)
+    try:
+        agent = Agent(settings)
+    except replacements_from.OverrideError as exc:
+        print(f"agent: error: {exc}", file=sys.stderr)
+        return 2
     signal.signal(signal.SIGTERM, lambda *_: setattr(agent, "running", False))
     try:
         agent.run()

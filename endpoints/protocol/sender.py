@@ -69,14 +69,19 @@ class _Pkt:
 
 
 class MrcSender(CoreBase):
+    # The EV set and congestion control a sender builds: named override points
+    # (endpoints/protocol/replaceable.py) set them in a subclass, nothing else does.
+    evset_cls: type[EvSet] = EvSet
+    cc_cls: type[Nscc] = Nscc
+
     def __init__(self, qpn: int, peer_qpn: int, evs: Sequence[EvInfo], config: TransportConfig,
                  seed: int, initial_psn: int = 0, pacer: NicPacer | None = None) -> None:
         self.qpn, self.peer_qpn, self.c = qpn, peer_qpn, config
         self.rng = random.Random(seed)
-        self.evs = EvSet([EvInfo(*e) for e in evs], config.active_fraction, config.ev_min_active,
+        self.evs = self.evset_cls([EvInfo(*e) for e in evs], config.active_fraction, config.ev_min_active,
                          config.skip_rotations, self.rng, config.ev_set_size,
                          stateless=not config.path_state, backup_min_paths=config.backup_min_paths)
-        self.cc = Nscc(config)
+        self.cc = self.cc_cls(config)
         # The host's NIC ports (nicpacer.py), shared with its other QPs; None: every packet the
         # window allows goes to the caller at once.
         self.pacer = pacer

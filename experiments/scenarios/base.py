@@ -13,6 +13,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from endpoints.host import overrides
 from experiments import capture
 from experiments.flows import TRANSPORTS, AgentFlow, Flow
 from experiments.testbed import Testbed
@@ -98,6 +99,9 @@ class Options:
     same_target: bool = False  # fault the first transport's link for all (the demo's comparison)
     capture: tuple[str, ...] = ()  # pcap targets (hosts, host NICs, switch ports), whole run
     packet_log: int = 0  # datagrams each agent logs in its trace (to check a capture against)
+    # Code in the product's place in every agent, at named override points (a lab's student
+    # code): recorded in the summary's config with each file's SHA-256.
+    replace: tuple[overrides.Replacement, ...] = ()
     given: frozenset[str] = frozenset()  # the fields the user set (checked against the kind's)
 
     def as_dict(self) -> dict:
@@ -108,6 +112,8 @@ class Options:
         out["transports"] = list(self.transports)
         if self.capture:
             out.update(capture=list(self.capture), packet_log=self.packet_log)
+        if self.replace:
+            out["replace"] = overrides.provenance(self.replace)
         return out
 
 
@@ -135,7 +141,7 @@ def sleep_until(t: float) -> None:
 
 # Options every scenario takes; the rest belong to kinds (Kind.options).
 SHARED_OPTIONS = frozenset({"transports", "seed", "datapath", "dataplane", "switch_backend", "fabric",
-                            "capture", "packet_log"})
+                            "capture", "packet_log", "replace"})
 MAX_DURATION_S = 3600.0  # one transport's traffic; longer runs are not what a testbed run is for
 MAX_STEPS = 1000  # collective ring steps per phase (each a full ring exchange)
 MAX_SEED = 2**63 - 1
@@ -183,6 +189,7 @@ def check(opts: Options) -> Options:
     if len(set(opts.capture)) != len(opts.capture):
         raise FabricError(f"--capture names a target twice: {','.join(opts.capture)}")
     check_number("--packet-log", opts.packet_log, 0, MAX_PACKET_LOG, integral=True)
+    overrides.check(opts.replace)  # OverrideError: one line naming the point or the file
     sc.kind.check(opts, fabric)
     return opts
 

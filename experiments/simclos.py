@@ -45,6 +45,7 @@ class ClosModel:
     host_priority: bool = True  # control packets ahead of data at the host NIC (P1)
     nic_pacing: bool = True  # senders build a packet only when their NIC port can take it (P1)
     trim_charges_full: bool = False  # HTB charging a trimmed header a full frame (I1)
+    link_delay: float = LINK_DELAY  # s per hop (longer: a larger bandwidth-delay product)
 
 
 @dataclass
@@ -67,6 +68,8 @@ class ClosRun:
     config: TransportConfig
     flows: list[Flow]
     links: dict[tuple[str, str], SimLink]
+    # (kind, link name) -> [(t, data backlog bytes)], every `sample_s` (run's `watch`)
+    queues: dict[tuple[str, str], list[tuple[float, int]]] = field(default_factory=dict)
 
     def goodput_mbps(self, flow: Flow, t0: float, t1: float) -> float:
         got = sum(v for k, v in flow.bins.items() if t0 <= k * BIN_S < t1)
@@ -108,7 +111,7 @@ class Clos:
         rate = model.params.link_mbps * 1e6
         mark, trim = config.ecn_mark_frames * frame, config.trim_queue_frames * frame
         # The emulated links' queues and HTB burst (topologies/shaping.py).
-        common: dict[str, Any] = {"rate_bps": rate, "delay": LINK_DELAY, "burst_bytes": BURST_BYTES}
+        common: dict[str, Any] = {"rate_bps": rate, "delay": model.link_delay, "burst_bytes": BURST_BYTES}
         self._nic = {**common, "queue_bytes": HOST_QUEUE_PACKETS * frame, "priority": model.host_priority}
         self._port = {**common, "queue_bytes": SWITCH_QUEUE_PACKETS * frame, "mark_bytes": mark,
                       "trim_bytes": trim if model.trimming else None, "priority": True,
@@ -145,8 +148,14 @@ def config_for(model: ClosModel, **overrides: Any) -> TransportConfig:
 
 def run(model: ClosModel, pairs: list[tuple[str, str, float, float]], config: TransportConfig,
         seed: int = 1, msg_bytes: int = 256 * 1024, until: float | None = None,
-        hook: Callable[[float, list[Flow]], None] | None = None) -> ClosRun:
-    """Each (src, dst, start, end) streams messages of `msg_bytes` from start to end."""
+        hook: Callable[[float, list[Flow]], None] | None = None,
+        cores: tuple[type[MrcSender], type[MrcReceiver]] = (MrcSender, MrcReceiver),
+        watch: tuple[tuple[str, str], ...] = (), sample_s: float = 0.001) -> ClosRun:
+    """Each (src, dst, start, end) streams messages of `msg_bytes` from start to end.
+    `cores`: the sender and receiver classes (replaceable.cores: code at the product's named
+    override points); `watch`: links ((kind, name) as in `ClosRun.links`) whose backlog is
+    sampled every `sample_s`."""
+    sender_cls, receiver_cls = cores
     sim = Simulation(seed)
     clos = Clos(model, config)
     p = model.params
@@ -158,8 +167,8 @@ def run(model: ClosModel, pairs: list[tuple[str, str, float, float]], config: Tr
         evs, fwd = clos.paths(src, dst)
         revs, rev = clos.paths(dst, src)
         qp_seed = seed * 1_000_003 + qpn
-        snd = MrcSender(qpn, qpn, evs, config, qp_seed, pacer=pacers[src] if model.nic_pacing else None)
-        rcv = MrcReceiver(qpn, qpn, revs, config, qp_seed)
+        snd = sender_cls(qpn, qpn, evs, config, qp_seed, pacer=pacers[src] if model.nic_pacing else None)
+        rcv = receiver_cls(qpn, qpn, revs, config, qp_seed)
         sim.add_pair(snd, rcv, fwd, rev)
         if model.nic_pacing:
             # Control packets use the NIC too: the pacer must count them (data is charged by
@@ -176,8 +185,14 @@ def run(model: ClosModel, pairs: list[tuple[str, str, float, float]], config: Tr
         flows.append(Flow(src, dst, snd, rcv, t0, t1))
     end = until if until is not None else max(pr[3] for pr in pairs) + 0.5
     payload = random.Random(seed).randbytes(msg_bytes)
+    queues: dict[tuple[str, str], list[tuple[float, int]]] = {key: [] for key in watch}
+    next_sample = [0.0]
 
     def tick(now: float) -> None:
+        if queues and now >= next_sample[0]:
+            next_sample[0] = now + sample_s
+            for key, samples in queues.items():
+                samples.append((now, clos.links[key].backlog_bytes(now)))
         for f in flows:
             if f.start <= now < f.end:
                 while f.snd.unsent_messages < 2:
@@ -196,7 +211,7 @@ def run(model: ClosModel, pairs: list[tuple[str, str, float, float]], config: Tr
             hook(now, flows)
 
     sim.run(end, on_tick=tick)
-    return ClosRun(model, clos.fabric, config, flows, clos.links)
+    return ClosRun(model, clos.fabric, config, flows, clos.links, queues)
 
 
 def permutation(model: ClosModel, seed: int = 1, duration: float = 3.0, warm: float = 1.0,

@@ -4,7 +4,10 @@
 A README's ```console blocks hold `$ command` lines, each followed by the output it shows. The
 tests run each command as written, from the repository's top, and compare the checker's lines
 (one per check, then the summary line) with the ones shown: exactly, or, in a README whose
-numbers are measured ("your numbers will differ"), the status and name of each check only."""
+numbers are measured ("your numbers will differ"), the status and name of each check only. The
+checks that measure a real emulated run (MEASURED) are compared by status and name in every
+README; such a check may be SKIPPED when the run was not faithful (a loaded machine: the check
+says so), which stands for the PASS shown."""
 
 from __future__ import annotations
 
@@ -18,6 +21,9 @@ LABS = ROOT / "labs"
 _BLOCK = re.compile(r"^[ \t]*```console\n(.*?)^[ \t]*```", re.M | re.S)
 _VERDICT = re.compile(r"^  (PASS|FAIL|SKIP)  ([\w-]+): ")
 _SUMMARY = re.compile(r"^(all \d+ checks pass|\d+ of \d+ checks pass.*)$")
+# Emulated checks whose lines carry numbers measured on the real fabric (labs 4-6).
+MEASURED = frozenset({"real-link-cut", "real-incast", "real-permutation"})
+UNFAITHFUL = "was not faithful"  # what a check skipped for the machine's load says
 
 
 @dataclass(frozen=True)
@@ -53,7 +59,10 @@ def checker_lines(lines: list[str] | tuple[str, ...], loose: bool) -> list[str]:
     for line in lines:
         m = _VERDICT.match(line)
         if m:
-            keep.append(f"{m.group(1)} {m.group(2)}" if loose else line)
+            status, name = m.groups()
+            if status == "SKIP" and name in MEASURED and UNFAITHFUL in line:
+                status = "PASS"  # the machine was busy: no verdict on the code
+            keep.append(f"{status} {name}" if loose or name in MEASURED else line)
         elif _SUMMARY.match(line):
             keep.append(line)
     return keep
@@ -68,4 +77,6 @@ def check_output(cmd: Command, res: subprocess.CompletedProcess) -> None:
     """The checker lines the command printed are the ones its README shows."""
     got = checker_lines(res.stdout.splitlines(), cmd.measured)
     want = checker_lines(cmd.shown, cmd.measured)
+    if any(UNFAITHFUL in line for line in res.stdout.splitlines()):  # its summary counts a skip
+        got, want = got[:-1], want[:-1]
     assert got == want, f"{cmd}\nREADME shows:\n" + "\n".join(want) + "\nreal:\n" + "\n".join(got)

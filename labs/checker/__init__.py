@@ -1,6 +1,7 @@
 """The labs' shared checker framework: see core.py (checks and verdicts), student.py (how
-student code is loaded and put in place of the product's), simlab.py (the simulated network
-set-ups the protocol labs share) and fabric.py (one emulation per lab)."""
+student code is loaded and put in place of the product's) and fabric.py (one emulation per lab,
+a scenario run with the student's code in the agents). The simulated networks are the
+product's own (experiments/simnet.py, experiments/simclos.py)."""
 
 from labs.checker.core import Check, CheckFailed, Context, Lab, Skipped, Verdict
 

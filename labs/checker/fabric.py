@@ -1,14 +1,22 @@
-"""One emulation per lab: the first check that needs the real fabric starts a `Testbed`, every
-later check of the run shares it, and the run's end closes it (whatever happened)."""
+"""One emulation per lab: the first check that needs the real fabric starts a `Testbed` (or
+runs a scenario), every later check of the run shares it, and the run's end closes it
+(whatever happened).
+
+Labs whose student code runs in the host agents (4-6) run one of the product's scenarios
+(experiments/scenarios/) with the student's file at the product's named override points
+(endpoints/protocol/replaceable.py): `scenario_run`. The run is kept in results/lab-NN/ (the
+solution's in results/lab-NN-solution/): its summary.json names the file and its SHA-256.
+"""
 
 from __future__ import annotations
 
 import os
 import shlex
 import time
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from labs.checker.core import CheckFailed, Context
+from labs.checker.core import CheckFailed, Context, Skipped
 from topologies.model import Fabric
 
 if TYPE_CHECKING:
@@ -61,3 +69,39 @@ def port_packets(bed: Testbed) -> dict[tuple[str, int], tuple[int, int]]:
 def settle(seconds: float = 0.3) -> None:
     """Let counters catch up (OVS refreshes port statistics itself, not on every packet)."""
     time.sleep(seconds)
+
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def scenario_run(ctx: Context, name: str, replace: dict[str, tuple[str, str]],
+                 **options: Any) -> dict:
+    """The summary of scenario `name` run with `options` (Options fields) and, in every agent,
+    the student's code at the override points `replace` ({point: (file, attribute)}, the file
+    one the student edits: the solution's with --solution). Run once per lab run."""
+    if "scenario" in ctx.shared:
+        return ctx.shared["scenario"]
+    if os.geteuid() != 0:
+        raise Skipped("the emulation needs root: sudo make check-lab N=.. (or --no-emulation)")
+    from endpoints.host import overrides
+    from experiments.runner import run_scenario
+    from experiments.scenarios import default_options
+
+    reps = tuple(overrides.Replacement(point, str(ctx.path(file)), attr)
+                 for point, (file, attr) in replace.items())
+    opts = default_options(name, replace=overrides.check(reps), **options)
+    out = REPO / "results" / f"lab-{ctx.lab_dir.name[:2]}{'-solution' if ctx.solution else ''}"
+    summary = run_scenario(opts, out, progress=lambda _: None)
+    summary["_out"] = str(out.relative_to(REPO))
+    ctx.shared["scenario"] = summary
+    return summary
+
+
+def unfaithful(summary: dict) -> str | None:
+    """Why the run cannot be trusted (the run's own fidelity verdict), or None."""
+    fid = summary["fidelity"]
+    if fid["faithful"]:
+        return None
+    return (f"the emulated run in {summary['_out']} was not faithful ({fid['problems'][0]}): "
+            f"if the checks before this one pass, the machine was too busy to judge your code: "
+            f"run the check again when it is quiet")

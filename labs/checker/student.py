@@ -1,11 +1,10 @@
-"""How student code gets into the product, explicitly and only in the checker's own process:
+"""How student code is loaded: `load(path)`, the student's file as a module of its own (the lab
+folders are not packages), and `describe(exc)`, what it raised in one line.
 
-* `load(path)`: the student's file as a module of its own (the lab folders are not packages);
-* `replacing(module, name, value)`: for the length of a `with` block, the product module's
-  attribute is the student's (the sender's `EvSet`, for instance), then the product's again.
-
-Nothing is installed for other processes: labs whose checks run student code do so over the
-simulated network (`experiments.simnet`), in this process.
+Student code reaches the product only at the product's named override points
+(endpoints/protocol/replaceable.py): `replaceable.cores` in this process for the simulated
+network, the agents' `replace` setting in an emulation (labs/checker/fabric.py). Nothing is
+patched into product modules.
 """
 
 from __future__ import annotations
@@ -13,11 +12,8 @@ from __future__ import annotations
 import importlib.util
 import sys
 import traceback
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from types import ModuleType
-from typing import Any
 
 
 class StudentFileError(Exception):
@@ -44,17 +40,6 @@ def load(path: Path, lab_dir: Path | None = None) -> ModuleType:
         del sys.modules[name]
         raise StudentFileError(f"importing {path.name} failed: {describe(exc, path.parent)}") from None
     return module
-
-
-@contextmanager
-def replacing(module: ModuleType, name: str, value: Any) -> Iterator[None]:
-    """`module.name` is `value` inside the block (the product's own again after it)."""
-    old = getattr(module, name)
-    setattr(module, name, value)
-    try:
-        yield
-    finally:
-        setattr(module, name, old)
 
 
 def describe(exc: BaseException, student_dir: Path) -> str:

@@ -150,3 +150,12 @@ def test_an_agent_given_a_bad_replacement_stops_with_one_line(tmp_path: Path) ->
     assert err.splitlines() == ["agent: error: ev_states.py:LabEvSet is not a subclass of Nscc: "
                                 "nscc must be the sender's congestion control, a subclass of Nscc"]
     assert not (tmp_path / "h0.sock").exists()
+
+
+def test_the_testbed_refuses_a_bad_replacement_before_anything_starts(tmp_path: Path) -> None:
+    from experiments.testbed import Testbed
+    from topologies.model import build
+
+    with pytest.raises(OverrideError, match="no override point 'sender'"):
+        Testbed(build(planes=1, leaves=2, spines=1), tmp_path / "w", replace=[f"sender={LAB4}:X"])
+    assert not (tmp_path / "w").exists()

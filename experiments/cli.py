@@ -226,12 +226,12 @@ def run_options(args: argparse.Namespace):  # -> experiments.scenarios.Options
     from endpoints.host import overrides
 
     try:
-        replace = overrides.check(overrides.parse(text) for text in args.replace)
+        replacements = overrides.check(overrides.parse(text) for text in args.replace)
     except overrides.OverrideError as exc:
         raise CliError(f"--replace: {exc}") from None
     opts = Options(sc, fabric, parse_transports(args.transports, sc.transports), seed=args.seed,
                    datapath=args.datapath, dataplane=args.dataplane, switch_backend=args.switch,
-                   capture=capture, packet_log=packet_log, replace=replace,
+                   capture=capture, packet_log=packet_log, replace=replacements,
                    given=frozenset(given), **fields)
     if args.link_mbps == "auto":  # the fastest rate the run's switches carry faithfully
         from dataclasses import replace

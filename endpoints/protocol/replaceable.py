@@ -23,6 +23,7 @@ from typing import Any
 
 from endpoints.protocol import wire
 from endpoints.protocol.congestion import Nscc
+from endpoints.protocol.events import EvBad
 from endpoints.protocol.evset import EvSet
 from endpoints.protocol.receiver import MrcReceiver
 from endpoints.protocol.sender import MrcSender
@@ -115,13 +116,14 @@ def _sender(evset: type[EvSet], nscc: type[Nscc],
                 return None
             self.stats["nacks"] += 1
             self.stats["trimmed_nacks"] += 1
-            if r["bench_ev"]:
-                self.evs.mark_bad(p.ev, now)
+            if r["bench_ev"] and self.evs.mark_bad(p.ev, now):
+                self.stats["bad_evs"] += 1  # counted and traced as the sender's own benching
+                self.events.append(EvBad(now, p.ev, "trim", p.seq, round(now - p.sent, 6)))
             if r["resend"]:
                 self.outstanding.pop(seq)
                 self._queue_retx(p, now, "trimmed")
             if r["skip_ev"]:
-                self.evs.skip(p.ev)
+                self._skip(p.ev, now, "trim")
             if r["slow_down"]:
                 self.cc.on_trim(now)
             self._drain_changes(now)

@@ -102,10 +102,14 @@ def incast(ctx: Context) -> str:
 # 5 hosts per leaf, 10 Mbit/s; 7 senders into one host, a victim flow into its neighbour),
 # shortened: the crowd sends EMU_INCAST s. The solution (seed 1, 2-core VM): 688 packets
 # trimmed, no EV benched, no timeout, the victim kept 0.998 of its goodput, the crowd 0.93 of
-# the receiver's two links. The scenario also runs it with the switches dropping instead of
-# trimming (the "droptail" variant): there the same senders benched 429 EVs and timed out 92
-# times, what benching on a trim would look like.
+# the receiver's two links. In 6 runs the solution benched no EV five times, 2 once (2 timeouts
+# with nothing dropped: the agents of a busy 2-core VM late by tens of ms, not a reaction);
+# a receiver that ignores trims benched 485 (139 timeouts), a sender that benches on a
+# last-hop trim 1274. The scenario also runs the
+# switches as plain drop-tail (the "droptail" variant): there the same senders benched
+# 397-465 EVs and timed out 82-98 times, what losing trimmed packets looks like.
 EMU_DURATION, EMU_INCAST = 3.5, (1.0, 3.0)
+EMU_BENCHED_MAX = 10  # EVs benched and timeouts, each, by all the crowd's senders together
 EMU_VICTIM_KEPT = 0.8  # of its goodput alone
 EMU_CROWD_SHARE = 0.7  # of the receiver's links, during the incast
 
@@ -126,10 +130,10 @@ def real_incast(ctx: Context) -> str:
     trims = t["switch_ports"]["trimmed"]
     if not trims:
         fail("the switches trimmed nothing: the incast did not happen")
-    if t["evs_marked_bad"]:
+    if t["evs_marked_bad"] > EMU_BENCHED_MAX:
         fail(f"{t['evs_marked_bad']} EVs benched by the crowd's senders: a trim must never look "
              f"like a broken path")
-    if t["timeouts"]:
+    if t["timeouts"] > EMU_BENCHED_MAX:
         fail(f"{t['timeouts']} retransmission timeouts: a trimmed packet must be resent at once")
     victim = t["victim_goodput_fraction"] or 0.0
     if victim < EMU_VICTIM_KEPT:
@@ -144,9 +148,9 @@ def real_incast(ctx: Context) -> str:
     drop = s["transports"].get("mrc-droptail")
     contrast = (f"; switches dropping instead: {drop['evs_marked_bad']} EVs benched, "
                 f"{drop['timeouts']} timeouts") if drop else ""
-    return (f"7:1 into {t['receiver']} in the emulation: {trims} packets trimmed, no EV benched, "
-            f"no timeout; the victim kept {victim:.2f} of its goodput, the crowd {crowd:.2f} of "
-            f"the receiver's links{contrast}")
+    return (f"7:1 into {t['receiver']} in the emulation: {trims} packets trimmed, "
+            f"{t['evs_marked_bad']} EVs benched, {t['timeouts']} timeouts; the victim kept "
+            f"{victim:.2f} of its goodput, the crowd {crowd:.2f} of the receiver's links{contrast}")
 
 
 LAB = Lab(__file__, "Trimming and incast", files=("trim_reactions.py",), checks=[

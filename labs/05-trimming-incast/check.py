@@ -103,11 +103,11 @@ def incast(ctx: Context) -> str:
 # shortened: the crowd sends EMU_INCAST s. The solution (seed 1, 2-core VM): 688 packets
 # trimmed, no EV benched, no timeout, the victim kept 0.998 of its goodput, the crowd 0.93 of
 # the receiver's two links. In 6 runs the solution benched no EV five times, 2 once (2 timeouts
-# with nothing dropped: the agents of a busy 2-core VM late by tens of ms, not a reaction);
-# a receiver that ignores trims benched 485 (139 timeouts), a sender that benches on a
-# last-hop trim 1274. The scenario also runs the
-# switches as plain drop-tail (the "droptail" variant): there the same senders benched
-# 397-465 EVs and timed out 82-98 times, what losing trimmed packets looks like.
+# with nothing dropped anywhere: spurious, the product's loss timer on a loaded 2-core VM, not
+# the reaction); a receiver that ignores trims benched 485 EVs (139 timeouts), a sender that
+# benches on a last-hop trim 1274. The scenario also runs the switches as plain drop-tail (the
+# "droptail" variant): there the same senders benched 397-465 EVs and timed out 82-105 times,
+# what losing trimmed packets looks like.
 EMU_DURATION, EMU_INCAST = 3.5, (1.0, 3.0)
 EMU_BENCHED_MAX = 10  # EVs benched and timeouts, each, by all the crowd's senders together
 EMU_VICTIM_KEPT = 0.8  # of its goodput alone

@@ -24,9 +24,9 @@ def test_an_unavailable_backend_says_why(monkeypatch):
 def test_auto_takes_the_first_available_and_says_why_not_the_others(monkeypatch):
     monkeypatch.setattr(OvsBackend, "unavailable", classmethod(lambda cls: None))
     monkeypatch.setattr(linux.LinuxBackend, "unavailable", classmethod(lambda cls: None))
-    assert switches.resolve("auto") == switches.AUTO_ORDER[0] == "ovs"
-    assert switches.choose("auto") == ("ovs", "auto: ovs")
-    assert switches.choose("linux") == ("linux", "asked for")
+    assert switches.resolve("auto") == switches.AUTO_ORDER[0] == "linux"
+    assert switches.choose("auto") == ("linux", "auto: linux")
+    assert switches.choose("ovs") == ("ovs", "asked for")
     monkeypatch.setattr(linux.LinuxBackend, "unavailable", classmethod(lambda cls: "no next-csid"))
     assert switches.choose("auto") == ("ovs", "auto: ovs; not linux (no next-csid)")  # one line
     monkeypatch.setattr(linux.LinuxBackend, "unavailable", classmethod(lambda cls: None))

@@ -13,6 +13,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from pathlib import Path
 
 import pytest
 
@@ -37,12 +38,21 @@ def _wait_for(predicate, timeout: float, what: str) -> None:
 
 
 def _nft_table() -> bool:
-    """The fault injector's table, in this namespace or one holding switch ports."""
+    """The fault injector's table, in this namespace or one holding switch ports: an OVS
+    instance's (named, in /run/netns) or a kernel router's (a Mininet node's shell)."""
     argv = ["nft", "list", "table", "netdev", "mrclab_faults"]
-    spaces = [n for n in (os.listdir("/run/netns") if os.path.isdir("/run/netns") else [])
+    spaces = [["ip", "netns", "exec", n] for n in
+              (os.listdir("/run/netns") if os.path.isdir("/run/netns") else [])
               if n.startswith("mrclab-")]
+    for proc in glob.glob("/proc/[0-9]*/cmdline"):
+        try:
+            cmdline = Path(proc).read_bytes()
+        except OSError:
+            continue
+        if b"mininet:" in cmdline:
+            spaces.append(["nsenter", "-t", proc.split("/")[2], "-n"])
     return any(subprocess.run(pre + argv, capture_output=True).returncode == 0
-               for pre in [[], *(["ip", "netns", "exec", n] for n in spaces)])
+               for pre in [[], *spaces])
 
 
 def _result(folder) -> None:
@@ -51,11 +61,11 @@ def _result(folder) -> None:
         "mrclab_result": 1, "scenario": "link-failure", "transports": {}, "earlier": True}))
 
 
-def test_kill_9_leftovers_go_at_the_next_start(tmp_path):
+def test_kill_9_leftovers_go_at_the_next_start(tmp_path, switch_backend):
     before = set(glob.glob("/tmp/mrclab-lossy-link-*"))
     out = tmp_path / "lossy"
     run = _mrclab("run", "lossy-link", "--transports", "mrc", "--duration", "6", "--fault-at", "1.5",
-                  "--fault-end", "5.5", "--out", str(out))
+                  "--fault-end", "5.5", "--out", str(out), "--switch", switch_backend)
     try:
         _wait_for(lambda: _nft_table() or run.poll() is not None, 120, "the loss rule")
         assert run.poll() is None, run.communicate()[1][-2000:]
@@ -68,7 +78,7 @@ def test_kill_9_leftovers_go_at_the_next_start(tmp_path):
     assert left, "the killed run had made no work or staging folder"
     # The next run first removes everything the killed one left: its nftables chains would
     # otherwise bind to this fabric's interfaces by name and drop 20% on one of its links.
-    nxt = _mrclab("check-fabric", *TINY)
+    nxt = _mrclab("check-fabric", *TINY, "--switch", switch_backend)
     stdout, stderr = nxt.communicate(timeout=300)
     assert nxt.returncode == 0, stderr[-2000:]
     assert json.loads(stdout.strip().splitlines()[-1])["ok"] is True

@@ -102,23 +102,20 @@ class FaultInjector:
 
     # ----- switches -------------------------------------------------------------------------
     def fail_switch(self, name: str) -> float:
-        try:
-            stamp = self._record("fail_switch", name, self.em.set_switch(name, forwarding=False))
-        except RuntimeError as exc:
-            raise FaultError(str(exc)) from None
-        with self._lock:
-            self._failed.add(name)
-        self.em.notify_controller({"cmd": "switch_down", "switch": name})
-        return stamp
+        return self._set_switch(name, forwarding=False)
 
     def restore_switch(self, name: str) -> float:
+        return self._set_switch(name, forwarding=True)
+
+    def _set_switch(self, name: str, forwarding: bool) -> float:
         try:
-            stamp = self._record("restore_switch", name, self.em.set_switch(name, forwarding=True))
+            stamp = self._record("restore_switch" if forwarding else "fail_switch", name,
+                                 self.em.set_switch(name, forwarding=forwarding))
         except RuntimeError as exc:
             raise FaultError(str(exc)) from None
         with self._lock:
-            self._failed.discard(name)
-        self.em.notify_controller({"cmd": "switch_up", "switch": name})
+            (self._failed.discard if forwarding else self._failed.add)(name)
+        self.em.notify_controller({"cmd": "switch_up" if forwarding else "switch_down", "switch": name})
         return stamp
 
     # ----- random loss ----------------------------------------------------------------------

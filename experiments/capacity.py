@@ -13,6 +13,12 @@ reference (experiments/reference/dataplane.json). The benchmark feeds the switch
 sender and leaves them both cores; a run's agents (Python) need CPU on the same cores, so only
 `FAITHFUL_SHARE` of the figure is counted on.
 
+The agents are the other bound: Python processes on the same cores, they send a run's data
+packets one or two per wake-up (paced at the link rate), which costs far more CPU per packet than
+the streaming agent bench shows. `AGENT_DATA_PPS_PER_CORE` is what a run's agents together sent
+faithfully per core of this 2-core VM (docs/experiments.md); a run whose busy senders would send
+more says so too, and `--link-mbps auto` keeps under both bounds.
+
 Backends are only names here: any backend the benchmark measured (`--switch` names) plugs in.
 """
 
@@ -27,6 +33,10 @@ from topologies.model import FabricParams
 HOPS = 3  # leaf, spine, leaf
 CONTROL_SHARE = 0.1  # SACKs, NACKs and probes per data packet, at most
 FAITHFUL_SHARE = 0.5
+# Data packets/s a run's agents together send faithfully, per core: the default permutation on
+# kernel routers (8 agents, 2 planes) was faithful at 10 Mbit/s (4.7k data packets/s in all, CPU
+# idle p10 35%) and not at 20 Mbit/s (9.4k, idle p10 9.6%), 2 cores.
+AGENT_DATA_PPS_PER_CORE = 2400
 # Rates `--link-mbps auto` chooses from (Mbit/s), fastest first.
 LADDER = (1000.0, 400.0, 200.0, 100.0, 50.0, 20.0, 10.0, 5.0, 2.0, 1.0)
 
@@ -35,6 +45,11 @@ def load(params: FabricParams, busy_senders: int, mtu_payload: int) -> float:
     """Packet-hops per second a run needs at most: `busy_senders` hosts filling every NIC."""
     pps = params.link_mbps * 1e6 / 8 / wire.frame_bytes(mtu_payload)
     return busy_senders * params.planes * pps * HOPS * (1 + CONTROL_SHARE)
+
+
+def agent_load(params: FabricParams, busy_senders: int, mtu_payload: int) -> float:
+    """Data packets per second the run's agents send at most: `busy_senders` filling every NIC."""
+    return busy_senders * params.planes * params.link_mbps * 1e6 / 8 / wire.frame_bytes(mtu_payload)
 
 
 def switch_ports(params: FabricParams) -> int:
@@ -62,30 +77,48 @@ def capacity(backend: str, params: FabricParams, measured: dict[str, Any],
 
 
 def assess(backend: str, params: FabricParams, busy_senders: int, mtu_payload: int,
-           measured: dict[str, Any], reference: dict[str, Any]) -> dict[str, Any]:
+           measured: dict[str, Any], reference: dict[str, Any],
+           agent_cores: int | None = None) -> dict[str, Any]:
     """Whether the run fits: capacity's keys and "backend", "busy_senders",
-    "needed_packet_hops_per_s", "faithful_packet_hops_per_s", "within". A backend nothing is
-    known about counts as within (source "none" says so)."""
+    "needed_packet_hops_per_s", "faithful_packet_hops_per_s", "switches_within", "within". A
+    backend nothing is known about counts as within (source "none" says so). With
+    `agent_cores` (the machine's cores), the agents' bound too: "agent_data_pps_needed",
+    "agent_data_pps_faithful", "agents_within"."""
     cap = capacity(backend, params, measured, reference)
     faithful = cap["packet_hops_per_s"] * FAITHFUL_SHARE
     needed = load(params, busy_senders, mtu_payload)
-    return {"backend": backend, "busy_senders": busy_senders,
-            "needed_packet_hops_per_s": round(needed), "faithful_packet_hops_per_s": round(faithful),
-            "within": cap["source"] == "none" or needed <= faithful, **cap}
+    out = {"backend": backend, "busy_senders": busy_senders,
+           "needed_packet_hops_per_s": round(needed), "faithful_packet_hops_per_s": round(faithful),
+           "switches_within": cap["source"] == "none" or needed <= faithful, **cap}
+    out["within"] = out["switches_within"]
+    if agent_cores is not None:
+        agents_need = agent_load(params, busy_senders, mtu_payload)
+        agents_faithful = AGENT_DATA_PPS_PER_CORE * agent_cores
+        out.update({"agent_data_pps_needed": round(agents_need),
+                    "agent_data_pps_faithful": agents_faithful,
+                    "agents_within": agents_need <= agents_faithful})
+        out["within"] = out["switches_within"] and out["agents_within"]
+    return out
 
 
 def faithful_rate(backend: str, params: FabricParams, busy_senders: int, mtu_payload: int,
-                  measured: dict[str, Any], reference: dict[str, Any]) -> float:
+                  measured: dict[str, Any], reference: dict[str, Any],
+                  agent_cores: int | None = None) -> float:
     """The fastest rate of `LADDER` at which the run fits (the slowest if none does)."""
     for rate in LADDER:
         if assess(backend, replace(params, link_mbps=rate), busy_senders, mtu_payload,
-                  measured, reference)["within"]:
+                  measured, reference, agent_cores)["within"]:
             return rate
     return LADDER[-1]
 
 
 def describe(a: dict[str, Any]) -> str:
-    """One line: what the run needs against what its backend carries."""
+    """One line: what the run needs against what its backend carries (or, where the switches
+    would carry it, against what the agents send faithfully)."""
+    if a.get("agents_within") is False and a.get("switches_within", True):
+        return (f"has its agents send up to {a['agent_data_pps_needed']:,} data packets/s; "
+                f"{a['agent_data_pps_faithful']:,} is what they send faithfully on this machine's "
+                f"cores ({AGENT_DATA_PPS_PER_CORE:,} per core)")
     if a["source"] == "none":
         return (f"needs up to {a['needed_packet_hops_per_s']:,} packet-hops/s; the capacity of the "
                 f"{a['backend']} switches is unknown here (run `make bench`)")

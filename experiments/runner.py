@@ -14,6 +14,7 @@ untouched.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import time
 from collections.abc import Callable
@@ -47,14 +48,16 @@ def assess_load(opts: Options, backend: str) -> dict:
     (experiments/capacity.py), from this machine's `make bench` or the committed reference."""
     senders = opts.scenario.kind.busy_senders(opts, Fabric(opts.fabric))
     return capacity.assess(backend, opts.fabric, senders, TransportConfig().mtu_payload,
-                           files.read_json(MEASURED_CAPACITY), files.read_json(REFERENCE_CAPACITY))
+                           files.read_json(MEASURED_CAPACITY), files.read_json(REFERENCE_CAPACITY),
+                           agent_cores=os.cpu_count() or 1)
 
 
 def faithful_link_mbps(opts: Options, backend: str) -> float:
     """The fastest link rate at which the run fits its backend's capacity (`--link-mbps auto`)."""
     senders = opts.scenario.kind.busy_senders(opts, Fabric(opts.fabric))
     return capacity.faithful_rate(backend, opts.fabric, senders, TransportConfig().mtu_payload,
-                                  files.read_json(MEASURED_CAPACITY), files.read_json(REFERENCE_CAPACITY))
+                                  files.read_json(MEASURED_CAPACITY), files.read_json(REFERENCE_CAPACITY),
+                                  agent_cores=os.cpu_count() or 1)
 
 
 def execute(opts: Options, workdir: Path, say: Progress) -> tuple[Record, dict]:
@@ -65,7 +68,7 @@ def execute(opts: Options, workdir: Path, say: Progress) -> tuple[Record, dict]:
     load = assess_load(opts, switches.resolve(opts.switch_backend))
     if not load["within"]:
         say(f"warning: at {opts.fabric.link_mbps:g} Mbit/s this run {capacity.describe(load)}: "
-            f"expect the switches, not the links, to set the pace (--link-mbps "
+            f"expect the switches or the agents, not the links, to set the pace (--link-mbps "
             f"{faithful_link_mbps(opts, load['backend']):g} fits; --link-mbps auto picks it)")
     with Testbed(fabric, workdir, seed=opts.seed, datapath=opts.datapath, detect_ms=opts.detect_ms,
                  dataplane=opts.dataplane, switch=opts.switch_backend,
@@ -121,7 +124,8 @@ def execute(opts: Options, workdir: Path, say: Progress) -> tuple[Record, dict]:
     died = info.get("controller_died")
     fid = _fidelity(opts, record, bed.cpu, em.datapath, died if isinstance(died, dict) else None)
     if not load["within"]:
-        fid["warnings"].append(f"the offered load may exceed what the switches carry faithfully: "
+        fid["warnings"].append(f"the offered load may exceed what the switches or the agents carry "
+                               f"faithfully: "
                                f"this run {capacity.describe(load)}")
     info["fidelity"] = fid
     return record, info

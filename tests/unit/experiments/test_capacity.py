@@ -126,3 +126,21 @@ def test_link_mbps_auto_picks_the_fastest_faithful_rate(measured, monkeypatch):
                                   "ovs")["within"]
     with pytest.raises(cli.CliError, match="expected Mbit/s or auto"):
         cli.make_parser().parse_args(["run", "permutation", "--link-mbps", "fast"])
+
+
+def test_the_agents_are_a_bound_of_their_own():
+    p = FabricParams(planes=2, leaves=4, spines=2, hosts_per_leaf=2, link_mbps=10.0)
+    per_nic = 10e6 / 8 / wire.frame_bytes(MTU)
+    assert capacity.agent_load(p, 8, MTU) == pytest.approx(8 * 2 * per_nic)
+    ample = {"linux": {"x": {"packet_hops_per_s": 10**7, "fabric": SMALL.as_dict()}}}
+    # Without the cores, only the switches count (as before); with them, the agents too.
+    fast = FabricParams(**{**p.as_dict(), "link_mbps": 100.0})
+    assert capacity.assess("linux", fast, 8, MTU, ample, {})["within"] is True
+    a = capacity.assess("linux", fast, 8, MTU, ample, {}, agent_cores=2)
+    assert a["switches_within"] is True and a["agents_within"] is False and a["within"] is False
+    assert a["agent_data_pps_faithful"] == 2 * capacity.AGENT_DATA_PPS_PER_CORE
+    assert "agents send" in capacity.describe(a) and "data packets/s" in capacity.describe(a)
+    # What the permutation measured on kernel routers: faithful at 10 Mbit/s, not at 20.
+    assert capacity.faithful_rate("linux", p, 8, MTU, ample, {}, agent_cores=2) == 10.0
+    assert capacity.faithful_rate("linux", p, 8, MTU, ample, {}, agent_cores=4) == 20.0
+    assert capacity.faithful_rate("linux", p, 8, MTU, ample, {}) == capacity.LADDER[0]

@@ -34,12 +34,14 @@ Figures = dict[str, Any]
 
 def reference_from_results(results: Path) -> dict[str, Any]:
     """The reference file's content from a folder of `mrclab run` results: per scenario its
-    fabric, seed, software and, per transport, every scalar figure of its summary."""
+    fabric, seed, software, switch backend and, per transport, every scalar figure of its
+    summary."""
     out: dict[str, Any] = {}
     for name in SCENARIOS:
         summary = json.loads((results / name / "summary.json").read_text())
         out[name] = {
             "fabric": summary["fabric"], "seed": summary["seed"], "software": summary["software"],
+            "switch_backend": (summary.get("switches") or {}).get("switch_backend"),
             "dataplane": summary["dataplane"].get("mode"), "detect_ms": summary["routing"]["detect_ms"],
             "faithful": summary["fidelity"]["faithful"],
             "transports": {t: {k: v for k, v in figures.items()

@@ -198,6 +198,18 @@ def scratch_dir(prefix: str, parent: Path | None = None) -> Iterator[Path]:
         release_lock()
 
 
+# ----- interrupts ---------------------------------------------------------------------------------
+def interrupts_raise() -> None:
+    """Ctrl-C and SIGTERM raise KeyboardInterrupt, which unwinds through every `with` (the
+    emulation's teardown included). For a command's entry point: SIGINT is set here, not left as
+    inherited, because Python installs its KeyboardInterrupt handler only when it starts with
+    SIGINT at the default action, and a shell without job control starts background commands
+    (`cmd &` in a script, a CI job) with SIGINT ignored, which every child inherits: there
+    Ctrl-C did nothing. SIGTERM would otherwise end the process without any teardown."""
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, signal.default_int_handler)
+
+
 # ----- teardown that a second Ctrl-C cannot abort -----------------------------------------------
 @contextlib.contextmanager
 def _interrupts_to(handler: Callable[[int, object], None]) -> Iterator[None]:

@@ -28,7 +28,6 @@ import os
 import platform
 import pstats
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -408,17 +407,8 @@ def format_summary(result: dict, out: Path) -> str:
     return "\n".join(lines)
 
 
-def _bench_signals() -> None:
-    """Ctrl-C and SIGTERM raise KeyboardInterrupt, which unwinds through run_bench's clean-up.
-    SIGINT is set here, not left as inherited: Python installs its KeyboardInterrupt handler
-    only when it starts with SIGINT at the default action, and a shell without job control
-    starts background commands (`cmd &` in a script, a CI job) with SIGINT ignored, which every
-    child inherits: there Ctrl-C did nothing and the bench ran on (the console's case too)."""
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, signal.default_int_handler)
-
-
 def main(argv: list[str] | None = None) -> int:
+    cleanup.interrupts_raise()  # its clean-up runs on Ctrl-C and SIGTERM, even as a background job
     parser = argparse.ArgumentParser(prog="python -m experiments.tools.bench",
                                      description="MRC host agent packets per CPU core")
     parser.add_argument("--seconds", type=float, default=5.0, help="each measured window")
@@ -437,7 +427,6 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not args.seconds > 0 or args.profile_seconds < 0 or args.runs < 1 or args.msg_bytes < 1:
         parser.error("--seconds must be > 0, --runs and --msg-bytes >= 1, --profile-seconds >= 0")
-    _bench_signals()
     try:
         run_bench(args.seconds, args.runs, args.profile_seconds, args.planes, args.spines,
                   args.link_mbps, args.msg_bytes, args.seed, args.raw_send, out=args.out)

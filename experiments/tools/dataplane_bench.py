@@ -39,7 +39,7 @@ from endpoints.host import netio
 from endpoints.protocol import wire
 from experiments import fidelity
 from experiments.tools.startup_bench import SHAPES as STARTUP_SHAPES
-from topologies import files, preflight, switches
+from topologies import cleanup, files, preflight, switches
 from topologies.emulation import Emulation
 from topologies.model import GATEWAY_MAC, Fabric, FabricParams
 from topologies.preflight import PreflightError
@@ -231,6 +231,7 @@ def measure(backend: str, shape: str, workdir: Path, start_pps: float, trials: i
 
 
 def main(argv: list[str] | None = None) -> int:
+    cleanup.interrupts_raise()  # Ctrl-C and SIGTERM tear the emulation down, even as a background job
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--switch", default=None, help="comma-separated backends (default: every "
                         "one this machine runs)")

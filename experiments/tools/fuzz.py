@@ -340,6 +340,7 @@ def _markdown(r: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    cleanup.interrupts_raise()  # Ctrl-C and SIGTERM tear the emulation down, even as a background job
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--datagrams", type=int, default=100_000)
     parser.add_argument("--rate", type=float, default=RATE, help="datagrams per second")

@@ -323,6 +323,7 @@ def _markdown(r: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    cleanup.interrupts_raise()  # Ctrl-C and SIGTERM tear the emulation down, even as a background job
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--seed", type=int, default=1)

@@ -131,9 +131,9 @@ def test_message_contents_are_reproducible_distinct_and_never_repeat_within_a_me
 # (a CI job, `cmd &` in a script): with SIGINT ignored.
 INTERRUPTED = """
 import os, signal, sys, time
-from experiments.tools import bench
+from topologies import cleanup
 print("inherited", "ignored" if signal.getsignal(signal.SIGINT) is signal.SIG_IGN else "other")
-bench._bench_signals()
+cleanup.interrupts_raise()
 for sig in (signal.SIGINT, signal.SIGTERM):
     try:
         os.kill(os.getpid(), sig)  # Ctrl-C, then a kill, during the measurement
@@ -144,10 +144,24 @@ for sig in (signal.SIGINT, signal.SIGTERM):
 """
 
 
-def test_ctrl_c_and_sigterm_interrupt_the_bench_even_when_sigint_was_inherited_ignored():
+def test_ctrl_c_and_sigterm_interrupt_a_tool_even_when_sigint_was_inherited_ignored():
     out = subprocess.run([sys.executable, "-c", INTERRUPTED], cwd=REPO, capture_output=True,
                          text=True, timeout=60,
                          preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
     assert out.returncode == 0, out.stderr
     assert out.stdout.splitlines() == ["inherited ignored", "SIGINT raised KeyboardInterrupt",
                                        "SIGTERM raised KeyboardInterrupt"]
+
+
+@pytest.mark.parametrize("tool", ["bench", "fuzz", "soak", "startup_bench", "dataplane_bench"])
+def test_every_tool_takes_its_interrupts_before_anything_else(tool, monkeypatch):
+    import importlib
+
+    from topologies import cleanup
+
+    module = importlib.import_module(f"experiments.tools.{tool}")
+    calls: list[str] = []
+    monkeypatch.setattr(cleanup, "interrupts_raise", lambda: calls.append(tool))
+    with pytest.raises(SystemExit):
+        module.main(["--help"])
+    assert calls == [tool]

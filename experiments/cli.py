@@ -47,6 +47,23 @@ def _switch_args(parser: argparse.ArgumentParser) -> None:
                         help="OVS datapath (auto: kernel where the module exists)")
 
 
+def _replace_arg(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--replace", action="append", default=[], metavar="POINT=FILE:NAME",
+                        help="run NAME from FILE in every agent in place of the product's POINT "
+                             "(evset, nscc, trim_nack_reason, trim_reaction: a lab's student "
+                             "code); a run records it in its summary")
+
+
+def _replacements(args: argparse.Namespace):  # -> tuple[overrides.Replacement, ...]
+    """The `--replace` options, checked (one line, exit 2, before anything starts)."""
+    from endpoints.host import overrides
+
+    try:
+        return overrides.check(overrides.parse(text) for text in args.replace)
+    except overrides.OverrideError as exc:
+        raise CliError(f"--replace: {exc}") from None
+
+
 def _link_rate(text: str) -> float | str:
     if text == "auto":
         return text
@@ -104,6 +121,7 @@ def make_parser() -> argparse.ArgumentParser:
                        help="keep the agents' logs and traces here (default: a temporary folder)")
     shell.add_argument("--script", type=Path, default=None,
                        help="run the commands in FILE instead of reading them, then tear down")
+    _replace_arg(shell)
 
     from experiments.scenarios import SCENARIOS
     run = sub.add_parser("run", help="run one experiment scenario (see `mrclab run --help`)")
@@ -144,10 +162,7 @@ def make_parser() -> argparse.ArgumentParser:
                      help="each agent logs its first N datagrams sent and received in its trace, "
                           f"to check a capture against (default: {PACKET_LOG_WITH_CAPTURE} with "
                           "--capture, else 0)")
-    run.add_argument("--replace", action="append", default=[], metavar="POINT=FILE:NAME",
-                     help="run NAME from FILE in every agent in place of the product's POINT "
-                          "(evset, nscc, trim_nack_reason, trim_reaction: a lab's student code); "
-                          "recorded in the summary")
+    _replace_arg(run)
 
     report = sub.add_parser("report", help="one Markdown page over every result in results/")
     report.add_argument("--results", type=Path, default=RESULTS)
@@ -223,12 +238,7 @@ def run_options(args: argparse.Namespace):  # -> experiments.scenarios.Options
         raise CliError(f"--capture takes comma-separated targets like h1,p0l0-eth3, got {args.capture!r}")
     packet_log = args.packet_log if args.packet_log is not None else \
         (PACKET_LOG_WITH_CAPTURE if capture else 0)
-    from endpoints.host import overrides
-
-    try:
-        replacements = overrides.check(overrides.parse(text) for text in args.replace)
-    except overrides.OverrideError as exc:
-        raise CliError(f"--replace: {exc}") from None
+    replacements = _replacements(args)
     opts = Options(sc, fabric, parse_transports(args.transports, sc.transports), seed=args.seed,
                    datapath=args.datapath, dataplane=args.dataplane, switch_backend=args.switch,
                    capture=capture, packet_log=packet_log, replace=replacements,
@@ -356,10 +366,11 @@ def _dispatch(args: argparse.Namespace) -> int:
             raise CliError(f"--script {args.script}: no such file")
         workdir = None if args.workdir is None else _check_workdir(args.workdir)
         switches.check(args.switch)
+        replacements = _replacements(args)
         from experiments.shell.session import run_cli
 
         return run_cli(fabric, transport, args.seed, args.datapath, args.dataplane, args.detect_ms,
-                       workdir, args.script, switch=args.switch)
+                       workdir, args.script, switch=args.switch, replace=replacements)
     demo_out = outdir.check(args.out) if args.command == "demo" else None
     switches.check(args.switch)
     if args.command == "check-fabric":

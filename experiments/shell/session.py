@@ -12,6 +12,7 @@ import sys
 import time
 from pathlib import Path
 
+from endpoints.host.overrides import Replacement
 from endpoints.protocol.config import TransportConfig
 from experiments.testbed import Testbed, describe_switches
 from topologies.model import Fabric
@@ -40,7 +41,8 @@ def _console_signals() -> None:
 
 def run_cli(fabric: Fabric, transport: TransportConfig, seed: int = 1, datapath: str = "auto",
             dataplane: str = "auto", detect_ms: float = 900.0, workdir: Path | None = None,
-            script: Path | None = None, switch: str = "auto") -> int:
+            script: Path | None = None, switch: str = "auto",
+            replace: tuple[Replacement, ...] = ()) -> int:
     from mininet.log import setLogLevel
 
     from experiments.shell.console import MrcCli
@@ -51,13 +53,16 @@ def run_cli(fabric: Fabric, transport: TransportConfig, seed: int = 1, datapath:
     ended: SessionEnd | None = None
     try:
         with Testbed(fabric, workdir, seed=seed, transport=transport, datapath=datapath,
-                     detect_ms=detect_ms, dataplane=dataplane, switch=switch) as bed:
+                     detect_ms=detect_ms, dataplane=dataplane, switch=switch,
+                     replace=replace) as bed:
             em = bed.em
             setLogLevel("output")  # Mininet's own commands print at this level
             print(f"*** up in {time.monotonic() - t0:.1f} s: {len(fabric.hosts)} hosts "
                   f"h0..h{len(fabric.hosts) - 1}, {len(fabric.switches)} switches, "
                   f"{len(fabric.links)} links ({describe_switches(em)}, "
                   f"{em.dataplane_info['mode']} switch egress)")
+            for r in bed.replace:  # the agents start with the first flow: they will run it
+                print(f"*** agents run {r.name} from {r.file} as the product's {r.point}")
             print("*** `help` lists the commands, `exit` tears everything down", flush=True)
             try:
                 MrcCli(bed, script=str(script) if script else None)

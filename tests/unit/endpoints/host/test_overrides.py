@@ -159,3 +159,12 @@ def test_the_testbed_refuses_a_bad_replacement_before_anything_starts(tmp_path: 
     with pytest.raises(OverrideError, match="no override point 'sender'"):
         Testbed(build(planes=1, leaves=2, spines=1), tmp_path / "w", replace=[f"sender={LAB4}:X"])
     assert not (tmp_path / "w").exists()
+
+
+def test_the_cli_session_takes_replacements_and_refuses_bad_ones(tmp_path: Path) -> None:
+    res = subprocess.run([sys.executable, "-m", "experiments.cli", "cli", "--replace",
+                          f"nscc={tmp_path}:LabNscc"], cwd=ROOT, capture_output=True, text=True,
+                         timeout=60, stdin=subprocess.DEVNULL)
+    assert res.returncode == 2 and res.stdout == ""
+    assert res.stderr.splitlines() == [
+        f"mrclab: error: --replace: nscc: {tmp_path} is not a regular .py file"]

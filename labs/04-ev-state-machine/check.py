@@ -144,8 +144,9 @@ def link_cut(ctx: Context) -> str:
 
 # The emulated cut: the link-failure scenario on the smallest fabric with a spare path per plane
 # (h0 -> h1, 2 planes x 2 spines), the transfer's plane-0 uplink cut at FAULT[0] s, restored at
-# FAULT[1] s. The solution's EV set (seed 1, 2-core VM): benched 76 ms after the cut, back 29 ms
-# after the restore, goodput 19.0 Mbit/s while cut against 19.3 before. Bounds with room for a
+# FAULT[1] s. The solution's EV set (seed 1, 2-core VM, 4 runs on OVS and kernel routers):
+# benched 71-80 ms after the cut, back 26-48 ms after the restore, goodput 19.0 Mbit/s while
+# cut against 19.2-19.3 before; the skeleton's: never benched. Bounds with room for a
 # busy machine: the loss timer and three probe replies, each a few RTTs.
 EMULATED = FabricParams(planes=2, leaves=2, spines=2, hosts_per_leaf=1, link_mbps=10.0)
 DURATION, FAULT = 4.0, (1.5, 3.0)

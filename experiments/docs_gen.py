@@ -17,13 +17,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from experiments.flows import TRANSPORTS  # the tables' columns, in the runner's order
 from topologies import files
 
 REPO = Path(__file__).resolve().parent.parent
 REFERENCE = Path(__file__).resolve().parent / "reference" / "full.json"
 CONFIG_SOURCE = REPO / "endpoints" / "protocol" / "config.py"
 DOCUMENTS = (REPO / "README.md", REPO / "docs" / "experiments.md", REPO / "docs" / "transport.md")
-TRANSPORTS = ("mrc", "roce", "spray", "tcp", "mptcp")
 SCENARIOS = ("link-failure", "switch-failure", "link-flap", "lossy-link", "permutation", "incast",
              "collective")
 _BLOCK = re.compile(r"(<!-- generated:(?P<name>[a-z-]+) -->\n)(?P<body>.*?)"

@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 from typing import NamedTuple
 
+from endpoints.host.agent import SOURCE_ROUTED
 from experiments import fidelity, metrics
 from experiments.flows import finish
 from experiments.scenarios.base import (
@@ -30,7 +31,8 @@ from topologies.model import Fabric, FabricError, FabricParams
 SHARED = (0, 0)  # (plane, spine) of the path the second flow is forced onto
 SETTLE_S = 0.5  # after the force: the first flow's skips have moved its load by then
 POLL_S = 0.05  # per-EV load sampling period (two control calls per period)
-AGENT_TRANSPORTS = ("mrc", "spray")  # a flow with an EV set to restrict
+# A flow with an EV set to restrict: the source-routed transports.
+AGENT_TRANSPORTS = SOURCE_ROUTED
 
 
 class Roles(NamedTuple):

@@ -28,7 +28,7 @@ import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 MAX_QPS = 8  # QPs drawn per figure (a legend past that is unreadable): the first by QP number
 BUSIEST_PORTS = 6
@@ -154,6 +154,14 @@ def _no_data(ax, what: str) -> None:  # noqa: ANN001 - a matplotlib Axes
             color="grey", fontsize=9)
 
 
+def _legend_or_no_data(ax, drawn: object, nothing: str, **legend: Any) -> None:  # noqa: ANN001
+    """The panel's legend (upper right) when it drew something, else why it is empty."""
+    if drawn:
+        ax.legend(loc="upper right", **legend)
+    else:
+        _no_data(ax, nothing)
+
+
 def plot(data: CcData, out: Path, summary: dict) -> Path:
     from experiments.plots import fabric_label, fidelity_stamp, plt  # matplotlib, Agg backend
 
@@ -169,10 +177,8 @@ def plot(data: CcData, out: Path, summary: dict) -> Path:
         t = [r["t"] for r in cc]
         ax.plot(t, [r.get("cwnd") for r in cc], color=colour[q], lw=1, label=name[q])
         ax.plot(t, [r.get("inflight") for r in cc], color=colour[q], lw=0.6, ls=":")
-    if senders:
-        ax.legend(fontsize=7, ncol=4, loc="upper right")
-    else:
-        _no_data(ax, "no congestion window in the traces (no `cc` events)")
+    _legend_or_no_data(ax, senders, "no congestion window in the traces (no `cc` events)",
+                       fontsize=7, ncol=4)
     ax.set_ylabel("cwnd (—), in flight (··)\npackets")
 
     ax = axes[1]
@@ -250,10 +256,8 @@ def plot(data: CcData, out: Path, summary: dict) -> Path:
             ax.plot([t for t, _ in rows], [nics.get(p, [0])[0] for _, nics in rows],
                     color=f"C{i % 10}", lw=0.8, ls="-" if p == "0" else "--", label=f"{host} plane {p}")
             drawn += 1
-    if drawn:
-        ax.legend(fontsize=6, ncol=6, loc="upper right")
-    else:
-        _no_data(ax, "no host NIC samples (topologies/queuesampler.py)")
+    _legend_or_no_data(ax, drawn, "no host NIC samples (topologies/queuesampler.py)",
+                       fontsize=6, ncol=6)
     ax.set_ylabel("host NIC queue\n(packets)")
 
     ax = axes[7]
@@ -272,10 +276,7 @@ def plot(data: CcData, out: Path, summary: dict) -> Path:
             if dp.get(key):
                 ax.axhline(dp[key] / 1e3, color="grey", lw=0.8, ls=style,
                            label=key.replace("_bytes", " threshold"))
-    if top:
-        ax.legend(fontsize=6, ncol=3, loc="upper right")
-    else:
-        _no_data(ax, "no switch queue samples, or every queue empty")
+    _legend_or_no_data(ax, top, "no switch queue samples, or every queue empty", fontsize=6, ncol=3)
     ax.set_ylabel("switch queue KB:\nHTB (—), eBPF vq (··)")
     ax.set_xlabel(f"seconds since {data.label} started")
     ax.set_xlim(-MARGIN_S, data.duration + TAIL_S)
@@ -311,10 +312,7 @@ def _scatter_rows(ax, groups: dict[Mark, list[tuple[float, float]]], qps: list[i
                    label=f"{mark.label} ({len(xy)})")
     ax.set_yticks(range(len(qps)), [name[q] for q in qps], fontsize=7)
     ax.set_ylim(-0.7, max(len(qps), 1) - 0.3)
-    if groups:
-        ax.legend(fontsize=7, loc="upper right", ncol=ncol)
-    else:
-        _no_data(ax, nothing)
+    _legend_or_no_data(ax, groups, nothing, fontsize=7, ncol=ncol)
 
 
 def figure_name(label: str, first: bool) -> str:

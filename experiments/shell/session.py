@@ -15,6 +15,7 @@ from pathlib import Path
 from endpoints.host.overrides import Replacement
 from endpoints.protocol.config import TransportConfig
 from experiments.testbed import Testbed, describe_switches
+from topologies import cleanup
 from topologies.model import Fabric
 
 
@@ -29,12 +30,10 @@ def _end(signum: int, frame: object) -> None:
 
 def _console_signals() -> None:
     """Ctrl-C raises KeyboardInterrupt (the console stops the foreground command with it, and
-    the session goes on); SIGTERM and SIGHUP end the session. SIGINT is set here, not left as
-    inherited: Python installs its KeyboardInterrupt handler only when it starts with SIGINT at
-    the default action, and a shell without job control starts background commands (`cmd &`
-    in a script, a CI job) with SIGINT ignored, which every child inherits, a console on its
-    own terminal (pexpect, ssh -t) included: there Ctrl-C did nothing."""
-    signal.signal(signal.SIGINT, signal.default_int_handler)
+    the session goes on), set rather than inherited as every command's is
+    (`cleanup.interrupts_raise`: a console on its own terminal, pexpect or ssh -t, inherits
+    SIGINT ignored too); SIGTERM and SIGHUP end the session."""
+    cleanup.interrupts_raise()
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, _end)
 

@@ -41,15 +41,19 @@ AGENT_DATA_PPS_PER_CORE = 2400
 LADDER = (1000.0, 400.0, 200.0, 100.0, 50.0, 20.0, 10.0, 5.0, 2.0, 1.0)
 
 
+def _frames_per_s(params: FabricParams, busy_senders: int, mtu_payload: int) -> float:
+    """Full data frames per second `busy_senders` hosts send filling every NIC."""
+    return busy_senders * params.planes * params.link_mbps * 1e6 / 8 / wire.frame_bytes(mtu_payload)
+
+
 def load(params: FabricParams, busy_senders: int, mtu_payload: int) -> float:
     """Packet-hops per second a run needs at most: `busy_senders` hosts filling every NIC."""
-    pps = params.link_mbps * 1e6 / 8 / wire.frame_bytes(mtu_payload)
-    return busy_senders * params.planes * pps * HOPS * (1 + CONTROL_SHARE)
+    return _frames_per_s(params, busy_senders, mtu_payload) * HOPS * (1 + CONTROL_SHARE)
 
 
 def agent_load(params: FabricParams, busy_senders: int, mtu_payload: int) -> float:
     """Data packets per second the run's agents send at most: `busy_senders` filling every NIC."""
-    return busy_senders * params.planes * params.link_mbps * 1e6 / 8 / wire.frame_bytes(mtu_payload)
+    return _frames_per_s(params, busy_senders, mtu_payload)
 
 
 def switch_ports(params: FabricParams) -> int:

@@ -103,6 +103,11 @@ def _ticks(pid: int) -> int:
     return 0
 
 
+def _arrived(snmp6: dict[str, int]) -> int:
+    """Datagrams that reached the sink's socket, those its full buffer refused included."""
+    return snmp6.get("Udp6InDatagrams", 0) + snmp6.get("Udp6RcvbufErrors", 0)
+
+
 def _machine() -> tuple[int, int]:
     f = [int(x) for x in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
     return sum(f[:8]) - f[3] - f[4], sum(f[:8])
@@ -131,8 +136,7 @@ class Load:
         t0 = time.monotonic()
         rx_pid, last = self.em.pid(self.dst), -1
         while time.monotonic() - t0 < DRAIN_MAX_S:
-            s = _snmp6(rx_pid)
-            now = s.get("Udp6InDatagrams", 0) + s.get("Udp6RcvbufErrors", 0)
+            now = _arrived(_snmp6(rx_pid))
             if now == last:
                 break
             last = now
@@ -154,8 +158,7 @@ class Load:
 
         def sample() -> tuple:
             s = _snmp6(rx_pid)
-            return (time.monotonic(), s.get("Udp6InDatagrams", 0) + s.get("Udp6RcvbufErrors", 0),
-                    s.get("Udp6InCsumErrors", 0), _tx_packets(tx_pid, nics),
+            return (time.monotonic(), _arrived(s), s.get("Udp6InCsumErrors", 0), _tx_packets(tx_pid, nics),
                     sum(_ticks(p) for p in fwd), *_machine())
 
         a = sample()

@@ -201,7 +201,7 @@ class Agents:
 
 @contextlib.contextmanager
 def agents(net: BenchNet, workdir: Path, seed: int, transport: dict, raw_send: bool,
-           profile: bool) -> Iterator[Agents]:
+           profile: bool, paced: bool = False) -> Iterator[Agents]:
     procs: dict[str, subprocess.Popen] = {}
     clients: dict[str, AgentClient] = {}
     profiles: dict[str, Path] = {}
@@ -213,7 +213,9 @@ def agents(net: BenchNet, workdir: Path, seed: int, transport: dict, raw_send: b
                         "control": str(workdir / f"{tag}.sock"),
                         "trace": str(workdir / f"{tag}-trace.jsonl"), "seed": seed,
                         "transport": transport, "raw_send": raw_send,
-                        "nic_pacing": False}  # unshaped veths: the agents are the bottleneck
+                        # unshaped veths: the agents are the bottleneck, unless they pace
+                        # their NICs at the link rate as in a scenario (`paced`)
+                        "nic_pacing": paced}
             config = workdir / f"{tag}.json"
             config.write_text(json.dumps(settings))
             if profile:
@@ -307,7 +309,10 @@ def stream_once(ag: Agents, qpn: int, seconds: float, msg_bytes: int,
 def run_bench(seconds: float = 5.0, runs: int = 3, profile_seconds: float = 2.0, planes: int = 4,
               spines: int = 2, link_mbps: float = 10.0, msg_bytes: int = MSG_BYTES,
               seed: int = 1, raw_send: bool = False, transport: dict | None = None,
-              out: Path = DEFAULT_OUT, quiet: bool = False) -> dict:
+              out: Path = DEFAULT_OUT, quiet: bool = False, paced: bool = False) -> dict:
+    """`paced`: the agents pace their NIC ports at `link_mbps` per plane, as in every scenario:
+    the sender then builds one or two packets per wake-up, so its per-wake work counts in the
+    per-packet figure (unpaced, a wake-up sends dozens)."""
     if os.geteuid() != 0:
         raise BenchError("the bench creates network namespaces: run it as root (sudo)")
     if shutil.which("ip") is None:
@@ -323,11 +328,11 @@ def run_bench(seconds: float = 5.0, runs: int = 3, profile_seconds: float = 2.0,
     with cleanup.scratch_dir("mrclab-bench-") as workdir, \
             BenchNet(fabric, f"{cleanup.NETNS_PREFIX}b{os.getpid()}") as net:
         with fidelity.CpuSampler() as cpu, \
-                agents(net, workdir, seed, transport, raw_send, False) as ag:
+                agents(net, workdir, seed, transport, raw_send, False, paced) as ag:
             for i in range(runs):
                 results.append(stream_once(ag, i + 1, seconds, msg_bytes, cpu))
         if profile_seconds > 0:
-            with agents(net, workdir, seed, transport, raw_send, True) as ag:
+            with agents(net, workdir, seed, transport, raw_send, True, paced) as ag:
                 prof_run = stream_once(ag, 1, profile_seconds, msg_bytes)
             profile = _profile_summary(ag.profiles, prof_run, profile_seconds)
     best = median_run(results)
@@ -355,10 +360,12 @@ def run_bench(seconds: float = 5.0, runs: int = 3, profile_seconds: float = 2.0,
         "config": {"seconds": seconds, "runs": runs, "profile_seconds": profile_seconds,
                    "fabric": params.as_dict(), "sender": SENDER, "receiver": RECEIVER,
                    "message_bytes": msg_bytes, "seed": seed, "transport_overrides": transport,
+                   "nic_pacing": paced,
                    "send_path": "raw socket, Python checksum" if raw_send
                    else "per-path UDP sockets, kernel checksum",
                    "network": "two namespaces, one veth pair per plane, TX checksum offload off, "
-                              "no OVS, no shaping"},
+                              "no OVS, no shaping" + (", the agents pacing their NICs at "
+                                                      "link_mbps per plane" if paced else "")},
         "machine": {"cpu_model": cpu_model(), "cpus": os.cpu_count(),
                     "loadavg_before": [round(x, 2) for x in load_before]},
         "software": fidelity.software_versions(),
@@ -418,7 +425,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--planes", type=int, default=4)
     parser.add_argument("--spines", type=int, default=2)
     parser.add_argument("--link-mbps", type=float, default=10.0,
-                        help="nominal only (no shaping): sets the agents' RTT target floor")
+                        help="nominal only (no shaping): sets the agents' RTT target floor, and "
+                             "with --paced their NIC rate per plane")
+    parser.add_argument("--paced", action="store_true",
+                        help="the agents pace their NICs at --link-mbps per plane, as in a "
+                             "scenario (CPU per packet in the one-or-two-packets-per-wake regime)")
     parser.add_argument("--msg-bytes", type=int, default=MSG_BYTES)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--raw-send", action="store_true",
@@ -429,7 +440,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--seconds must be > 0, --runs and --msg-bytes >= 1, --profile-seconds >= 0")
     try:
         run_bench(args.seconds, args.runs, args.profile_seconds, args.planes, args.spines,
-                  args.link_mbps, args.msg_bytes, args.seed, args.raw_send, out=args.out)
+                  args.link_mbps, args.msg_bytes, args.seed, args.raw_send, out=args.out,
+                  paced=args.paced)
     except (BenchError, ValueError) as exc:
         print(f"bench: error: {exc}", file=sys.stderr)
         return 2

@@ -36,11 +36,13 @@ import hashlib
 import json
 import os
 import random
+import select
 import selectors
 import signal
 import socket
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -147,9 +149,14 @@ class Agent:
         self.tx = netio.Transmitter(kernel_checksum=not settings.get("raw_send", False))
         # The local address is not needed (the EV names the path): one control message fewer.
         self.rx = netio.open_receiver(wire.MRC_PORT, pktinfo=False)
-        self.selector = selectors.DefaultSelector()
-        self.selector.register(self.rx, selectors.EVENT_READ, "rx")
+        self.selector = selectors.DefaultSelector()  # the control server's sockets
         self.control = ControlServer(settings["control"], self.selector, self.handle_command)
+        # The loop waits on an epoll of its own holding the receive socket and the control
+        # selector's epoll (itself pollable): the common wake-up, a datagram or a timer, then
+        # skips the selectors module's per-call bookkeeping.
+        self._wait = select.epoll()
+        self._wait.register(self.rx.fileno(), select.EPOLLIN)
+        self._wait.register(self.selector.fileno(), select.EPOLLIN)
         self.qps: dict[int, Qp] = {}
         self.backlog = netio.Backlog(self.tx)  # backpressure: per path, bounded
         self.trace = open(settings["trace"], "a") if settings.get("trace") else None
@@ -356,16 +363,19 @@ class Agent:
         qp.digests[msn] = hashlib.sha256(data).hexdigest()
         return msn
 
-    def _refill(self, qp: Qp, now: float) -> None:
-        # Keep two messages not yet transmitted, so the window never waits for a message's
-        # tail to be acknowledged before the next one is posted.
+    def _refill(self, qp: Qp, now: float) -> int:
+        """Keep two messages not yet transmitted, so the window never waits for a message's
+        tail to be acknowledged before the next one is posted; returns how many were posted."""
+        posted = 0
         while qp.stream_until > now and qp.sender is not None and qp.sender.unsent_messages < 2:
             size = qp.stream_bytes if qp.stream_left is None else min(qp.stream_bytes, qp.stream_left)
             self._post(qp, size, now)
+            posted += 1
             if qp.stream_left is not None:
                 qp.stream_left -= size
                 if qp.stream_left == 0:
                     qp.stream_until = 0.0  # everything posted: the transfer ends when acked
+        return posted
 
     def _stats(self, qp: Qp) -> dict:
         out = {"qpn": qp.qpn, "peer": qp.peer, "transport": qp.transport, "role": qp.role,
@@ -437,7 +447,7 @@ class Agent:
             record["ce"] = int(ce)
         if self.packet_log == 0:
             record["log_full"] = True  # the last one: what follows was not logged
-        self.trace.write(json.dumps(record) + "\n")
+        self.trace.write(_json_line(record))
 
     def _receive(self, now: float) -> None:
         # The per-datagram work is inlined (netio.parse_ancillary, the EV from the source port
@@ -499,14 +509,16 @@ class Agent:
                     qp.digests[msn] = hashlib.sha256(data).hexdigest()
             elif qp.sender is not None:
                 qp.completed += len(qp.sender.take_completed())
-                if qp.stream_until:
-                    self._refill(qp, now)
+                # Polled again only for what was just posted: at the same `now` with nothing
+                # new, a second poll has nothing to send (its timers ran in the first), and at
+                # one or two packets per wake-up it was a third of the sender's loop.
+                if qp.stream_until and self._refill(qp, now):
                     items = core.poll(now)
                     if items:
                         self._transmit(qp, items)
             if self.trace is not None:
                 for event in core.take_events():
-                    self.trace.write(json.dumps(as_record(qp.qpn, event)) + "\n")
+                    self.trace.write(_json_line(as_record(qp.qpn, event)))
             deadline = core.next_deadline()
             if deadline is not None and (earliest is None or deadline < earliest):
                 earliest = deadline
@@ -514,17 +526,20 @@ class Agent:
 
     def run(self) -> None:
         deadline: float | None = None
+        rx = self.rx.fileno()
+        backlogged = self.backlog.queues  # truthy while a path waits (Backlog.__bool__, inline)
         while self.running:
             now = time.monotonic()
             timeout = 0.05 if deadline is None else min(max(deadline - now, 0.0), 0.05)
-            if self.backlog:
+            if backlogged:
                 timeout = min(timeout, 0.0002)
-            for key, _ in self.selector.select(timeout):
-                if key.data == "rx":
+            for fd, _ in self._wait.poll(timeout):  # rounded up to whole ms, as selectors does
+                if fd == rx:
                     self._receive(time.monotonic())
                 else:
-                    key.data(key)
-            if self.backlog:
+                    for key, _ in self.selector.select(0):
+                        key.data(key)
+            if backlogged:
                 self.backlog.flush()
             now = time.monotonic()
             if deadline and now - deadline > self._loop_lag:  # 0.0: "at once", not a time
@@ -549,15 +564,16 @@ class Agent:
             except OSError:
                 pass  # a dump interrupted (interfaces going away at teardown)
         if self.trace is not None:
-            self.trace.write(json.dumps({"qpn": None, "event": "host", "t": now, "nics": nics,
+            self.trace.write(_json_line({"qpn": None, "event": "host", "t": now, "nics": nics,
                                          "backlog": len(self.backlog),
-                                         "loop_lag": round(self._loop_lag, 6)}) + "\n")
+                                         "loop_lag": round(self._loop_lag, 6)}))
         self._loop_lag = 0.0
 
     def close(self) -> None:
         if self._qreader is not None:
             self._qreader.close()
         self.control.close()
+        self._wait.close()
         self.rx.close()
         self.tx.close()
         if self.trace is not None:
@@ -565,6 +581,22 @@ class Agent:
 
 
 _TCLASS_BYTE = 0 if sys.byteorder == "little" else 3  # IPV6_TCLASS arrives as a native int
+
+
+def _json_line_encoder() -> Callable[[object], str]:
+    """`json.dumps(obj) + "\n"`, the same text, for the trace's hundreds of lines a second:
+    json.dumps builds a new C encoder on every call, half its cost for a record this small;
+    this one is built once with dumps' own settings, less the circular-reference check (a
+    trace record is flat). Plain json.dumps where the C encoder is missing."""
+    make = getattr(json.encoder, "c_make_encoder", None)
+    if make is None:
+        return lambda obj: json.dumps(obj) + "\n"
+    encode = make(None, json.JSONEncoder().default, json.encoder.encode_basestring_ascii, None,
+                  ": ", ", ", False, False, True)  # indent, separators, sort_keys, skipkeys, allow_nan
+    return lambda obj: "".join(encode(obj, 0)) + "\n"
+
+
+_json_line = _json_line_encoder()
 
 
 def _message_data(qp: Qp, msn_hint: int, size: int) -> bytes | memoryview:

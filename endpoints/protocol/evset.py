@@ -112,6 +112,10 @@ class EvSet:
     def bad(self) -> list[int]:
         return [ev for ev, s in self.state.items() if s == ASSUMED_BAD]
 
+    def any_bad(self) -> bool:
+        """`bool(bad())` without the list: the sender asks on every loop."""
+        return ASSUMED_BAD in self.state.values()
+
     def counts(self) -> dict[str, int]:
         out = {GOOD: 0, SKIP: 0, ASSUMED_BAD: 0, DENIED: 0}
         for s in self.state.values():
@@ -149,18 +153,27 @@ class EvSet:
         self._paced = True
         planes = self._planes
         n = len(planes)
-        blocked = False
+        busy = []
         for k in range(n):
             plane = planes[(self._plane_cursor + k) % n]
             if not plane_ok(plane):
-                blocked = blocked or any(self.plane[ev] == plane and self.state[ev] in (GOOD, SKIP)
-                                         for ev in self.active)
+                busy.append(plane)
                 continue
             ev = self._deal(plane)
             if ev is not None:
                 self._plane_cursor = (self._plane_cursor + k + 1) % n
                 return ev
-        return None if blocked else self._fallback()
+        # Nothing dealt. Wait for a port if a busy one has a usable EV (asked only now: most
+        # calls deal a card, and the one per wake-up that finds every port busy asks once).
+        return None if busy and self._usable_on(busy) else self._fallback()
+
+    def _usable_on(self, planes: list[int]) -> bool:
+        """Whether an active EV on one of `planes` is usable (GOOD or SKIP)."""
+        state, plane = self.state, self.plane
+        for ev in self.active:
+            if plane[ev] in planes and state[ev] in (GOOD, SKIP):
+                return True
+        return False
 
     def _deal(self, plane: int) -> int | None:
         """The next card of `plane`'s own deck (one rotation over its usable active EVs)."""

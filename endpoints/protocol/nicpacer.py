@@ -17,6 +17,8 @@ Pure: the caller passes the time.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 DEPTH_FRAMES = 1.5  # frames a port may hold: one in service, the next ready, no standing queue
 
 
@@ -35,6 +37,13 @@ class NicPacer:
     def ready(self, plane: int, now: float) -> bool:
         return self.busy_until[plane] - now <= self.slack
 
+    def ready_at(self, now: float) -> Callable[[int], bool]:
+        """`ready(plane, now)` as a one-argument test, for a sender asking plane after plane
+        at one instant: one call per plane instead of two. It reads the ports live, so a
+        frame charged meanwhile counts."""
+        busy, slack = self.busy_until, self.slack
+        return lambda plane: busy[plane] - now <= slack
+
     def charge(self, plane: int, wire_bytes: int, now: float) -> None:
         """A frame of `wire_bytes` (Ethernet included) was handed to `plane`'s port."""
         bu = self.busy_until
@@ -42,8 +51,12 @@ class NicPacer:
 
     def next_ready(self, now: float) -> float:
         """The earliest time a port that is busy now becomes ready."""
-        waits = [b - self.slack for b in self.busy_until if b - self.slack > now]
-        return min(waits) if waits else now
+        slack, soonest = self.slack, None
+        for busy in self.busy_until:  # a loop, not a list: asked every time a sender waits
+            t = busy - slack
+            if t > now and (soonest is None or t < soonest):
+                soonest = t
+        return now if soonest is None else soonest
 
     def sync(self, plane: int, backlog_bytes: int, now: float) -> None:
         """The real queue holds `backlog_bytes`: never believe the port emptier than that."""

@@ -27,8 +27,15 @@ class Prober:
         self.rng = rng or random.Random(peer_qpn)
         self.next_round = 0.0
 
+    def quiet(self, now: float) -> bool:
+        """No probe in flight and no round due: `expired` and `due` would both return nothing
+        (one call for the caller's every poll instead of two)."""
+        return not self.pending and now < self.next_round
+
     def expired(self, now: float) -> list[int]:
         """The EVs whose probe went unanswered for longer than `timeout` (forgotten now)."""
+        if not self.pending:
+            return []  # the usual case, asked on every poll
         lost = []
         for pid, (ev, sent, _) in list(self.pending.items()):
             if now - sent > self.timeout:

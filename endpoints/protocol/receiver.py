@@ -137,19 +137,20 @@ class MrcReceiver(CoreBase):
 
     # ----- API ------------------------------------------------------------------------------
     def next_deadline(self) -> float | None:
-        deadlines = [self.prober.next_round]
-        if self.sack_due is not None:
-            deadlines.append(self.sack_due)
+        # Asked after every poll: no list. Owed packets go at once (0.0: no timer is earlier).
         if self.out:
-            deadlines.append(0.0)
-        return min(deadlines)
+            return 0.0
+        due = self.prober.next_round
+        sack_due = self.sack_due
+        return sack_due if sack_due is not None and sack_due < due else due
 
     def poll(self, now: float) -> list[tuple[int, bytes]]:
         if self.sack_due is not None and now >= self.sack_due:
             self._send_sack(now)
         if self.cadence_interval is not None and now >= self._cad_since + self.cadence_interval:
             self._trace_cadence(now)
-        self._probe_reverse(now)
+        if not self.prober.quiet(now):
+            self._probe_reverse(now)
         out, self.out = self.out, []
         return out
 

@@ -173,7 +173,15 @@ class MrcSender(CoreBase):
             not self.deferred
 
     def next_deadline(self) -> float | None:
+        # Asked after every poll. "At once" first: no timer can be earlier than 0.0 (times
+        # are the caller's clock, never negative), so the timers need not be computed then.
+        if self.retx_queue or self.replies:
+            return 0.0
         deadlines = []
+        if self._can_send_new():
+            if self._pace_wait is None:
+                return 0.0
+            deadlines.append(self._pace_wait)
         if self.outstanding:
             oldest = next(iter(self.outstanding.values()))
             deadlines.append(oldest.sent + self._rto_for(oldest))
@@ -181,14 +189,10 @@ class MrcSender(CoreBase):
                 deadlines.append(oldest.sent + self._dark_window(oldest.ev))
         if self.suspects:
             deadlines.append(min(first for first, _ in self.suspects.values()) + self.c.reorder_slack)
-        if self.prober.pending or self.evs.bad():
+        if self.prober.pending or self.evs.any_bad():
             deadlines.append(self.prober.next_round)
         if self.deferred:
             deadlines.append(min(due for due, _ in self.deferred.values()))
-        if self.retx_queue or self.replies:
-            deadlines.append(0.0)
-        elif self._can_send_new():
-            deadlines.append(0.0 if self._pace_wait is None else self._pace_wait)
         return min(deadlines) if deadlines else None
 
     # ----- receiving ------------------------------------------------------------------------
@@ -517,15 +521,14 @@ class MrcSender(CoreBase):
         self.evs.changes.clear()
 
     # ----- transmitting ---------------------------------------------------------------------
-    def _window_open(self) -> bool:
-        return len(self.outstanding) < int(self.cc.cwnd)
-
     def _can_send_new(self) -> bool:
         """Window open, and the next message within `max_open_messages` of the oldest one not yet
         complete: the receiver drops packets of messages beyond that (they would come back as
-        losses and bench good paths). The receiver completes in MSN order no later than we do."""
-        return bool(self.messages) and self._window_open() and \
-            self.messages[0][0] < self.next_complete + self.c.max_open_messages
+        losses and bench good paths). The receiver completes in MSN order no later than we do.
+        (Asked a few times per packet: one call, no helper.)"""
+        messages = self.messages
+        return bool(messages) and len(self.outstanding) < int(self.cc.cwnd) and \
+            messages[0][0] < self.next_complete + self.c.max_open_messages
 
     def _emit(self, p: _Pkt, now: float, data: memoryview | None, retx: bool,
               ev: int | None = None) -> tuple[int, bytes]:
@@ -558,7 +561,8 @@ class MrcSender(CoreBase):
         self.echoes.expire(now)
         self._detect_losses(now)
         self._check_rto(now)
-        self._probe(now, out)
+        if not self.prober.quiet(now):
+            self._probe(now, out)
         if self.deferred:
             for seq, (due, p) in list(self.deferred.items()):
                 if due <= now:
@@ -577,10 +581,12 @@ class MrcSender(CoreBase):
         self._pace_wait = None
         self.evs.now = now
         pacer = self.pacer
+        if pacer is not None:
+            plane_ok = pacer.ready_at(now)
         while self._can_send_new():
             ev = None
             if pacer is not None:
-                ev = self.evs.next_ev_paced(lambda plane: pacer.ready(plane, now))
+                ev = self.evs.next_ev_paced(plane_ok)
                 if ev is None:  # every port this QP can use is busy: wait for one
                     self._pace_wait = pacer.next_ready(now)
                     break
@@ -597,7 +603,8 @@ class MrcSender(CoreBase):
                 self.messages.popleft()
             self.stats["sent"] += 1
             out.append(self._emit(p, now, data, False, ev))
-        self._drain_changes(now)
+        if self.evs.changes:
+            self._drain_changes(now)
         if self.ev_load_interval is not None and now >= self._ev_load_since + self.ev_load_interval:
             if self._ev_sent:
                 self.events.append(EvLoad(now, round(now - self._ev_load_since, 6),

@@ -12,8 +12,9 @@ fi
 # tcpdump: captures (`capture` in the CLI, `mrclab run --capture`); tshark: reading them with the
 # MRC dissector (experiments/tools/wireshark/mrc.lua; Lua is built into Debian's libwireshark),
 # installed without asking (debconf's "may non-superusers capture?" keeps its default, no: the
-# testbed runs as root); iputils-ping: Mininet's pingall (not a dependency of Debian's mininet).
-APT_PACKAGES="mininet openvswitch-switch iproute2 ethtool nftables python3-venv python3-pip procps tcpdump tshark iputils-ping"
+# testbed runs as root); iputils-ping: Mininet's pingall (not a dependency of Debian's mininet);
+# libtcmalloc-minimal4: the allocator preloaded into every ovs-vswitchd (topologies/switches/ovs.py).
+APT_PACKAGES="mininet openvswitch-switch iproute2 ethtool nftables python3-venv python3-pip procps tcpdump tshark iputils-ping libtcmalloc-minimal4"
 missing=""
 for pkg in $APT_PACKAGES; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing="$missing $pkg"

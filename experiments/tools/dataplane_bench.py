@@ -8,9 +8,14 @@ only with links so fast (`LINK_MBPS`) that the shapers cost what they cost per p
 limit. Host h0 then sends MRC data frames (4 KB payload, the trimmable class, ECT(0), valid
 checksums; IPv6-in-IPv6 as the hosts send them, decapsulated by the receiver's kernel) to the
 last host, on every plane at once, sprayed over every spine (16 EVs per path): each packet
-crosses leaf, spine, leaf, `HOPS` switch hops. The frames are prebuilt in Python and sent by a
-C program (`build/mrcblast`, AF_PACKET, paced) because Python could not offer enough; a C sink
-drains a real UDP socket in the receiver, whose kernel verifies every checksum.
+crosses leaf, spine, leaf, `HOPS` switch hops. Every shape is measured twice: with every plane
+loaded (what a run does, MRC spraying over all of them: the figure runs count on) and with one
+plane loaded (`one_plane`: one plane's leaf, spines and leaf only, the method of issue 9's
+table, which measured one 3-switch path). The two differ where a backend's cost is per plane:
+OVS runs one ovs-vswitchd per plane, and eight of them loaded at once share two cores. The
+frames are prebuilt in Python and sent by a C program (`build/mrcblast`, AF_PACKET, paced)
+because Python could not offer enough; a C sink drains a real UDP socket in the receiver, whose
+kernel verifies every checksum.
 
 Counted over a window after a warm-up, from /proc alone: datagrams that crossed every hop
 (the receiver's Udp6InDatagrams + Udp6RcvbufErrors), frames the sender's NICs sent, checksum
@@ -114,14 +119,14 @@ def _machine() -> tuple[int, int]:
 
 
 class Load:
-    """One sender per plane on h0, one sink in the last host, for the whole sweep."""
+    """One sender per loaded plane on h0, one sink in the last host, for the whole sweep."""
 
-    def __init__(self, em: Emulation, workdir: Path) -> None:
+    def __init__(self, em: Emulation, workdir: Path, planes: int) -> None:
         self.em, self.workdir = em, workdir
         fabric = em.fabric
         self.src, self.dst = fabric.hosts[0].name, fabric.hosts[-1].name
         self.files = []
-        for plane in range(fabric.params.planes):
+        for plane in range(planes):
             path = workdir / f"frames-p{plane}.bin"
             path.write_bytes(frames(fabric, self.src, self.dst, plane))
             self.files.append((fabric.host(self.src).nics[plane].ifname, path))
@@ -144,7 +149,7 @@ class Load:
         return time.monotonic() - t0
 
     def trial(self, pps: float) -> dict:
-        """Offer `pps` (all planes together) for a warm-up and a window: what arrived."""
+        """Offer `pps` (the loaded planes together) for a warm-up and a window: what arrived."""
         em, hz = self.em, os.sysconf("SC_CLK_TCK")
         drained = self.drain()
         share = pps / len(self.files)
@@ -212,24 +217,30 @@ def sweep(load: Load, start_pps: float, trials: int = TRIALS) -> tuple[dict | No
 
 
 def measure(backend: str, shape: str, workdir: Path, start_pps: float, trials: int) -> dict:
+    """Both loads of one shape in one emulation: every plane (the figure), then one plane."""
     params = SHAPES[shape]
     fabric = Fabric(FabricParams(planes=params.planes, leaves=params.leaves, spines=params.spines,
                                  hosts_per_leaf=params.hosts_per_leaf, link_mbps=LINK_MBPS))
     em = Emulation(fabric, workdir, dataplane_mode="ebpf", switch=backend)
+    loads: dict[int, tuple[dict | None, list[dict]]] = {}
     with em:
-        load = Load(em, workdir)
-        try:
-            best, tried = sweep(load, start_pps, trials)
-        finally:
-            load.close()
+        for planes in (fabric.params.planes, 1):
+            load = Load(em, workdir, planes)
+            try:
+                loads[planes] = sweep(load, start_pps, trials)
+            finally:
+                load.close()
         info = {"switches": em.backend.info(), "dataplane": em.dataplane_info["mode"],
                 "setup_seconds": round(em.setup_seconds, 2)}
+    (best, tried), (one_best, one_tried) = loads[fabric.params.planes], loads[1]
     result = dict(best) if best else {"packet_hops_per_s": 0}
+    one = dict(one_best) if one_best else {"packet_hops_per_s": 0}
     result.update({"faithful_delivery": FAITHFUL_DELIVERY, "hops": HOPS, "payload": PAYLOAD,
                    "ipv6_in_ipv6": True, "planes_loaded": fabric.params.planes,
                    "fabric": fabric.params.as_dict(), "switch_ports": len(em.switch_port_specs()),
                    "teardown_seconds": round(em.timings.get("teardown", 0.0), 2),
-                   "sweep": tried, **info})
+                   "sweep": tried, "one_plane": {**one, "planes_loaded": 1, "sweep": one_tried},
+                   **info})
     return result
 
 
@@ -272,8 +283,10 @@ def main(argv: list[str] | None = None) -> int:
                 shutil.rmtree(workdir, ignore_errors=True)
             result["measured_at"] = time.strftime("%Y-%m-%dT%H:%M:%S")
             data.setdefault(backend, {})[shape] = result
-            print(json.dumps({backend: {shape: {k: v for k, v in result.items() if k != "sweep"}}}),
-                  flush=True)
+            print(json.dumps({backend: {shape: {k: v for k, v in result.items()
+                                                if k not in ("sweep", "one_plane")},
+                                        "one_plane": {k: v for k, v in result["one_plane"].items()
+                                                      if k != "sweep"}}}), flush=True)
             files.write_json(args.out, data)  # each result kept even if a later one fails
     data["software"] = fidelity.software_versions()
     data["machine"] = {"cpus": os.cpu_count(), "arch": platform.machine(),

@@ -1,10 +1,12 @@
 """The control plane on each switch backend (os-ken on real Open vSwitch, the kernel routers'
 controller on Linux routers): what it installs, and what it does (not) change on failure."""
 
+import ctypes.util
 import json
 import re
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
 
@@ -14,7 +16,7 @@ from tests.integration.helpers import assert_nothing_left
 from topologies import netns
 from topologies.emulation import Emulation
 from topologies.model import build
-from topologies.switches.ovs import OvsBackend
+from topologies.switches.ovs import ALLOCATOR, OvsBackend
 
 pytestmark = pytest.mark.usefixtures("emulation_ready")
 
@@ -34,12 +36,22 @@ def _group_ports(ovs: OvsBackend, bridge: str) -> dict[int, list[int]]:
     return groups
 
 
+def _assert_allocator_preloaded(ovs: OvsBackend) -> None:
+    """`make setup` installs ovs-vswitchd's allocator: every instance runs with it mapped."""
+    assert ovs.info()["allocator"] == ovs.allocator == ctypes.util.find_library(ALLOCATOR) \
+        is not None, "the allocator is not installed: run `make setup`"
+    for pid in ovs.forwarding_pids():
+        maps = Path(f"/proc/{pid}/maps").read_text()
+        assert f"lib{ALLOCATOR}.so" in maps, f"ovs-vswitchd {pid} runs without {ovs.allocator}"
+
+
 def test_tables_installed_and_srv6_untouched_by_failure(tmp_path):
     fabric = build(planes=2, leaves=3, spines=2, hosts_per_leaf=1)
     detect_ms = 600
     with Emulation(fabric, tmp_path, detect_ms=detect_ms, switch="ovs") as em:
         ovs = em.switches
         assert isinstance(ovs, OvsBackend)
+        _assert_allocator_preloaded(ovs)
         leaf, spine = fabric.leaf(0, 0), fabric.spine(0, 0)
         flows_before = {sw.name: _flows(ovs, sw.name) for sw in (leaf, spine)}
         for sw in (leaf, spine):

@@ -84,6 +84,25 @@ def test_ovs_backend_instances(tmp_path, monkeypatch):
     assert shared.info()["planes_per_instance"] == [3]
 
 
+def test_ovs_allocator_is_preloaded_unless_glibc_is_asked_for(monkeypatch):
+    from topologies.switches import ovs as ovs_mod
+
+    found = {}
+    monkeypatch.setattr(ovs_mod.ctypes.util, "find_library",
+                        lambda name: found.setdefault(name, f"lib{name}.so.4"))
+    monkeypatch.delenv(ovs_mod.ALLOCATOR_ENV, raising=False)
+    assert ovs_mod.allocator_library() == f"lib{ovs_mod.ALLOCATOR}.so.4"
+    assert list(found) == [ovs_mod.ALLOCATOR]
+    monkeypatch.setenv(ovs_mod.ALLOCATOR_ENV, "glibc")
+    assert ovs_mod.allocator_library() is None
+    inst = ovs_mod.Instance(0, (0,))
+    argv = inst.vswitchd_argv("libtcmalloc_minimal.so.4")
+    # The preload reaches ovs-vswitchd itself, inside the instance's namespace.
+    assert argv[1:5] == [f"--net={inst.netns_path}", "env", "LD_PRELOAD=libtcmalloc_minimal.so.4",
+                         "ovs-vswitchd"]
+    assert "env" not in inst.vswitchd_argv(None)
+
+
 def test_queued_vsctl_words_lose_only_the_shell_escaping():
     from topologies.switches.ovs import _unquote_words
 

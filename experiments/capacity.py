@@ -16,8 +16,11 @@ sender and leaves them both cores; a run's agents (Python) need CPU on the same 
 The agents are the other bound: Python processes on the same cores, they send a run's data
 packets one or two per wake-up (paced at the link rate), which costs far more CPU per packet than
 the streaming agent bench shows. `AGENT_DATA_PPS_PER_CORE` is what a run's agents together sent
-faithfully per core of this 2-core VM (docs/experiments.md); a run whose busy senders would send
-more says so too, and `--link-mbps auto` keeps under both bounds.
+faithfully per core of this 2-core VM (docs/experiments.md), counted on the cores the switches
+leave them: a userspace switch (OVS) takes about a core per loaded instance whatever the rate,
+the benchmark's `forwarding_cores`, while kernel routers forward in the agents' own softirq
+(already in the per-core figure). A run whose busy senders would send more says so too, and
+`--link-mbps auto` keeps under both bounds.
 
 Backends are only names here: any backend the benchmark measured (`--switch` names) plugs in.
 """
@@ -33,6 +36,9 @@ from topologies.model import FabricParams
 HOPS = 3  # leaf, spine, leaf
 CONTROL_SHARE = 0.1  # SACKs, NACKs and probes per data packet, at most
 FAITHFUL_SHARE = 0.5
+# The agents' share of the machine never counts as less than this many cores, however many the
+# switches took in the benchmark (8 loaded OVS instances took 1.5 of 2).
+MIN_AGENT_CORES = 0.25
 # Data packets/s a run's agents together send faithfully, per core: the default permutation on
 # kernel routers (8 agents, 2 planes) was faithful at 10 Mbit/s (4.7k data packets/s in all, CPU
 # idle p10 35%) and not at 20 Mbit/s (9.4k, idle p10 9.6%), 2 cores.
@@ -63,9 +69,10 @@ def switch_ports(params: FabricParams) -> int:
 
 def capacity(backend: str, params: FabricParams, measured: dict[str, Any],
              reference: dict[str, Any]) -> dict[str, Any]:
-    """{"packet_hops_per_s", "shape", "source"}: the backend's benchmark figure for the
-    smallest fabric with at least the run's switch ports (the largest if none has), measured
-    here if possible; 0 with source "none" if nothing is known about the backend."""
+    """{"packet_hops_per_s", "forwarding_cores", "shape", "source"}: the backend's benchmark
+    figure for the smallest fabric with at least the run's switch ports (the largest if none
+    has), measured here if possible, and the cores its forwarding processes took (0: forwarding
+    in the kernel's softirq); 0 with source "none" if nothing is known about the backend."""
     ports = switch_ports(params)
     for source, table in (("measured", measured), ("reference", reference)):
         shapes = table.get(backend)
@@ -76,8 +83,10 @@ def capacity(backend: str, params: FabricParams, measured: dict[str, Any],
                        if isinstance(r, dict) and r.get("packet_hops_per_s") and "fabric" in r)
         if known:
             _, name, r = next((k for k in known if k[0] >= ports), known[-1])
-            return {"packet_hops_per_s": int(r["packet_hops_per_s"]), "shape": name, "source": source}
-    return {"packet_hops_per_s": 0, "shape": None, "source": "none"}
+            return {"packet_hops_per_s": int(r["packet_hops_per_s"]),
+                    "forwarding_cores": float(r.get("forwarding_cores") or 0.0), "shape": name,
+                    "source": source}
+    return {"packet_hops_per_s": 0, "forwarding_cores": 0.0, "shape": None, "source": "none"}
 
 
 def assess(backend: str, params: FabricParams, busy_senders: int, mtu_payload: int,
@@ -86,8 +95,8 @@ def assess(backend: str, params: FabricParams, busy_senders: int, mtu_payload: i
     """Whether the run fits: capacity's keys and "backend", "busy_senders",
     "needed_packet_hops_per_s", "faithful_packet_hops_per_s", "switches_within", "within". A
     backend nothing is known about counts as within (source "none" says so). With
-    `agent_cores` (the machine's cores), the agents' bound too: "agent_data_pps_needed",
-    "agent_data_pps_faithful", "agents_within"."""
+    `agent_cores` (the machine's cores), the agents' bound too, on the cores the switches leave
+    them: "agent_cores", "agent_data_pps_needed", "agent_data_pps_faithful", "agents_within"."""
     cap = capacity(backend, params, measured, reference)
     faithful = cap["packet_hops_per_s"] * FAITHFUL_SHARE
     needed = load(params, busy_senders, mtu_payload)
@@ -97,8 +106,9 @@ def assess(backend: str, params: FabricParams, busy_senders: int, mtu_payload: i
     out["within"] = out["switches_within"]
     if agent_cores is not None:
         agents_need = agent_load(params, busy_senders, mtu_payload)
-        agents_faithful = AGENT_DATA_PPS_PER_CORE * agent_cores
-        out.update({"agent_data_pps_needed": round(agents_need),
+        cores = max(agent_cores - cap["forwarding_cores"], MIN_AGENT_CORES)
+        agents_faithful = round(AGENT_DATA_PPS_PER_CORE * cores)
+        out.update({"agent_cores": round(cores, 2), "agent_data_pps_needed": round(agents_need),
                     "agent_data_pps_faithful": agents_faithful,
                     "agents_within": agents_need <= agents_faithful})
         out["within"] = out["switches_within"] and out["agents_within"]
@@ -121,8 +131,9 @@ def describe(a: dict[str, Any]) -> str:
     would carry it, against what the agents send faithfully)."""
     if a.get("agents_within") is False and a.get("switches_within", True):
         return (f"has its agents send up to {a['agent_data_pps_needed']:,} data packets/s; "
-                f"{a['agent_data_pps_faithful']:,} is what they send faithfully on this machine's "
-                f"cores ({AGENT_DATA_PPS_PER_CORE:,} per core)")
+                f"{a['agent_data_pps_faithful']:,} is what they send faithfully on the "
+                f"{a['agent_cores']:g} cores the {a['backend']} switches leave them "
+                f"({AGENT_DATA_PPS_PER_CORE:,} per core)")
     if a["source"] == "none":
         return (f"needs up to {a['needed_packet_hops_per_s']:,} packet-hops/s; the capacity of the "
                 f"{a['backend']} switches is unknown here (run `make bench`)")

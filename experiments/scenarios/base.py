@@ -45,8 +45,9 @@ class Kind:
         return {}
 
     def busy_senders(self, opts: Options, fabric: Fabric) -> int:
-        """How many hosts may send at once, each filling its NICs: what the run asks of the
-        switches (experiments/capacity.py). One flow at a time unless a kind says otherwise."""
+        """How many hosts' worth of NICs carry data at once, each filled at the link rate: what
+        the run asks of the switches and the agents (experiments/capacity.py). One flow at a
+        time unless a kind says otherwise."""
         return 1
 
     def variants(self, opts: Options, bed: Testbed) -> list[tuple[str, bool | None]]:

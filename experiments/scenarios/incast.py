@@ -44,7 +44,11 @@ class Incast(Kind):
         return {"senders": opts.senders}
 
     def busy_senders(self, opts: Options, fabric: Fabric) -> int:
-        return opts.senders + 1  # and the victim
+        # The crowd shares the receiver's NICs, so together it sends about what they take
+        # (measured: 18.6 Mbit/s into 2 x 10 Mbit/s), not a host's worth each; the victim fills
+        # its own. Counting every sender made the agents' bound warn about incasts that were
+        # faithful (OVS, 10 Mbit/s: CPU idle p10 33%).
+        return 2
 
     def variants(self, opts: Options, bed: Testbed) -> list[tuple[str, bool | None]]:
         """Every transport with the switches trimming and as plain drop-tail, when the eBPF

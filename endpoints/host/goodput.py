@@ -10,8 +10,6 @@ TCP/MPTCP peers count with it; experiments.metrics and the simulated network rea
 
 from __future__ import annotations
 
-import collections
-
 BIN_S = 0.010  # s: about a dozen full packets (default mtu_payload) per bin at 10 Mbit/s
 
 
@@ -24,10 +22,11 @@ class GoodputBins:
     __slots__ = ("counts",)
 
     def __init__(self) -> None:
-        self.counts: collections.Counter[int] = collections.Counter()
+        self.counts: dict[int, int] = {}  # a plain dict: half the cost of a Counter's `+=`
 
     def add(self, now: float, nbytes: int) -> None:
-        self.counts[int(now / BIN_S)] += nbytes
+        key = int(now / BIN_S)
+        self.counts[key] = self.counts.get(key, 0) + nbytes
 
     def as_json(self) -> dict[str, int]:
         """{bin: bytes}, bins in order, as the agents and TCP peers report them."""

@@ -256,9 +256,16 @@ class MrcReceiver(CoreBase):
         else:
             base = max(rcv_nxt, seq - 63)
         bitmap = 0
-        for i in range(64):  # base >= rcv_nxt: what is received there is in `ooo`
-            if base + i in ooo:
-                bitmap |= 1 << i
+        # base >= rcv_nxt: what is received there is in `ooo`. Walk whichever is shorter, the
+        # few PSNs received out of order (usual) or the bitmap's 64 positions.
+        if len(ooo) < 64:
+            for psn in ooo:
+                if 0 <= psn - base < 64:
+                    bitmap |= 1 << (psn - base)
+        else:
+            for i in range(64):
+                if base + i in ooo:
+                    bitmap |= 1 << i
         echoes = []
         if self.dup_echo is not None:
             echoes.append((*self.dup_echo, 0))

@@ -241,6 +241,7 @@ class Probe(NamedTuple):
 
 
 Packet = Data | Sack | Nack | Probe
+_new_tuple = tuple.__new__  # decode's constructor for the per-packet kinds (see there)
 
 
 # ----- encoders ----------------------------------------------------------------------------------
@@ -316,8 +317,10 @@ def decode(buf: bytes | memoryview) -> Packet:
             payload = memoryview(buf)[DATA_HDR:DATA_HDR + plen]
         if plen > MAX_PAYLOAD or offset + plen > msg_len:
             raise MalformedPacket("payload overruns its message")
-        return Data(opcode, flags, word1 & QPN_MASK, word2 & PSN_MASK, msn, offset, msg_len,
-                    imm, tsval, payload)
+        # tuple.__new__ rather than Data(...): a NamedTuple's constructor is a Python-level
+        # function, a call per packet saved (the same tuple).
+        return _new_tuple(Data, (opcode, flags, word1 & QPN_MASK, word2 & PSN_MASK, msn, offset,
+                                 msg_len, imm, tsval, payload))
     if opcode == OP_SACK:
         if n != SACK_LEN:
             raise MalformedPacket(f"SACK of {n} bytes, expected {SACK_LEN}")
@@ -327,8 +330,8 @@ def decode(buf: bytes | memoryview) -> Packet:
             _bad_common(b1, pkey, version)
         if base > PSN_MASK:
             raise MalformedPacket("reserved bits set in the SACK bitmap base")
-        return Sack(eflags | (word2 >> 24 & F_ACK_REQ), word1 & QPN_MASK, word2 & PSN_MASK,
-                    base, bitmap, echo_ev, echo_ts, ecn, credit)
+        return _new_tuple(Sack, (eflags | (word2 >> 24 & F_ACK_REQ), word1 & QPN_MASK,
+                                 word2 & PSN_MASK, base, bitmap, echo_ev, echo_ts, ecn, credit))
     if opcode == OP_NACK:
         if n != NACK_LEN:
             raise MalformedPacket(f"NACK of {n} bytes, expected {NACK_LEN}")

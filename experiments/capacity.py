@@ -16,11 +16,11 @@ sender and leaves them both cores; a run's agents (Python) need CPU on the same 
 The agents are the other bound: Python processes on the same cores, they send a run's data
 packets one or two per wake-up (paced at the link rate), which costs far more CPU per packet than
 the streaming agent bench shows. `AGENT_DATA_PPS_PER_CORE` is what a run's agents together sent
-faithfully per core of this 2-core VM (docs/experiments.md), counted on the cores the switches
-leave them: a userspace switch (OVS) takes about a core per loaded instance whatever the rate,
-the benchmark's `forwarding_cores`, while kernel routers forward in the agents' own softirq
-(already in the per-core figure). A run whose busy senders would send more says so too, and
-`--link-mbps auto` keeps under both bounds.
+faithfully on each backend per core of this 2-core VM (docs/experiments.md), counted on the
+cores the switches leave them: a userspace switch (OVS) takes about a core per loaded instance
+whatever the rate, the benchmark's `forwarding_cores`, while kernel routers forward in the
+agents' own softirq (already in the per-core figure). A run whose busy senders would send more
+says so too, and `--link-mbps auto` keeps under both bounds.
 
 Backends are only names here: any backend the benchmark measured (`--switch` names) plugs in.
 """
@@ -39,12 +39,21 @@ FAITHFUL_SHARE = 0.5
 # The agents' share of the machine never counts as less than this many cores, however many the
 # switches took in the benchmark (8 loaded OVS instances took 1.5 of 2).
 MIN_AGENT_CORES = 0.25
-# Data packets/s a run's agents together send faithfully, per core: the default permutation on
-# kernel routers (8 agents, 2 planes) was faithful at 10 Mbit/s (4.7k data packets/s in all, CPU
-# idle p10 35%) and not at 20 Mbit/s (9.4k, idle p10 9.6%), 2 cores.
-AGENT_DATA_PPS_PER_CORE = 2400
+# Data packets/s a run's agents together send faithfully, per core the switches leave them,
+# measured with the default permutation (8 agents, 2 planes) on the 2-core VM. linux: faithful
+# at 20 Mbit/s (9.5k data packets/s, CPU idle p10 24%), not at 40 (19k, 0%). ovs: faithful at 5
+# Mbit/s (2.4k), not at 10 (4.8k, CPU idle p10 4%) on the ~1 core its ovs-vswitchd leaves: less
+# per core than on kernel routers, as the OVS processes take more than the benchmark's
+# forwarding_cores (their handler and revalidator threads, ovsdb-server, the controller). A
+# backend not listed gets the lowest figure.
+AGENT_DATA_PPS_PER_CORE = {"linux": 4800, "ovs": 2350}
 # Rates `--link-mbps auto` chooses from (Mbit/s), fastest first.
 LADDER = (1000.0, 400.0, 200.0, 100.0, 50.0, 20.0, 10.0, 5.0, 2.0, 1.0)
+
+
+def agent_pps_per_core(backend: str) -> int:
+    """What `backend`'s agents send faithfully per core they have (`AGENT_DATA_PPS_PER_CORE`)."""
+    return AGENT_DATA_PPS_PER_CORE.get(backend, min(AGENT_DATA_PPS_PER_CORE.values()))
 
 
 def _frames_per_s(params: FabricParams, busy_senders: int, mtu_payload: int) -> float:
@@ -107,7 +116,7 @@ def assess(backend: str, params: FabricParams, busy_senders: int, mtu_payload: i
     if agent_cores is not None:
         agents_need = agent_load(params, busy_senders, mtu_payload)
         cores = max(agent_cores - cap["forwarding_cores"], MIN_AGENT_CORES)
-        agents_faithful = round(AGENT_DATA_PPS_PER_CORE * cores)
+        agents_faithful = round(agent_pps_per_core(backend) * cores)
         out.update({"agent_cores": round(cores, 2), "agent_data_pps_needed": round(agents_need),
                     "agent_data_pps_faithful": agents_faithful,
                     "agents_within": agents_need <= agents_faithful})
@@ -133,7 +142,7 @@ def describe(a: dict[str, Any]) -> str:
         return (f"has its agents send up to {a['agent_data_pps_needed']:,} data packets/s; "
                 f"{a['agent_data_pps_faithful']:,} is what they send faithfully on the "
                 f"{a['agent_cores']:g} cores the {a['backend']} switches leave them "
-                f"({AGENT_DATA_PPS_PER_CORE:,} per core)")
+                f"({agent_pps_per_core(a['backend']):,} per core)")
     if a["source"] == "none":
         return (f"needs up to {a['needed_packet_hops_per_s']:,} packet-hops/s; the capacity of the "
                 f"{a['backend']} switches is unknown here (run `make bench`)")

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from experiments import metrics, traffic
 from experiments.flows import BASELINE_PLANE, AgentFlow, finish
-from experiments.scenarios.base import Kind, Options, Record, Scenario
+from experiments.scenarios.base import DEFAULT_LINK_MBPS, Kind, Options, Record, Scenario
 from experiments.scenarios.failure import busiest_uplink
 from experiments.testbed import Testbed
 from topologies.model import Fabric, FabricError, FabricParams
@@ -113,7 +113,7 @@ def _step(ring: list[AgentFlow], target: int, nbytes: int, limit: float = STEP_L
 
 SCENARIOS = (
     Scenario("collective", Collective(), "ring all-reduce steps, with and without a link cut",
-             FabricParams(planes=2, leaves=2, spines=2, hosts_per_leaf=2, link_mbps=10.0), 0.0,
+             FabricParams(planes=2, leaves=2, spines=2, hosts_per_leaf=2, link_mbps=DEFAULT_LINK_MBPS), 0.0,
              transports=("mrc", "roce", "spray"),
              figures=("step_time_p50_ms_no_fault", "step_time_p99_ms_no_fault", "step_time_p50_ms",
                       "step_time_p99_ms", "steps_timed_out", "data_ok")),

@@ -17,6 +17,7 @@ from endpoints.host.agent import SOURCE_ROUTED
 from experiments import fidelity, metrics
 from experiments.flows import finish
 from experiments.scenarios.base import (
+    DEFAULT_LINK_MBPS,
     TAIL_S,
     WARMUP_S,
     Kind,
@@ -229,7 +230,7 @@ def plot_ev_load(folder: Path, summary: dict) -> None:
 SCENARIOS = (
     Scenario("ecn-balance", EcnBalance(), "a second flow forced onto one of the first flow's "
              "paths: ECN moves the first flow's load off it (the MRC paper's Fig. 14)",
-             FabricParams(planes=2, leaves=2, spines=2, hosts_per_leaf=2, link_mbps=10.0), 8.0,
+             FabricParams(planes=2, leaves=2, spines=2, hosts_per_leaf=2, link_mbps=DEFAULT_LINK_MBPS), 8.0,
              3.0, None, transports=("mrc", "spray"),
              figures=("goodput_fraction", "goodput_fraction_before", "a_shared_share_after",
                       "data_ok")),

@@ -11,6 +11,7 @@ import time
 from experiments import fidelity, metrics, traffic
 from experiments.flows import finish, planes_used
 from experiments.scenarios.base import (
+    DEFAULT_LINK_MBPS,
     TAIL_S,
     WARMUP_S,
     Kind,
@@ -114,7 +115,7 @@ class Incast(Kind):
 # victim's spine downlinks before being trimmed at the last hop).
 SCENARIOS = (
     Scenario("incast", Incast(), "N senders to one receiver, plus a victim flow sharing its leaf",
-             FabricParams(planes=2, leaves=2, spines=5, hosts_per_leaf=5, link_mbps=10.0), 7.0,
+             FabricParams(planes=2, leaves=2, spines=5, hosts_per_leaf=5, link_mbps=DEFAULT_LINK_MBPS), 7.0,
              2.5, 6.5,
              figures=("victim_goodput_fraction", "victim_alone_mbps", "incast_goodput_mbps",
                       "timeouts", "evs_marked_bad", "data_ok")),

@@ -12,7 +12,7 @@ from endpoints.host.agent import SOURCE_ROUTED
 from endpoints.protocol import wire
 from experiments import metrics, traffic
 from experiments.flows import finish, planes_used
-from experiments.scenarios.base import TAIL_S, Kind, Options, Record, Scenario, sleep_until
+from experiments.scenarios.base import DEFAULT_LINK_MBPS, TAIL_S, Kind, Options, Record, Scenario, sleep_until
 from experiments.testbed import AGENT_TRANSPORTS, Testbed
 from topologies.model import Fabric, FabricError, FabricParams, fair_share_mbps
 
@@ -93,12 +93,11 @@ def ceiling(bed: Testbed, transport: str, fraction: float) -> dict[str, float]:
 
 # The default fabric: 8 hosts on 4 leaves with 2 spines per plane, so that a single-path
 # transport's ECMP hashing collides (several cross-leaf flows per leaf, two uplinks each) while
-# spraying can use every path; links at 5 Mbit/s keep the switches' packet rate inside what the
-# OVS backend forwards faithfully on a 2-core VM (docs/experiments.md, issue 10), which makes
-# an RTT twice as long: the run is longer for the same number of RTTs.
+# spraying can use every path. At the default rate (`DEFAULT_LINK_MBPS`) it is the busiest
+# default scenario, the one that sized that rate; on OVS `--link-mbps auto` picks 5 Mbit/s.
 SCENARIOS = (
     Scenario("permutation", Permutation(), "every host sends to another (seeded permutation)",
-             FabricParams(planes=2, leaves=4, spines=2, hosts_per_leaf=2, link_mbps=5.0), 8.0,
+             FabricParams(planes=2, leaves=4, spines=2, hosts_per_leaf=2, link_mbps=DEFAULT_LINK_MBPS), 8.0,
              figures=("throughput_fraction", "throughput_mbps", "flow_fraction_min", "jain_fairness",
                       "data_ok")),
 )

@@ -184,9 +184,12 @@ class MrcSender(CoreBase):
             deadlines.append(self._pace_wait)
         if self.outstanding:
             oldest = next(iter(self.outstanding.values()))
-            deadlines.append(oldest.sent + self._rto_for(oldest))
-            if oldest.tx < self.rack_tx:
-                deadlines.append(oldest.sent + self._dark_window(oldest.ev))
+            # Neither loss timer is shorter than queue_delay_bound (_rto_for, _dark_window):
+            # when a port frees sooner, as it usually does, they cannot be the earliest.
+            if not deadlines or oldest.sent + self.c.queue_delay_bound < deadlines[0]:
+                deadlines.append(oldest.sent + self._rto_for(oldest))
+                if oldest.tx < self.rack_tx:
+                    deadlines.append(oldest.sent + self._dark_window(oldest.ev))
         if self.suspects:
             deadlines.append(min(first for first, _ in self.suspects.values()) + self.c.reorder_slack)
         if self.prober.pending or self.evs.any_bad():
@@ -496,7 +499,8 @@ class MrcSender(CoreBase):
         if not self.outstanding:
             return
         oldest = next(iter(self.outstanding.values()))
-        if now - oldest.sent < self._rto_for(oldest):
+        # _rto_for is never below the QP's RTO: younger than that, no need to compute it.
+        if now - oldest.sent < self.rto or now - oldest.sent < self._rto_for(oldest):
             return
         self.stats["timeouts"] += 1
         self.events.append(Timeout(now, oldest.seq, round(self._rto_for(oldest), 6)))

@@ -19,8 +19,7 @@ from experiments.flows import TRANSPORTS, AgentFlow, Flow
 from experiments.testbed import Testbed
 from topologies.model import Fabric, FabricError, FabricParams, check_number
 
-# The scenarios' link rate unless one is asked for (the fault scenarios' and the demo's is
-# failure.FAULT_LINK_MBPS): what the default switch
+# Every scenario's link rate unless one is asked for, and the demo's: what the default switch
 # backend (`--switch auto`: kernel routers) and the Python agents carry faithfully on a 2-core
 # VM in the busiest default scenario, the permutation (8 hosts x 2 planes: 9.5k data packets/s,
 # CPU idle p10 24%; at 40 Mbit/s 0%). The OVS backend carries less (its ovs-vswitchd takes a

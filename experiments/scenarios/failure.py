@@ -14,6 +14,7 @@ import time
 from experiments import metrics, traffic
 from experiments.flows import BASELINE_PLANE, FlowResult, finish, planes_used
 from experiments.scenarios.base import (
+    DEFAULT_LINK_MBPS,
     TAIL_S,
     WARMUP_S,
     Kind,
@@ -30,12 +31,7 @@ from topologies.model import Fabric, FabricError, FabricParams
 # Defaults chosen to stay faithful on a 2-core VM with the userspace OVS datapath: 10 Mbit/s
 # links, 4 KB payloads, few enough concurrent flows that CPU idle stays above the fidelity
 # floor (see docs/experiments.md for the measurements).
-# The fault scenarios stay at 10 Mbit/s, below `DEFAULT_LINK_MBPS`: at 20 Mbit/s on kernel
-# routers Linux TCP resumed 370 ms after a cut, half a second before the routing plane withdrew
-# the link (seed 1; on OVS it stalled for the withdrawal), which is not understood yet and would
-# change what these scenarios show about single-path transports (docs/experiments.md).
-FAULT_LINK_MBPS = 10.0
-SMALL = FabricParams(planes=4, leaves=2, spines=3, hosts_per_leaf=1, link_mbps=FAULT_LINK_MBPS)
+SMALL = FabricParams(planes=4, leaves=2, spines=3, hosts_per_leaf=1, link_mbps=DEFAULT_LINK_MBPS)
 FAILURE_FIGURES = ("recovery_ms", "stall_ms", "goodput_before_mbps", "goodput_during_mbps", "data_ok")
 
 

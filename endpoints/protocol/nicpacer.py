@@ -35,7 +35,7 @@ class NicPacer:
         self.busy_until = [0.0] * planes
 
     def ready(self, plane: int, now: float) -> bool:
-        return self.busy_until[plane] - now <= self.slack
+        return self.ready_at(now)(plane)
 
     def ready_at(self, now: float) -> Callable[[int], bool]:
         """`ready(plane, now)` as a one-argument test, for a sender asking plane after plane

@@ -28,9 +28,9 @@ from experiments.scenarios.base import (
 from experiments.testbed import Testbed
 from topologies.model import Fabric, FabricError, FabricParams
 
-# Defaults chosen to stay faithful on a 2-core VM with the userspace OVS datapath: 10 Mbit/s
-# links, 4 KB payloads, few enough concurrent flows that CPU idle stays above the fidelity
-# floor (see docs/experiments.md for the measurements).
+# One flow at a time over 4 planes, 4 KB payloads, at the scenarios' default rate: few enough
+# packets that CPU idle stays far above the fidelity floor on a 2-core VM, on both backends
+# (see docs/experiments.md for the measurements).
 SMALL = FabricParams(planes=4, leaves=2, spines=3, hosts_per_leaf=1, link_mbps=DEFAULT_LINK_MBPS)
 FAILURE_FIGURES = ("recovery_ms", "stall_ms", "goodput_before_mbps", "goodput_during_mbps", "data_ok")
 

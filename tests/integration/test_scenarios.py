@@ -85,7 +85,8 @@ def test_link_failure_mrc_rides_through_single_path_transports_stall(tmp_path, s
     # The routing delay (summary's routing.detect_ms), less what was in flight: when the ECMP
     # hash sends only a flow's acknowledgements across the cut link (the hash is the backend's),
     # its data already sent keeps arriving for up to a queue-inflated round trip after the cut
-    # (TCP on kernel routers: 590-760 ms of a 900 ms delay). Half the delay still tells a
+    # (TCP on kernel routers: 590-760 ms of a 900 ms delay, measured before the routers hashed
+    # the packet's own 5-tuple, when TCP could also move itself). Half the delay still tells a
     # single-path stall from MRC's (< 200 ms) and fails if the baseline stops waiting for it.
     floor = s["routing"]["detect_ms"] / 2
     assert roce["stall_ms"] >= floor and tcp["stall_ms"] >= floor

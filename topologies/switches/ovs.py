@@ -72,9 +72,10 @@ DAEMONS = ("ovs-vswitchd", "ovsdb-server")
 # for each slot of a receive batch on each port it polls and frees the slots left empty
 # (netdev-linux, NETDEV_MAX_BURST per recvmmsg): thousands of frame-sized blocks per loop at
 # ~130 ports, which glibc serves from its sorted bins (perf: ~23% of a loaded instance in
-# malloc and free). tcmalloc's per-thread cache serves them in a few instructions: one loaded
-# instance of the 64x8 fabric forwarded ~17% more (docs/architecture.md). Preloaded where
-# installed (`make setup` installs it); ALLOCATOR_ENV=glibc runs without it, for comparison.
+# malloc and free). tcmalloc's per-thread cache serves them in a few instructions: the 64x8
+# fabric forwarded ~31% more with every plane loaded, ~17% with one (docs/experiments.md).
+# Preloaded where installed (`make setup` installs it); ALLOCATOR_ENV=glibc runs without it,
+# for comparison.
 ALLOCATOR = "tcmalloc_minimal"
 ALLOCATOR_ENV = "MRCLAB_OVS_ALLOCATOR"
 # The system OVS of earlier versions held every bridge: a killed run of one left them there.

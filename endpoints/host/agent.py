@@ -642,10 +642,22 @@ def main(argv: list[str] | None = None) -> int:
         print(f"agent: error: {exc}", file=sys.stderr)
         return 2
     signal.signal(signal.SIGTERM, lambda *_: setattr(agent, "running", False))
+    # MRCLAB_AGENT_PROFILE=DIR: the agent's Python profile (cProfile) written to
+    # DIR/agent-HOST.prof when it ends, for `make bench`'s cost breakdown (docs/performance.md).
+    profile_dir = os.environ.get("MRCLAB_AGENT_PROFILE")
+    profiler = None
+    if profile_dir:
+        import cProfile
+        profiler = cProfile.Profile()
+        profiler.enable()
     try:
         agent.run()
     except KeyboardInterrupt:
         agent.close()
+    finally:
+        if profiler is not None:
+            profiler.disable()
+            profiler.dump_stats(os.path.join(profile_dir, f"agent-{agent.host.name}.prof"))
     return 0
 
 

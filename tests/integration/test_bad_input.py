@@ -1,20 +1,41 @@
 """Bad input: one line naming the problem and the fix, exit status 2, nothing left behind."""
 
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
+from pathlib import Path
 
 import pytest
 
 from tests.integration.helpers import REPO, assert_nothing_left
 
 
-def _mrclab(*args, env=None, user=None):
+def _mrclab(*args, env=None):
     argv = [sys.executable, "-m", "experiments.cli", *args]
-    if user is not None:
-        argv = ["setpriv", f"--reuid={user}", f"--regid={user}", "--clear-groups", *argv]
     return subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=120,
                           env={**os.environ, **(env or {})})
+
+
+@pytest.fixture
+def readable_copy():
+    """The project's tracked Python and JSON files in a folder any user can read: the checkout
+    itself may live where only root can (a clone in root's home, a private temporary folder),
+    and the venv with it, so an unprivileged user runs the system interpreter on the copy."""
+    folder = Path(tempfile.mkdtemp(prefix="mrclab-readable-"))
+    try:
+        files = subprocess.run(["git", "ls-files", "-z", "*.py", "*.json"], cwd=REPO, check=True,
+                               capture_output=True).stdout.decode().split("\0")
+        for name in filter(None, files):
+            target = folder / name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(REPO / name, target)
+        for path in [folder, *folder.rglob("*")]:
+            path.chmod(0o755 if path.is_dir() else 0o644)
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.mark.parametrize("args, words", [
@@ -73,8 +94,12 @@ def test_bad_parameters_get_one_line_and_exit_2(args, words, emulation_ready):
     assert_nothing_left()
 
 
-def test_not_root_is_named_with_the_fix():
-    proc = _mrclab("check-fabric", user=65534)
+def test_not_root_is_named_with_the_fix(readable_copy):
+    python = os.path.realpath(sys.executable)  # the venv's interpreter is the system one
+    proc = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", python,
+                           "-m", "experiments.cli", "check-fabric"], cwd=readable_copy,
+                          capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(readable_copy)})
     assert proc.returncode == 2
     assert proc.stderr.strip() == "mrclab: error: mrclab needs root to build namespaces and " \
                                   "switches: run it with sudo"

@@ -57,7 +57,7 @@ from endpoints.protocol.core import Core, ReceiverCore, SenderCore
 from endpoints.protocol.events import as_record
 from endpoints.protocol.evset import DENIED, EvInfo
 from endpoints.protocol.gobackn import GbnReceiver, GbnSender
-from endpoints.protocol.nicpacer import NicPacer
+from endpoints.protocol.nicpacer import DEPTH_FRAMES, NicPacer
 from endpoints.protocol.receiver import MrcReceiver
 from endpoints.protocol.replaceable import cores
 from endpoints.protocol.sender import MrcSender
@@ -74,6 +74,15 @@ MAX_TRANSFER = 1 << 40  # bytes of one sized transfer (`stream` with total_bytes
 # Host queue sampling (trace) and NIC pacer resynchronisation period: one rtnetlink dump, a
 # fraction of a millisecond; faster sampling cost a visible share of the CPU.
 HOST_SAMPLE_S = 0.020
+# Wake-ups, not packets, were most of a paced agent's CPU (one per frame sent, one per frame
+# received): the NIC pacer lets each port run `NIC_REFILL_FRAMES` frames ahead and wakes its
+# senders once per that many (the host qdisc paces them; each frame is timestamped with its
+# departure), and after a wake-up that received datagrams the receive socket rests for
+# `RX_HOLDOFF_FRAMES` frame times at the link rate, as a NIC moderates its interrupts, so the
+# next wake-up finds several. Both are agent settings (`nic_refill_frames`, `rx_holdoff_frames`;
+# 0 and 0 is the former one-frame-per-wake-up agent).
+NIC_REFILL_FRAMES = 3.0
+RX_HOLDOFF_FRAMES = 1.0
 
 
 @dataclass
@@ -139,8 +148,14 @@ class Agent:
         # MRC datagrams leave the host IPv6-in-IPv6 (the encapsulation's outer header, charged
         # with every frame; the go-back-N baseline's are 40 bytes shorter, a 1% overcharge).
         frame = wire.frame_bytes(self.config.mtu_payload)
-        self.pacer = NicPacer(params.planes, params.link_mbps * 1e6, frame, extra_bytes=wire.IPV6_HDR) \
+        refill = float(settings.get("nic_refill_frames", NIC_REFILL_FRAMES))
+        self.pacer = NicPacer(params.planes, params.link_mbps * 1e6, frame, extra_bytes=wire.IPV6_HDR,
+                              depth=DEPTH_FRAMES + refill, refill=refill, stamp_departure=refill > 0) \
             if settings.get("nic_pacing", True) else None
+        # (NICs not shaped: datagrams come as fast as the peers send, and resting would only
+        # cap the rate.)
+        self.rx_holdoff = float(settings.get("rx_holdoff_frames", RX_HOLDOFF_FRAMES)) * \
+            self.config.frame_time(params.link_mbps) if self.pacer is not None else 0.0
         self.control_priority = int(settings.get("control_priority", 0))
         self.seed = int(settings.get("seed", 1))
         # raw_send: every packet built in Python and sent on the raw socket (the former path,
@@ -449,7 +464,8 @@ class Agent:
             record["log_full"] = True  # the last one: what follows was not logged
         self.trace.write(_json_line(record))
 
-    def _receive(self, now: float) -> None:
+    def _receive(self, now: float) -> int:
+        """Take up to RECV_BURST datagrams; how many were taken."""
         # The per-datagram work is inlined (netio.parse_ancillary, the EV from the source port
         # and the flow label, wire.qpn_of's test: an opcode in the vendor range 0xE0-0xFF is
         # one compare, then the version byte):
@@ -461,12 +477,13 @@ class Agent:
         # opcode & 0xE0 == 0xE0 (the vendor range) is opcode >= 0xE0: one compare
         vendor_min, qpn_at = wire.OPCODE_VENDOR_MASK, wire.QPN_OFF
         log = self.packet_log > 0
-        received = False
-        for _ in range(RECV_BURST):
+        received, taken = False, 0
+        while taken < RECV_BURST:
             try:
                 data, anc, _flags, addr = recvmsg(size, space)
             except BlockingIOError:
                 break
+            taken += 1
             label = tclass = 0
             for _level, kind, value in anc:  # only IPPROTO_IPV6 messages are enabled
                 if kind == flowinfo:
@@ -495,6 +512,7 @@ class Agent:
                     if delivered != qp.last_delivered:
                         qp.bins.add(now, delivered - qp.last_delivered)
                         qp.last_delivered = delivered
+        return taken
 
     def _service(self, now: float) -> float | None:
         """Run every QP's timers and transmissions; return the earliest deadline."""
@@ -528,17 +546,31 @@ class Agent:
         deadline: float | None = None
         rx = self.rx.fileno()
         backlogged = self.backlog.queues  # truthy while a path waits (Backlog.__bool__, inline)
+        holdoff, resting_until = self.rx_holdoff, 0.0
+        monotonic, receive = time.monotonic, self._receive
         while self.running:
-            now = time.monotonic()
+            now = monotonic()
             timeout = 0.05 if deadline is None else min(max(deadline - now, 0.0), 0.05)
             if backlogged:
                 timeout = min(timeout, 0.0002)
-            for fd, _ in self._wait.poll(timeout):  # rounded up to whole ms, as selectors does
-                if fd == rx:
-                    self._receive(time.monotonic())
-                else:
-                    for key, _ in self.selector.select(0):
-                        key.data(key)
+            if now < resting_until:
+                # The receive socket rests: wait for a deadline or a command only, then take
+                # whatever arrived meanwhile in one burst.
+                for key, _ in self.selector.select(min(timeout, resting_until - now)):
+                    key.data(key)
+                now = monotonic()
+                taken = receive(now)
+                # Rest again after a partial burst; nothing came, or a full burst: no rest.
+                resting_until = now + holdoff if 0 < taken < RECV_BURST else 0.0
+            else:
+                for fd, _ in self._wait.poll(timeout):  # rounded up to whole ms, as selectors does
+                    if fd == rx:
+                        now = monotonic()
+                        if 0 < receive(now) < RECV_BURST:
+                            resting_until = now + holdoff
+                    else:
+                        for key, _ in self.selector.select(0):
+                            key.data(key)
             if backlogged:
                 self.backlog.flush()
             now = time.monotonic()

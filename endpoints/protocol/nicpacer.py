@@ -13,6 +13,14 @@ sender takes an EV only on a ready port (`EvSet.next_ev_paced`); the agent charg
 packets too and resynchronises the model with the real qdisc backlog now and then (`sync`), so
 a host a little slower than its nominal rate does not let the kernel queue creep up.
 Pure: the caller passes the time.
+
+Batched refills (the agents' setting; the simulations keep the defaults): a port filled to
+`depth` frames is refilled only once it has drained `refill` frames (`next_ready`), so a sender
+wakes up once per `refill` frames per port rather than once per frame, and the kernel's qdisc
+paces the frames in between, as a NIC's scheduler would. The frames then wait in the host qdisc
+for up to `depth` frame times: with `stamp_departure` each is timestamped (`charge`'s return)
+with the instant its port starts serialising it, not the instant it was handed over, so the
+RTT a sender measures still holds no host queue.
 """
 
 from __future__ import annotations
@@ -24,14 +32,22 @@ DEPTH_FRAMES = 1.5  # frames a port may hold: one in service, the next ready, no
 
 class NicPacer:
     def __init__(self, planes: int, rate_bps: float, frame_bytes: int,
-                 depth: float = DEPTH_FRAMES, extra_bytes: int = 0) -> None:
+                 depth: float = DEPTH_FRAMES, extra_bytes: int = 0, refill: float = 0.0,
+                 stamp_departure: bool = False) -> None:
         """`extra_bytes`: what the host adds to every frame after its sender made it (the
-        encapsulation's outer header), charged with each."""
+        encapsulation's outer header), charged with each. `refill`: frames a full port drains
+        before a waiting sender is woken (0: as soon as it can take one); `stamp_departure`:
+        `charge` returns when the frame starts leaving, not `now`."""
         if not rate_bps > 0 or planes < 1:
             raise ValueError("a NIC pacer needs a positive rate and at least one plane")
+        if not 0 <= refill < depth:
+            raise ValueError("a NIC pacer's refill must be below its depth")
         self.rate_bps = rate_bps
         self.extra_bytes = extra_bytes
-        self.slack = depth * frame_bytes * 8 / rate_bps  # s of queue a ready port may hold
+        frame_s = frame_bytes * 8 / rate_bps
+        self.slack = depth * frame_s  # s of queue a ready port may hold
+        self.wake_slack = (depth - refill) * frame_s  # s of queue left when a sender is woken
+        self.stamp_departure = stamp_departure
         self.busy_until = [0.0] * planes
 
     def ready(self, plane: int, now: float) -> bool:
@@ -44,14 +60,19 @@ class NicPacer:
         busy, slack = self.busy_until, self.slack
         return lambda plane: busy[plane] - now <= slack
 
-    def charge(self, plane: int, wire_bytes: int, now: float) -> None:
-        """A frame of `wire_bytes` (Ethernet included) was handed to `plane`'s port."""
+    def charge(self, plane: int, wire_bytes: int, now: float) -> float:
+        """A frame of `wire_bytes` (Ethernet included) was handed to `plane`'s port; returns its
+        timestamp: `now`, or with `stamp_departure` when the port starts sending it."""
         bu = self.busy_until
-        bu[plane] = max(bu[plane], now) + (wire_bytes + self.extra_bytes) * 8 / self.rate_bps
+        start = bu[plane] if bu[plane] > now else now
+        bu[plane] = start + (wire_bytes + self.extra_bytes) * 8 / self.rate_bps
+        return start if self.stamp_departure else now
 
     def next_ready(self, now: float) -> float:
-        """The earliest time a port that is busy now becomes ready."""
-        slack, soonest = self.slack, None
+        """When a sender waiting for a port that is busy now should be woken: the earliest time
+        one has drained to `wake_slack` of queue (ready since `slack`, with `refill` frames
+        more room)."""
+        slack, soonest = self.wake_slack, None
         for busy in self.busy_until:  # a loop, not a list: asked every time a sender waits
             t = busy - slack
             if t > now and (soonest is None or t < soonest):

@@ -540,9 +540,12 @@ class MrcSender(CoreBase):
         self.ev_bytes[ev] = self.ev_bytes.get(ev, 0) + p.length
         self._ev_sent[ev] = self._ev_sent.get(ev, 0) + 1
         if self.pacer is not None:
-            self.pacer.charge(self.evs.plane[ev], p.length + self._frame_overhead, now)
-        p.sent = now
-        p.ts = ts = ts_us(now)
+            # The NIC's departure time where it stamps one (a queue the host holds is no RTT)
+            sent = self.pacer.charge(self.evs.plane[ev], p.length + self._frame_overhead, now)
+        else:
+            sent = now
+        p.sent = sent
+        p.ts = ts = ts_us(sent)
         self.echoes.sent(p.ev, ts, now)
         p.missing = False  # only a SACK generated after this transmission may say it is missing
         self.tx_count += 1

@@ -44,9 +44,9 @@ class NicPacer:
             raise ValueError("a NIC pacer's refill must be below its depth")
         self.rate_bps = rate_bps
         self.extra_bytes = extra_bytes
-        frame_s = frame_bytes * 8 / rate_bps
-        self.slack = depth * frame_s  # s of queue a ready port may hold
-        self.wake_slack = (depth - refill) * frame_s  # s of queue left when a sender is woken
+        self.slack = depth * frame_bytes * 8 / rate_bps  # s of queue a ready port may hold
+        # s of queue left when a waiting sender is woken
+        self.wake_slack = (depth - refill) * frame_bytes * 8 / rate_bps
         self.stamp_departure = stamp_departure
         self.busy_until = [0.0] * planes
 

@@ -1,0 +1,99 @@
+"""This machine's own figures for what the agents cost, and the cores free when a run starts.
+
+`make setup` runs the cost benchmark's short form (`python -m experiments.tools.cost_bench
+--calibrate`): the default permutation on the default backend at two link rates, the whole
+machine's CPU against the data packets delivered, fitted as a fixed share of the cores (per host
+NIC port: the agents' idle loops, timers, probes and queue sampling grow with the ports, not the
+packets) plus a cost per delivered data packet. The result is cached in
+`results/calibration.json` with what it was measured on (`fingerprint`): the CPU model, the
+core count, the kernel, the backend and a hash of the code that sets the per-packet cost; a
+cache whose fingerprint no longer matches is stale and is measured again by the next `make
+setup`. Where there is none, capacity falls back to the committed per-core figures
+(experiments/capacity.py) and says so.
+
+`free_cores` reads /proc/stat over a short window just before a run: a core that another
+program keeps busy is not counted on (`--link-mbps auto` and the default rate look at it).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import platform
+import time
+from pathlib import Path
+from typing import Any
+
+from topologies import files
+
+REPO = Path(__file__).resolve().parent.parent
+CALIBRATION = REPO / "results" / "calibration.json"
+# The code whose speed the figures measure: the agents, the cores they run, the data plane.
+COST_CODE = ("endpoints", "topologies/dataplane", "topologies/hostnet.py", "topologies/shaping.py")
+FREE_WINDOW_S = 0.5  # how long `free_cores` watches the machine
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def code_hash() -> str:
+    """SHA-256 over the files of `COST_CODE` (names and contents), in a stable order."""
+    digest = hashlib.sha256()
+    for top in COST_CODE:
+        root = REPO / top
+        paths = sorted(root.rglob("*")) if root.is_dir() else [root]
+        for path in paths:
+            if path.is_file() and path.suffix in (".py", ".c", ".h") and "__pycache__" not in path.parts:
+                digest.update(str(path.relative_to(REPO)).encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def fingerprint(backend: str) -> dict[str, Any]:
+    return {"cpu": _cpu_model(), "cores": os.cpu_count() or 1, "kernel": platform.release(),
+            "backend": backend, "code": code_hash()}
+
+
+def load(backend: str, path: Path = CALIBRATION) -> dict[str, Any] | None:
+    """The cached calibration for `backend` if it was made on this machine with this code."""
+    data = files.read_json(path)
+    if not data or data.get("fingerprint") != fingerprint(backend):
+        return None
+    return data
+
+
+def stale(backend: str, path: Path = CALIBRATION) -> bool:
+    return load(backend, path) is None
+
+
+def save(data: dict[str, Any], path: Path = CALIBRATION) -> None:
+    files.write_json(path, data)
+
+
+def machine_times() -> list[int]:
+    """/proc/stat's first line: user nice system idle iowait irq softirq steal (clock ticks)."""
+    with open("/proc/stat") as fh:
+        return [int(x) for x in fh.readline().split()[1:9]]
+
+
+def busy_fraction(before: list[int], after: list[int]) -> tuple[float, float]:
+    """(busy, steal) shares of the machine between two `machine_times` readings: busy is user,
+    nice, system, irq and softirq; steal (time the hypervisor gave elsewhere) is neither busy
+    nor free."""
+    d = [b - a for a, b in zip(before, after, strict=True)]
+    total = sum(d) or 1
+    return (d[0] + d[1] + d[2] + d[5] + d[6]) / total, d[7] / total
+
+
+def free_cores(window: float = FREE_WINDOW_S) -> float:
+    """Cores not busy (nor stolen) over `window` seconds now."""
+    before = machine_times()
+    time.sleep(window)
+    busy, steal = busy_fraction(before, machine_times())
+    return round((os.cpu_count() or 1) * max(0.0, 1.0 - busy - steal), 2)

@@ -1,0 +1,243 @@
+"""`python -m experiments.tools.cost_bench`: the whole machine's CPU per delivered data packet.
+
+The figure that bounds every run: the default permutation (MRC only, the default backend) at two
+or more link rates, each a real `mrclab run permutation`. While each flow runs, the machine's CPU
+(/proc/stat: user, nice, system, irq, softirq; steal apart) and every process's (/proc/PID/stat:
+the agents, the runner, the control plane, the rest) are read over the steady window; the data
+packets delivered come from the run's own summary (goodput over the payload size). A least-squares
+line through the rates splits the cost into what grows with the rate (`marginal_us_per_packet`)
+and what does not (`fixed_cores`); `us_per_packet` at each rate is the whole cost over the
+packets. Physical references measured beside it: a bare Python UDP send-and-receive loop on this
+machine, and the kernel routers' packet-hops/s with the C sender where `make bench` measured it.
+
+`--calibrate`: the short form (`make setup` runs it when the cached one is stale), written to
+results/calibration.json (experiments/calibration.py) with the machine's fingerprint; the full
+form writes results/bench/cost.json. `--profile`: one more run with each agent under cProfile,
+the top functions by own time over all agents added to the result.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+import pstats
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from endpoints.protocol.config import TransportConfig
+from experiments import calibration
+from experiments.scenarios import SCENARIOS
+from topologies import cleanup, files
+
+REPO = calibration.REPO
+OUT = REPO / "results" / "bench" / "cost.json"
+DATAPLANE = REPO / "results" / "bench" / "dataplane.json"
+WARM_S = 1.5  # after the flow starts: every flow has found its rate (permutation's STEADY_FROM_S)
+TAIL_S = 0.5  # left out before the flow's end
+CALIBRATE_RATES = (5.0, 10.0)
+CALIBRATE_SECONDS = 5.0
+SEED = 3  # ECMP collides on the default fabric with this seed: the issue's measurements used it
+
+
+def _procs() -> dict[int, tuple[str, int, int]]:
+    out = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{name}/stat").read_text()
+            cmd = Path(f"/proc/{name}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        fields = stat.rsplit(")", 1)[1].split()
+        out[int(name)] = (cmd, int(fields[11]), int(fields[12]))
+    return out
+
+
+def _role(cmd: str) -> str:
+    if "endpoints.host.agent" in cmd:
+        return "agents"
+    if "experiments.cli" in cmd:
+        return "runner"
+    if "controller.run" in cmd:
+        return "control_plane"
+    return "other"
+
+
+def _split(before: dict[int, tuple[str, int, int]], after: dict[int, tuple[str, int, int]],
+           seconds: float) -> dict[str, dict[str, float]]:
+    """Cores each role used between two readings, user and system apart."""
+    hz = os.sysconf("SC_CLK_TCK")
+    roles: dict[str, dict[str, float]] = {}
+    for pid, (cmd, user, system) in after.items():
+        if pid in before:
+            r = roles.setdefault(_role(cmd), {"user": 0.0, "system": 0.0})
+            r["user"] += (user - before[pid][1]) / hz / seconds
+            r["system"] += (system - before[pid][2]) / hz / seconds
+    return {k: {m: round(v, 3) for m, v in r.items()} for k, r in sorted(roles.items())}
+
+
+def measure(rate: float, seconds: float, seed: int, backend: str, out: Path,
+            env: dict[str, str] | None = None) -> dict[str, Any]:
+    """One permutation run at `rate`: machine and per-role CPU over its steady window, and the
+    data packets it delivered."""
+    argv = [sys.executable, "-m", "experiments.cli", "run", "permutation", "--switch", backend,
+            "--transports", "mrc", "--duration", f"{seconds:g}", "--seed", str(seed),
+            "--link-mbps", f"{rate:g}", "--out", str(out)]
+    proc = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, env={**os.environ, **(env or {})})
+    assert proc.stdout is not None
+    reading: dict[str, Any] = {}
+    lines = []
+    for line in proc.stdout:
+        lines.append(line)
+        if "mrc: running" in line and not reading:
+            time.sleep(WARM_S)
+            m0, p0, t0 = calibration.machine_times(), _procs(), time.monotonic()
+            time.sleep(max(seconds - WARM_S - TAIL_S, 1.0))
+            m1, p1, t1 = calibration.machine_times(), _procs(), time.monotonic()
+            busy, steal = calibration.busy_fraction(m0, m1)
+            d = [b - a for a, b in zip(m0, m1, strict=True)]
+            cores = os.cpu_count() or 1
+            reading = {"window_s": round(t1 - t0, 2), "busy_cores": round(busy * cores, 3),
+                       "steal_cores": round(steal * cores, 3),
+                       "softirq_cores": round(d[6] / (sum(d) or 1) * cores, 3),
+                       "by_role": _split(p0, p1, t1 - t0)}
+    if proc.wait() != 0 or not reading:
+        raise RuntimeError(f"the permutation at {rate:g} Mbit/s failed:\n{''.join(lines[-15:])}")
+    summary = json.loads((out / "summary.json").read_text())
+    mrc = summary["transports"]["mrc"]
+    payload = TransportConfig().mtu_payload  # the permutation runs the default transport
+    pps = mrc["throughput_mbps"] * 1e6 / 8 / payload
+    fid = summary["fidelity"]
+    return {"link_mbps": rate, "delivered_data_pps": round(pps), **reading,
+            "us_per_packet": round(reading["busy_cores"] / pps * 1e6, 1),
+            "throughput_fraction": mrc["throughput_fraction"], "faithful": fid["faithful"],
+            "cpu_idle_p10_pct": fid["per_transport"]["mrc"]["cpu_idle_p10_pct"]}
+
+
+def fit(runs: list[dict[str, Any]]) -> dict[str, float]:
+    """Least squares of busy cores on delivered packets/s: fixed cores + marginal us/packet."""
+    xs = [r["delivered_data_pps"] for r in runs]
+    ys = [r["busy_cores"] for r in runs]
+    n, mx, my = len(xs), sum(xs) / len(xs), sum(ys) / len(ys)
+    sxx = sum((x - mx) ** 2 for x in xs)
+    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sxx if n > 1 and sxx else 0.0
+    return {"fixed_cores": round(my - slope * mx, 3), "marginal_us_per_packet": round(slope * 1e6, 1)}
+
+
+def python_udp_loop_us(packets: int = 20000, size: int = 4096) -> float:
+    """CPU microseconds per datagram of a bare Python loop sending `size`-byte datagrams to a
+    socket of its own on the loopback and reading each back."""
+    rx = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
+    tx = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
+    try:
+        rx.bind(("::1", 0))
+        tx.connect(rx.getsockname()[:2])
+        payload = b"\0" * size
+        start = time.process_time()
+        for _ in range(packets):
+            tx.send(payload)
+            rx.recv(size + 64)
+        return round((time.process_time() - start) / packets * 1e6, 2)
+    finally:
+        rx.close()
+        tx.close()
+
+
+def _profile(rate: float, seconds: float, seed: int, backend: str, work: Path) -> list[dict[str, Any]]:
+    folder = work / "profile"
+    folder.mkdir()
+    measure(rate, seconds, seed, backend, work / "profiled", env={"MRCLAB_AGENT_PROFILE": str(folder)})
+    stats = pstats.Stats(*glob.glob(str(folder / "agent-*.prof")))
+    raw: dict[Any, Any] = stats.stats  # type: ignore[attr-defined]
+    total = sum(v[2] for k, v in raw.items() if k[2] != "poll" and "epoll" not in k[2]) or 1.0
+    rows = sorted(((k, v) for k, v in raw.items() if "poll' of 'select.epoll" not in k[2]
+                   and k[2] != "select"), key=lambda kv: -kv[1][2])[:20]
+    return [{"function": f"{Path(k[0]).name}:{k[1]}({k[2]})" if k[0] != "~" else k[2],
+             "calls": v[1], "own_s": round(v[2], 3), "share_pct": round(v[2] / total * 100, 1)}
+            for k, v in rows]
+
+
+def run(rates: list[float], seconds: float, seed: int, backend: str, profile: bool,
+        say: Any = print) -> dict[str, Any]:
+    runs = []
+    with tempfile.TemporaryDirectory(prefix="mrclab-cost-") as tmp:
+        work = Path(tmp)
+        for n, rate in enumerate(rates, 1):
+            left = (len(rates) - n + 1) * (seconds + 8)
+            say(f"[cost {n}/{len(rates)}] permutation at {rate:g} Mbit/s ({seconds:g} s; about "
+                f"{left:.0f} s left)")
+            runs.append(measure(rate, seconds, seed, backend, work / f"r{n}"))
+            r = runs[-1]
+            verdict = "faithful" if r["faithful"] else "NOT faithful"
+            say(f"  {r['delivered_data_pps']:,} data packets/s delivered, {r['busy_cores']:.2f} cores "
+                f"busy: {r['us_per_packet']:.0f} us per packet ({verdict})")
+        result: dict[str, Any] = {
+            "method": "whole-machine CPU (/proc/stat, steal apart) over each run's steady window "
+                      "against the data packets the run delivered; fixed + marginal by least squares",
+            "scenario": "permutation", "transports": ["mrc"],
+            "fabric": SCENARIOS["permutation"].fabric.as_dict(),
+            "backend": backend, "seed": seed, "seconds": seconds, "runs": runs, **fit(runs),
+            "fingerprint": calibration.fingerprint(backend),
+            "references": {"python_udp_loop_us_per_datagram": python_udp_loop_us()}}
+        dp = files.read_json(DATAPLANE).get(backend, {})
+        if isinstance(dp, dict):
+            result["references"]["dataplane_packet_hops_per_s"] = {
+                name: r.get("packet_hops_per_s") for name, r in dp.items() if isinstance(r, dict)}
+        if profile:
+            say("[cost] one more run with the agents under cProfile")
+            result["profile_top"] = _profile(rates[-1], seconds, seed, backend, work)
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m experiments.tools.cost_bench",
+                                description=(__doc__ or "").split("\n")[0])
+    p.add_argument("--rates", default="5,10", help="link rates in Mbit/s, comma-separated (two or more)")
+    p.add_argument("--seconds", type=float, default=8.0, help="each run's flow")
+    p.add_argument("--seed", type=int, default=SEED)
+    p.add_argument("--switch", default="auto", help="switch backend (auto: what runs take here)")
+    p.add_argument("--profile", action="store_true", help="one more run with the agents profiled")
+    p.add_argument("--calibrate", action="store_true",
+                   help="the short form, cached as this machine's calibration (results/calibration.json)")
+    p.add_argument("--if-stale", action="store_true", help="with --calibrate: only when the cache is stale")
+    p.add_argument("--out", default=str(OUT))
+    args = p.parse_args(argv)
+    try:
+        rates = sorted({float(x) for x in args.rates.split(",")})
+    except ValueError:
+        rates = []
+    if len(rates) < 2 or not all(0 < r <= 1000 for r in rates) or not 1 <= args.seconds <= 120:
+        print("cost_bench: error: --rates needs two or more rates in (0, 1000] Mbit/s and --seconds "
+              "1-120", file=sys.stderr)
+        return 2
+    from topologies import switches  # needs the machine (which backends exist)
+    backend = switches.resolve(args.switch)
+    if args.calibrate:
+        if args.if_stale and not calibration.stale(backend):
+            print(f"calibration: up to date ({calibration.CALIBRATION.relative_to(REPO)})")
+            return 0
+        rates, seconds = list(CALIBRATE_RATES), CALIBRATE_SECONDS
+    else:
+        seconds = args.seconds
+    cleanup.interrupts_raise()
+    result = run(rates, seconds, args.seed, backend, args.profile and not args.calibrate)
+    target = calibration.CALIBRATION if args.calibrate else Path(args.out)
+    files.write_json(target, result)
+    print(f"fixed {result['fixed_cores']:.2f} cores + {result['marginal_us_per_packet']:.0f} us per "
+          f"delivered data packet ({backend}, seed {args.seed}); a bare Python UDP loop "
+          f"{result['references']['python_udp_loop_us_per_datagram']} us per datagram")
+    print(f"results: {target}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -18,23 +18,24 @@ other reading (the same chips as 512 x 100G in one plane, the NIC's 8 ports in i
 same 3/5 and 2/3 but a T0 with 256 uplinks, so 0.4% per link instead of the paper's 3%.
 A folded Clos of k-port switches with `t` tiers reaches 2 (k/2)^t NICs and needs, for N NICs,
 N / (k/2) switches in every tier but the top and N / k at the top, with N links between every
-two tiers (non-blocking; each count rounded up). Hence, at any size where the single plane has
+two tiers (non-blocking; each count rounded up; below full size the multi-plane T1s are as
+many as the T0s' uplinks fill). Hence, at any size where the single plane has
 one tier more than the two-tier multi-plane fabric:
 
 * switches: multi-plane 8 x 3N / 512 = 3N/64 against (2t - 1) N / 64: 3/5 at three tiers;
 * optics: links times their bandwidth (an 800G transceiver is 8 x 100G lanes; a multi-plane NIC
   or switch breaks one out into 8 ports): multi-plane 2 tiers of links against t: 2/3 at three.
 
-A caveat the paper's wording hides: 64-port switches reach 65,536 NICs in three tiers, so
+A caveat: 64-port switches reach 65,536 NICs in three tiers, so
 131,072 GPUs on one 800G plane strictly need four (3/7 of the switches, 1/2 of the optics). The
 paper's "three tiers" and its 2/3 and 3/5 are the per-tier counts above at three tiers; `plan`
 shows that comparison and, where it differs, the fewest tiers that really reach.
 
 What a failure costs a host, as the paper counts it, is the share of capacity the failed part
 carried: one T0-T1 link is 1 / (the T0's uplinks) of what the T0's hosts have across the fabric
-(1/256 = 0.4% multi-plane, 1/32 = 3% single-plane); in the multi-plane fabric only that plane
-is touched, so a host whose transport moves its load off it loses 1 / (256 x 8) = 0.05% of its
-whole NIC. One NIC port is 1 / nic_ports (12.5%; the single plane's only port: all of it).
+in its plane (1/256 = 0.4% multi-plane, 1/32 = 3% single-plane); only that plane is touched, so
+a host whose transport moves its load off it loses 1 / (256 x 8) = 0.05% of its whole NIC. One
+NIC port is 1 / nic_ports (12.5%; the single plane's only port: all of it).
 
 >>> p = plan(planes=8, radix=512)
 >>> p.gpus, p.multi.tiers, p.multi.switches, p.single[0].tiers, p.single[0].switches

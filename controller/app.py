@@ -3,7 +3,8 @@
 SRv6 forwarding is installed once per switch and never touched again: port changes are not
 even looked at for it. The baseline reacts to port status like a routing protocol would: a
 link seen down is withdrawn from the leaves' ECMP groups only after `detect_ms` (BFD-like by
-default), and put back the same delay after it comes up again.
+default), and put back the same delay after it comes up again. What to withdraw and when is
+`routing.py`'s (shared with the kernel routers' control plane); this app carries it out.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from os_ken.controller.handler import CONFIG_DISPATCHER, MAIN_DISPATCHER, set_ev
 from os_ken.lib import hub
 from os_ken.ofproto import nicira_ext, ofproto_v1_3
 
+from controller.routing import Change, RoutingPlane, parse_notification
 from controller.tables import (
     ETH_TYPE_IPV6,
     FlowSpec,
@@ -51,10 +53,7 @@ class MrcFabricController(app_manager.OSKenApp):
         self.lock = threading.Lock()
         self.datapaths: dict[int, Any] = {}  # os-ken Datapath objects (untyped)
         self.ready: set[int] = set()
-        self.port_down: set[tuple[str, int]] = set()  # (switch, port) the switches report down
-        self.withdrawn: frozenset[str] = frozenset()  # links the baseline has converged around
-        self.generation = 0  # bumps on every port change; a stale timer does nothing
-        self.switches_down: set[str] = set()  # switches that stopped forwarding (BFD would see)
+        self.routing = RoutingPlane(self.fabric, self.detect_s)  # guarded by self.lock
         Path(self.events_path).write_text("")
         if SETTINGS.get("switch_pids") is None and SETTINGS.get("switch_rundir") is None:
             LOG.warning("no ovs-vswitchd pid given: any local process may connect as a switch")
@@ -77,23 +76,23 @@ class MrcFabricController(app_manager.OSKenApp):
             os.umask(old)
         while True:
             try:
-                msg = json.loads(sock.recv(4096))
-                name = str(msg["switch"])
-                self.fabric.switch(name)
-                down = msg["cmd"] == "switch_down"
-                if msg["cmd"] not in ("switch_down", "switch_up"):
-                    raise ValueError(msg["cmd"])
-            except (ValueError, KeyError, TypeError) as exc:
+                name, down = parse_notification(sock.recv(4096), self.fabric)
+            except ValueError as exc:
                 LOG.warning("ignoring notification: %s", exc)
                 continue
             with self.lock:
-                if down == (name in self.switches_down):
-                    continue
-                (self.switches_down.add if down else self.switches_down.discard)(name)
-                self.generation += 1
-                generation = self.generation
-            self._log_event("switch_down" if down else "switch_up", switch=name)
-            hub.spawn_after(self.detect_s, self._converge, generation)
+                change = self.routing.switch(name, down)
+            if change is not None:
+                self._changed(change)
+
+    def _changed(self, change: Change) -> None:
+        """Log a change of state, and come back when the routing plane acts on it."""
+        self._log_event(change.event, **change.record())
+        # Like BFD/BGP: the routing plane acts only after its detection delay, and only on the
+        # state that still holds then.
+        with self.lock:
+            timer = self.routing.schedule(change, time.monotonic())
+        hub.spawn_after(self.detect_s, self._converge, timer.at)
 
     # ----- bookkeeping ----------------------------------------------------------------------
     def _log_event(self, kind: str, **fields: object) -> None:
@@ -105,7 +104,7 @@ class MrcFabricController(app_manager.OSKenApp):
         files.write_json(self.status_path, {
             "ready_dpids": sorted(self.ready),
             "switches": len(self.fabric.switches),
-            "withdrawn_links": sorted(self.withdrawn),
+            "withdrawn_links": sorted(self.routing.withdrawn),
             "detect_ms": self.detect_s * 1000,
             "pid": os.getpid(),
         }, indent=None)
@@ -226,38 +225,21 @@ class MrcFabricController(app_manager.OSKenApp):
         down = bool(msg.desc.state & ofp.OFPPS_LINK_DOWN) or bool(msg.desc.config & ofp.OFPPC_PORT_DOWN) \
             or msg.reason == ofp.OFPPR_DELETE
         with self.lock:
-            key = (switch.name, port)
-            if down == (key in self.port_down):
-                return
-            (self.port_down.add if down else self.port_down.discard)(key)
-            self.generation += 1
-            generation = self.generation
-        link = self.fabric.port_link(switch.name, port)
-        self._log_event("port_down" if down else "port_up", switch=switch.name, port=port,
-                        link=link.name if link else None)
-        # Like BFD/BGP: the routing plane acts only after its detection delay, and only on the
-        # state that still holds then.
-        hub.spawn_after(self.detect_s, self._converge, generation)
+            change = self.routing.port(switch.name, port, down)
+        if change is not None:
+            self._changed(change)
 
-    def _converge(self, generation: int) -> None:
+    def _converge(self, at: float) -> None:
+        """A timer set for `at` fired: carry out what the routing plane decides then."""
         with self.lock:
-            if generation != self.generation:
-                return
-            down_links = frozenset(
-                link.name for (sw, port) in self.port_down
-                if (link := self.fabric.port_link(sw, port)) is not None) | frozenset(
-                link.name for sw in self.switches_down for link in self.fabric.links_of(sw))
-            if down_links == self.withdrawn:
-                return
-            changed = down_links ^ self.withdrawn
-            self.withdrawn = down_links
-        for dpid, dp in self.datapaths.items():
-            switch = self.fabric.switch_by_dpid(dpid)
-            if switch is None or switch.plane not in {self.fabric.link(n).plane for n in changed}:
-                continue
-            for group in baseline_groups(self.fabric, switch, down_links):
-                self._send_group(dp, group, dp.ofproto.OFPGC_MODIFY)
-        self._log_event("baseline_converged", withdrawn=sorted(down_links),
-                        changed=sorted(changed))
-        with self.lock:
-            self._write_status()
+            decisions = self.routing.due(at)
+        for decision in decisions:
+            for dpid, dp in self.datapaths.items():
+                switch = self.fabric.switch_by_dpid(dpid)
+                if switch is None or switch.plane not in decision.planes:
+                    continue
+                for group in baseline_groups(self.fabric, switch, decision.withdrawn):
+                    self._send_group(dp, group, dp.ofproto.OFPGC_MODIFY)
+            self._log_event("baseline_converged", **decision.record())
+            with self.lock:
+                self._write_status()

@@ -13,7 +13,8 @@ events file and notify socket, so an emulation waits for and talks to it the sam
   the status file show the port up.
 * The baseline's ECMP: after `detect_ms`, and only on the state that still holds then, every
   router of the planes concerned gets the multipath routes `baseline_groups` gives for the
-  links then down, diffed against what it has (only changed routes are replaced).
+  links then down, diffed against what it has (only changed routes are replaced). What to
+  withdraw and when is `routing.py`'s, shared with the os-ken app; this loop carries it out.
 * A switch that silently stopped forwarding is reported on the notify socket, as BFD would.
 * The emulation that started it going away (a killed run) ends it too: its sockets would keep
   the routers' namespaces alive.
@@ -22,7 +23,6 @@ events file and notify socket, so an emulation waits for and talks to it the sam
 from __future__ import annotations
 
 import errno
-import heapq
 import json
 import logging
 import os
@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from controller import kernel_tables as kt
+from controller.routing import Change, Convergence, RoutingPlane, parse_notification
 from topologies import files, netns
 from topologies.model import Fabric, FabricParams, Switch
 
@@ -90,11 +91,7 @@ class KernelController:
             for port in self.fabric.ports(sw.name):
                 self.port_of[self.fabric.port_ifname(sw.name, port)] = (sw.name, port)
         self.ready: list[int] = []
-        self.port_down: set[tuple[str, int]] = set()
-        self.switches_down: set[str] = set()
-        self.withdrawn: frozenset[str] = frozenset()
-        self.generation = 0
-        self.timers: list[tuple[float, int]] = []
+        self.routing = RoutingPlane(self.fabric, self.detect_s)
         # What each router holds of the baseline (dst -> route), to replace only what changes.
         self.installed: dict[str, dict[str, kt.KRoute]] = {}
         self.selector = selectors.DefaultSelector()
@@ -110,12 +107,12 @@ class KernelController:
         files.write_json(self.status_path, {
             "ready_dpids": self.ready,
             "switches": len(self.fabric.switches),
-            "withdrawn_links": sorted(self.withdrawn),
+            "withdrawn_links": sorted(self.routing.withdrawn),
             "detect_ms": self.detect_s * 1000,
             "pid": os.getpid(),
             "backend": "linux",
             # What the routers' ports are as this controller last saw (and acted on) them.
-            "ports_down": sorted(self.fabric.port_ifname(sw, port) for sw, port in self.port_down),
+            "ports_down": sorted(self.fabric.port_ifname(sw, port) for sw, port in self.routing.port_down),
         }, indent=None)
 
     def _parent_alive(self) -> bool:
@@ -158,17 +155,16 @@ class KernelController:
     def _loop(self) -> None:
         while self._parent_alive():
             timeout = 0.1
-            if self.timers:
-                timeout = min(timeout, max(0.0, self.timers[0][0] - time.monotonic()))
+            deadline = self.routing.next_deadline()
+            if deadline is not None:
+                timeout = min(timeout, max(0.0, deadline - time.monotonic()))
             for key, _ in self.selector.select(timeout):
                 if key.data is None:
                     self._notifications(key.fileobj)  # type: ignore[arg-type]
                 else:
                     self._link_events(key.data, key.fileobj)  # type: ignore[arg-type]
-            now = time.monotonic()
-            while self.timers and self.timers[0][0] <= now:
-                _, generation = heapq.heappop(self.timers)
-                self._converge(generation)
+            for decision in self.routing.due(time.monotonic()):
+                self._converge(decision)
 
     def _link_events(self, switch: str, sock: socket.socket) -> None:
         while True:
@@ -199,20 +195,19 @@ class KernelController:
         where = self.port_of.get(ifname)
         if where is None or where[0] != switch:
             return
-        down = not usable
-        if down == (where in self.port_down):
+        change = self.routing.port(switch, where[1], not usable)
+        if change is None:
             return
-        (self.port_down.add if down else self.port_down.discard)(where)
-        self.generation += 1
-        link = self.fabric.port_link(*where)
-        self._log_event("port_down" if down else "port_up", switch=switch, port=where[1],
-                        link=link.name if link else None)
-        if not down:
+        self._log_event(change.event, **change.record())
+        if not change.down:
             self._restore_port(self.fabric.switch(switch), where[1])
         self._write_status()
+        self._schedule(change)
+
+    def _schedule(self, change: Change) -> None:
         # Like BFD/BGP: the routing plane acts only after its detection delay, and only on the
-        # state that still holds then.
-        heapq.heappush(self.timers, (time.monotonic() + self.detect_s, self.generation))
+        # state that still holds then; the loop waits for the timer.
+        self.routing.schedule(change, time.monotonic())
 
     def _notifications(self, sock: socket.socket) -> None:
         while True:
@@ -221,21 +216,14 @@ class KernelController:
             except BlockingIOError:
                 return
             try:
-                msg = json.loads(raw)
-                name = str(msg["switch"])
-                self.fabric.switch(name)
-                if msg["cmd"] not in ("switch_down", "switch_up"):
-                    raise ValueError(msg["cmd"])
-                down = msg["cmd"] == "switch_down"
-            except (ValueError, KeyError, TypeError) as exc:
+                name, down = parse_notification(raw, self.fabric)
+            except ValueError as exc:
                 LOG.warning("ignoring notification: %s", exc)
                 continue
-            if down == (name in self.switches_down):
-                continue
-            (self.switches_down.add if down else self.switches_down.discard)(name)
-            self.generation += 1
-            self._log_event("switch_down" if down else "switch_up", switch=name)
-            heapq.heappush(self.timers, (time.monotonic() + self.detect_s, self.generation))
+            change = self.routing.switch(name, down)
+            if change is not None:
+                self._log_event(change.event, **change.record())
+                self._schedule(change)
 
     # ----- actions --------------------------------------------------------------------------
     def _install(self, jobs: list[tuple[str, list[str]]]) -> list[str]:
@@ -252,7 +240,7 @@ class KernelController:
         return errors
 
     def _restore_port(self, sw: Switch, port: int) -> None:
-        routes = kt.routes_via(kt.kernel_routes(self.fabric, sw, self.withdrawn), port)
+        routes = kt.routes_via(kt.kernel_routes(self.fabric, sw, self.routing.withdrawn), port)
         lines = [kt.neighbour_line(self.fabric, sw, port), *kt.route_lines(self.fabric, sw, routes)]
         t0 = time.monotonic()
         errors = self._install([(sw.name, lines)])
@@ -260,24 +248,15 @@ class KernelController:
         self._log_event("port_routes_restored", switch=sw.name, port=port, routes=len(routes),
                         seconds=round(time.monotonic() - t0, 4), errors=errors)
 
-    def _converge(self, generation: int) -> None:
-        if generation != self.generation:
-            return
+    def _converge(self, decision: Convergence) -> None:
+        """Carry out a decision of the routing plane: the routers of its planes get the
+        baseline's multipath routes for the links it withdraws, only those that change."""
         f = self.fabric
-        down_links = frozenset(
-            link.name for (sw, port) in self.port_down
-            if (link := f.port_link(sw, port)) is not None) | frozenset(
-            link.name for sw in self.switches_down for link in f.links_of(sw))
-        if down_links == self.withdrawn:
-            return
-        changed = down_links ^ self.withdrawn
-        self.withdrawn = down_links
-        planes = {f.link(name).plane for name in changed}
         jobs, count = [], 0
         for sw in f.switches:
-            if sw.plane not in planes:
+            if sw.plane not in decision.planes:
                 continue
-            want = [r for r in kt.kernel_routes(f, sw, down_links) if r.baseline]
+            want = [r for r in kt.kernel_routes(f, sw, decision.withdrawn) if r.baseline]
             diff = [r for r in want if self.installed[sw.name].get(r.dst) != r]
             if diff:
                 jobs.append((sw.name, kt.route_lines(f, sw, diff)))
@@ -285,9 +264,8 @@ class KernelController:
                 self.installed[sw.name].update({r.dst: r for r in diff})
         t0 = time.monotonic()
         errors = self._install(jobs)
-        self._log_event("baseline_converged", withdrawn=sorted(down_links), changed=sorted(changed),
-                        routers=len(jobs), routes=count, seconds=round(time.monotonic() - t0, 4),
-                        errors=errors)
+        self._log_event("baseline_converged", **decision.record(), routers=len(jobs), routes=count,
+                        seconds=round(time.monotonic() - t0, 4), errors=errors)
         self._write_status()
 
 

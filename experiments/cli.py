@@ -1,4 +1,4 @@
-"""The `mrclab` command: demo, cli, check-fabric, run, report, validate, docs, bench, clean.
+"""The `mrclab` command: demo, cli, check-fabric, run, report, validate, docs, bench, clean, plan.
 
 Every expected failure (bad parameters, no root, no OVS or Mininet) ends with one line naming the
 problem and the fix, exit status 2, and nothing left behind.
@@ -179,6 +179,14 @@ def make_parser() -> argparse.ArgumentParser:
                       help="first rewrite the reference from a full run's results (make experiment)")
     sub.add_parser("bench", help="the agent's packet rate per CPU core (results/bench/agent.json)")
     sub.add_parser("clean", help="remove bridges, interfaces and processes left by a killed run")
+    plan = sub.add_parser("plan", help="the paper's scale arithmetic: tiers, switches and optics of "
+                                       "a multi-plane two-tier fabric against a single plane")
+    plan.add_argument("--planes", type=int, default=8)
+    plan.add_argument("--radix", type=int, default=512, help="ports per switch at --port-gbps")
+    plan.add_argument("--nic-ports", type=int, default=None, help="ports per NIC (default: one per plane)")
+    plan.add_argument("--port-gbps", type=int, default=100, help="speed of a NIC port and a switch port")
+    plan.add_argument("--gpus", type=int, default=None, help="one NIC each (default: all two tiers reach)")
+    plan.add_argument("--json", action="store_true", help="the figures as JSON")
     return parser
 
 
@@ -306,6 +314,11 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _dispatch(args: argparse.Namespace) -> int:
+    if args.command == "plan":  # pure arithmetic: no root, nothing started
+        from topologies import scale
+        plan = scale.plan(args.planes, args.radix, args.nic_ports, args.gpus, args.port_gbps)
+        print(json.dumps(plan.as_dict(), indent=1) if args.json else scale.render(plan))
+        return 0
     from topologies import preflight
 
     if args.command == "clean":

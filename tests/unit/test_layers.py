@@ -23,10 +23,11 @@ FLOORS = (("topologies/model.py", 0), ("endpoints/", 1), ("topologies/", 2), ("c
           ("experiments/", 4))
 # Pure layers: no sockets, clocks, processes or files.
 PURE = ("topologies/model.py", "endpoints/protocol/", "controller/tables.py",
-        "controller/kernel_tables.py", "experiments/traffic.py",
+        "controller/kernel_tables.py", "controller/routing.py", "experiments/traffic.py",
         "experiments/metrics.py", "experiments/simnet.py", "experiments/shell/text.py",
         "experiments/capacity.py",
-        "topologies/dataplane/reference.py", "topologies/dataplane/ports.py")
+        "topologies/dataplane/reference.py", "topologies/dataplane/ports.py",
+        "topologies/scale.py")
 IMPURE_MODULES = {"os", "socket", "time", "subprocess", "selectors", "select", "threading", "shutil",
                   "tempfile", "ctypes", "pathlib", "signal"}
 # Inside endpoints/, the protocol is below the host part.

@@ -68,7 +68,10 @@ def start(args: argparse.Namespace) -> int:
     edit = " ".join(f"{folder}/{f}" for f in lab.files)
     print(f"  edit    {edit}   (e.g. {editor} {folder}/{lab.files[0]})")
     print(f"  check   make check-lab N={args.lab}")
-    env = getattr(sys.modules[f"lab_check_{int(args.lab):02d}"], "ENVIRONMENT", None)
+    module = sys.modules[f"lab_check_{int(args.lab):02d}"]
+    if getattr(module, "RUN", None):  # a lab that checks a run of its own: the command making it
+        print(f"  run     {module.RUN}")
+    env = getattr(module, "ENVIRONMENT", None)
     if env and env[0] == "cli":
         if os.geteuid() != 0:
             print(f"the lab's fabric needs root: sudo make lab N={args.lab}", file=sys.stderr)

@@ -21,9 +21,10 @@ shows which check catches each of lab N's.
 from __future__ import annotations
 
 import re
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
+
+import tomllib
 
 from labs.checker import gaps
 from labs.checker.core import Lab

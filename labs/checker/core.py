@@ -98,17 +98,20 @@ class Lab:
         return Path(self.check_file).resolve().parent
 
     def run(self, solution: bool = False, emulation: bool = True, source: Path | None = None,
-            results: Path | None = None,
+            results: Path | None = None, on_check: Callable[[Check], None] | None = None,
             on_verdict: Callable[[Verdict], None] | None = None) -> list[Verdict]:
         """Every check in order. `source`: check the files in that folder (a submission being
         graded, a mutant) instead of the lab folder's or solution/'s; `results`: keep an
-        emulated run there; `on_verdict`: called with each verdict as soon as it is known."""
+        emulated run there; `on_check` is called as each check starts, `on_verdict` with its
+        verdict as soon as it is known (grading watches the time each check takes)."""
         if source is None:
             source = self.folder / "solution" if solution else self.folder
         ctx = Context(self.folder, source, solution, results)
         verdicts: dict[str, Verdict] = {}
         try:
             for check in self.checks:
+                if on_check is not None:
+                    on_check(check)
                 verdicts[check.name] = self._one(check, ctx, verdicts, emulation)
                 if on_verdict is not None:
                     on_verdict(verdicts[check.name])

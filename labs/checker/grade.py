@@ -187,7 +187,9 @@ def _watch(proc: subprocess.Popen[bytes], lab: Lab, report: Path, output: Path,
             emulated = current is not None and current.emulated and limits.emulation
             limit = limits.emulated if emulated else limits.pure
             what = f"check {current.name}" if current else "the checker"
-            note = f"{what} ran over its time limit of {limit:g} s (an endless loop?): stopped"
+            why = ("a machine too busy? --emulation-timeout gives it longer" if emulated else
+                   "an endless loop?")
+            note = f"{what} ran over its time limit of {limit:g} s ({why}): stopped"
             _stop(proc, GRACE_EMULATED if emulated else GRACE_PURE)
             if emulated:
                 _clean(limits)

@@ -98,8 +98,8 @@ def start(args: argparse.Namespace) -> int:
 
 
 def show_mutants(args: argparse.Namespace) -> int:
-    """Each mutant of lab N and the first check that fails it (no emulation); exit 1 when one
-    passes every check."""
+    """Each mutant of lab N and the first check that fails it with a hint or line naming the
+    mutant's TODO (no emulation), as CI requires; exit 1 when one is not caught so."""
     from labs.checker import mutants
 
     lab = find(args.lab)
@@ -108,8 +108,11 @@ def show_mutants(args: argparse.Namespace) -> int:
         with tempfile.TemporaryDirectory(prefix="mrclab-mutant-") as tmp:
             verdicts = lab.run(emulation=False, source=m.write(lab, Path(tmp)))
         failed = [v for v in verdicts if v.status == FAIL]
-        escaped += not failed
-        caught = f"{failed[0].name}: {failed[0].detail}" if failed else "PASSES every check"
+        named = [v for v in failed if m.todo in mutants.todos_named(f"{v.hint} {v.detail}")]
+        escaped += not named
+        caught = (f"{named[0].name}: {named[0].detail}" if named else
+                  f"NOT CAUGHT: fails {', '.join(v.name for v in failed)}, no hint names TODO "
+                  f"{m.todo}" if failed else "NOT CAUGHT: passes every check")
         print(f"TODO {m.todo}  {m.name} ({m.mistake})\n        {caught}")
     return 1 if escaped else 0
 

@@ -64,3 +64,12 @@ def test_todos_named() -> None:
     assert mutants.todos_named("TODOs 2-4: one /48") == {2, 3, 4}
     assert mutants.todos_named("NotImplementedError: TODO 2 and TODO 3") == {2, 3}
     assert mutants.todos_named("no todo here") == set()
+
+
+def test_mutants_command_shows_what_catches_each(capsys: pytest.CaptureFixture[str]) -> None:
+    from labs.checker.__main__ import main
+
+    assert main(["mutants", "2"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    heads = [line for line in lines if line.startswith("TODO ")]
+    assert len(heads) == len(mutants.load(find("2"))) and not any("NOT CAUGHT" in line for line in lines)

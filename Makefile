@@ -80,3 +80,9 @@ docs: setup
 clean:
 	@if [ -x $(PY) ]; then $(MRCLAB) clean; fi
 	rm -rf .pytest_cache .ruff_cache .hypothesis .mypy_cache
+
+# Grading a class (labs/INSTRUCTORS.md): `make grade N=4 DIR=submissions/` checks every
+# submission in DIR (one folder or .py file per student); ARGS="--no-emulation" etc.
+.PHONY: grade
+grade: setup
+	@$(PY) -m labs.checker grade "$(N)" "$(DIR)" $(ARGS)

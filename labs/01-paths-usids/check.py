@@ -5,15 +5,37 @@ the student's carrier on the real fabric, seen by the right spine and the right 
 from __future__ import annotations
 
 import ipaddress
+import random
 
 from labs.checker import Check, CheckFailed, Context, Lab
 from labs.checker import fabric as real
-from topologies.model import ROLE_HOST, ROLE_LEAF, ROLE_SPINE, build
+from topologies.model import MAX_USIDS_IN_ADDRESS, ROLE_HOST, ROLE_LEAF, ROLE_SPINE, build, usid, usid_address
 
 FABRIC = build(planes=2, leaves=2, spines=2, hosts_per_leaf=2, link_mbps=10)
 ENVIRONMENT = ("cli", "--planes", "2", "--leaves", "2", "--spines", "2", "--hosts-per-leaf", "2")
 SRC, DST, PLANE, SPINE = "h0", "h3", 1, 1  # the path computed by hand and sent on for real
 DATAGRAMS = 40  # per path: far above anything else the idle fabric carries
+ROLES = {ROLE_LEAF: "ROLE_LEAF", ROLE_SPINE: "ROLE_SPINE", ROLE_HOST: "ROLE_HOST"}
+MORE = 200  # random uSIDs and carriers beyond the lab's fabric: every plane, index and length
+
+
+def _more_usids() -> list[tuple[int, int, int]]:
+    """(role, plane, index) over the whole field ranges: the largest ones first, then random."""
+    rng = random.Random(1)
+    edges = [(role, 14, 1023) for role in ROLES] + [(ROLE_HOST, 0, 512), (ROLE_SPINE, 7, 256)]
+    return edges + [(rng.choice(list(ROLES)), rng.randrange(15), rng.randrange(1024))
+                    for _ in range(MORE - len(edges))]
+
+
+def _more_carriers() -> list[tuple[int, ...]]:
+    """Segment lists of every length up to six uSIDs (the longest first), then random."""
+    rng = random.Random(2)
+    lists = [tuple(usid(ROLE_SPINE, n, 1000 + n) for n in range(k))
+             for k in range(MAX_USIDS_IN_ADDRESS, 0, -1)]
+    while len(lists) < MORE:
+        lists.append(tuple(usid(rng.choice(list(ROLES)), rng.randrange(15), rng.randrange(1024))
+                           for _ in range(rng.randint(1, MAX_USIDS_IN_ADDRESS))))
+    return lists
 
 
 def _explain_usid(got: int, role: int, plane: int, index: int, want: int) -> str:
@@ -42,7 +64,14 @@ def usid_numbers(ctx: Context) -> str:
                                   f"plane-{nic.plane} NIC is {got!r}: "
                                   + _explain_usid(got, ROLE_HOST, nic.plane, host.index, nic.usid))
             n += 1
-    return f"all {n} uSIDs of the fabric (8 switches, 4 hosts x 2 planes) are right"
+    for role, plane, index in _more_usids():  # beyond the lab's small fabric
+        got, want = carrier.usid(role, plane, index), usid(role, plane, index)
+        if got != want:
+            raise CheckFailed(f"usid({ROLES[role]}, {plane}, {index}) is {got!r}: "
+                              + _explain_usid(got, role, plane, index, want)
+                              + " (the lab's fabric is small: this is a bigger one's)")
+    return (f"all {n} uSIDs of the fabric (8 switches, 4 hosts x 2 planes) are right, and "
+            f"{MORE} more of every plane and index")
 
 
 def segment_lists(ctx: Context) -> str:
@@ -74,7 +103,17 @@ def carrier_addresses(ctx: Context) -> str:
                                   f"want {route.address}: the block fills the first 32 bits, each "
                                   f"uSID the next 16, the rest stays 0")
             n += 1
-    return f"all {n} carrier addresses are right"
+    for usids in _more_carriers():  # longer segment lists than the lab's fabric has
+        try:
+            got = ipaddress.IPv6Address(carrier.carrier(usids))
+        except ValueError as exc:
+            raise CheckFailed(f"carrier({', '.join(f'{s:#06x}' for s in usids)}), "
+                              f"{len(usids)} uSIDs: {exc}") from None
+        if got != usid_address(usids):
+            raise CheckFailed(f"carrier({', '.join(f'{s:#06x}' for s in usids)}) is {got}, want "
+                              f"{usid_address(usids)}: {len(usids)} uSIDs, up to "
+                              f"{MAX_USIDS_IN_ADDRESS} fit after the block")
+    return f"all {n} carrier addresses are right, and {MORE} more of 1 to {MAX_USIDS_IN_ADDRESS} uSIDs"
 
 
 def by_hand(ctx: Context) -> str:
@@ -126,17 +165,17 @@ def datagrams_on_path(ctx: Context) -> str:
 
 LAB = Lab(__file__, "Paths and micro-SIDs", files=("carrier.py",), checks=[
     Check("usid-numbers", usid_numbers,
-          "a uSID is [plane+1 : 4 bits][role : 2 bits][index : 10 bits], e.g. p1s1 is 0x2801"),
+          "TODO 1: a uSID is [plane+1 : 4 bits][role : 2 bits][index : 10 bits], e.g. p1s1 is 0x2801"),
     Check("segment-lists", segment_lists,
-          "across leaves: (source leaf, spine, destination leaf, destination host NIC); "
+          "TODO 2: across leaves: (source leaf, spine, destination leaf, destination host NIC); "
           "under one leaf: (leaf, destination host NIC); all on the same plane",
           needs=("usid-numbers",)),
     Check("carrier-addresses", carrier_addresses,
-          "USID_BLOCK << 96 puts fcbb:bb00 on top; uSID i goes at bit 80 - 16*i"),
+          "TODO 3: USID_BLOCK << 96 puts fcbb:bb00 on top; uSID i goes at bit 80 - 16*i"),
     Check("by-hand", by_hand,
-          "h0 sits under leaf 0, h3 under leaf 1; write plane 1's four uSIDs after fcbb:bb00 "
+          "TODO 4: h0 sits under leaf 0, h3 under leaf 1; write plane 1's four uSIDs after fcbb:bb00 "
           "(check with `paths h0 h3` in the lab's CLI)"),
     Check("datagrams-on-path", datagrams_on_path,
-          "a wrong address goes through the wrong spine or nowhere: `paths h0 h3` in the CLI "
+          "TODOs 2-3: a wrong address goes through the wrong spine or nowhere: `paths h0 h3` in the CLI "
           "lists each path's address", needs=("segment-lists", "carrier-addresses"), emulated=True),
 ])

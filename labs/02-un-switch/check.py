@@ -11,7 +11,7 @@ from collections.abc import Callable
 from controller.tables import COOKIE_SRV6, TABLE_CLASSIFY, TABLE_USID, FlowSpec, srv6_flows
 from labs.checker import Check, CheckFailed, Context, Lab
 from labs.checker import fabric as real
-from topologies.model import Fabric, Route, Switch, build, usid_block, usid_prefix
+from topologies.model import ROLE_SPINE, Fabric, Route, Switch, build, usid_block, usid_prefix
 
 FABRIC = build(planes=2, leaves=2, spines=2, hosts_per_leaf=2, link_mbps=10)
 ENVIRONMENT = ("cli", "--planes", "2", "--leaves", "2", "--spines", "2", "--hosts-per-leaf", "2",
@@ -39,6 +39,13 @@ def _name(fabric: Fabric, sid: int) -> str:
 
 def _actions(flow: FlowSpec) -> str:
     return ", ".join(f"{a.kind} {a.arg}" if a.arg is not None else a.kind for a in flow.actions)
+
+
+def _todo(fabric: Fabric, switch: Switch, sid: int) -> str:
+    """Which TODO writes `switch`'s route to `sid`."""
+    if any(nic.usid == sid for host in fabric.hosts for nic in host.nics):
+        return "TODO 2"
+    return "TODO 3" if switch.role == ROLE_SPINE else "TODO 4"
 
 
 def un_entry(ctx: Context) -> str:
@@ -69,18 +76,20 @@ def static_routes(ctx: Context) -> str:
         for prefix, flow in want.items():
             sid = int(prefix.network_address) >> 80 & 0xFFFF
             mine = got.get(prefix)
+            todo = _todo(FABRIC, sw, sid)
             if mine is None:
-                raise CheckFailed(f"{sw.name}: no table-1 route to {_name(FABRIC, sid)} ({prefix})")
+                raise CheckFailed(f"{sw.name}: no table-1 route to {_name(FABRIC, sid)} ({prefix}) "
+                                  f"({todo})")
             kinds = [a.kind for a in mine.actions]
             if [a.kind for a in flow.actions] != kinds or mine.actions[-1] != flow.actions[-1]:
                 host = "set_eth_dst" in [a.kind for a in flow.actions] and "set_eth_dst" not in kinds
                 why = ("a host only takes frames sent to its own MAC: rewrite both MACs" if host
                        else f"want {_actions(flow)}")
                 raise CheckFailed(f"{sw.name}: the route to {_name(FABRIC, sid)} does "
-                                  f"{_actions(mine) or 'nothing'}: {why}")
+                                  f"{_actions(mine) or 'nothing'}: {why} ({todo})")
             if mine.actions != flow.actions:
                 raise CheckFailed(f"{sw.name}: the route to {_name(FABRIC, sid)} rewrites the wrong "
-                                  f"address: want {flow.actions}")
+                                  f"address: want {_actions(flow)} ({todo})")
             n += 1
         extra = set(got) - set(want)
         if extra:
@@ -201,7 +210,7 @@ LAB = Lab(__file__, "The uN switch", files=("un_switch.py",), checks=[
           "TODOs 2-4: one /48 per neighbour (usid_prefix of its uSID); a host's route also "
           "rewrites the MACs; ports come from the link (b_port below, a_port above)"),
     Check("every-path-delivers", every_path,
-          "follow one address by hand: shift at the switch whose uSID comes first, then route "
+          "TODOs 1-4: follow one address by hand: shift at the switch whose uSID comes first, then route "
           "on the next uSID", needs=("un-entry",)),
     Check("real-switch", real_switch,
           "OVS refuses or misroutes what the pure checks let through: rerun them first",

@@ -12,7 +12,7 @@ from typing import NoReturn
 from endpoints.host.goodput import BIN_S, bin_of
 from endpoints.protocol.config import TransportConfig
 from endpoints.protocol.events import EvState
-from endpoints.protocol.evset import ASSUMED_BAD, GOOD, EvInfo
+from endpoints.protocol.evset import ASSUMED_BAD, GOOD, SKIP, EvInfo
 from endpoints.protocol.replaceable import cores
 from experiments.flows import ev_timeline
 from experiments.simnet import Simulation, run_transfer, sim_fabric
@@ -36,26 +36,63 @@ def _set(ctx: Context, planes: int, per_plane: int, **kw: object):  # -> LabEvSe
     return ctx.module("ev_states").LabEvSet(evs, **args)
 
 
+def consistent(s, after: str) -> None:
+    """The EV set's bookkeeping after any transition: every EV in at most one place (the active
+    set or its plane's backups), only usable ones there, a plane never above its active share."""
+    seen: dict[int, str] = {}
+    places = [("the active set", ev) for ev in s.active]
+    places += [(f"plane {p}'s backups", ev) for p in sorted(s.backup) for ev in s.backup[p]]
+    for where, ev in places:
+        if ev in seen:
+            raise CheckFailed(f"after {after}, EV {ev:#x} is in {seen[ev]} and in {where}: an EV "
+                              f"is active or a backup, never both, never twice")
+        seen[ev] = where
+        if s.state[ev] not in (GOOD, SKIP):
+            raise CheckFailed(f"after {after}, EV {ev:#x} is {s.state[ev]} but in {where}: a "
+                              f"benched EV leaves the active set and the backups")
+    for p, evs in s.backup.items():
+        wrong = [ev for ev in evs if s.plane[ev] != p]
+        if wrong:
+            raise CheckFailed(f"after {after}, plane {p}'s backups hold EV {wrong[0]:#x} of plane "
+                              f"{s.plane[wrong[0]]}: each plane's backups are its own")
+    for p, share in s._plane_active_target.items():
+        active = sum(1 for ev in s.active if s.plane[ev] == p)
+        if active > share:
+            raise CheckFailed(f"after {after}, plane {p} has {active} active EVs, more than its "
+                              f"share of {share}: extra GOOD EVs wait among the backups")
+
+
 def bench_swaps_in_backup(ctx: Context) -> str:
     s = _set(ctx, 4, 8)  # 6 active and 2 backups per plane
-    victim = s.active[0]
-    plane = s.plane[victim]
-    if s.mark_bad(victim, 1.0) is not True:
-        raise CheckFailed("mark_bad on an active EV with backups returned something else than True")
-    if s.state[victim] != ASSUMED_BAD:
-        raise CheckFailed(f"after mark_bad the EV is {s.state[victim]}, not ASSUMED_BAD")
-    if victim in s.active:
-        raise CheckFailed("the benched EV is still in the active set: packets keep going to it")
-    if sum(1 for e in s.active if s.plane[e] == plane) != 6:
-        raise CheckFailed(f"plane {plane} has {sum(1 for e in s.active if s.plane[e] == plane)} "
-                          f"active EVs after the swap, not 6: a backup of the same plane steps in")
-    if victim in {s.next_ev() for _ in range(500)}:
-        raise CheckFailed("the benched EV was still picked for packets")
-    if (victim, GOOD, ASSUMED_BAD) not in s.changes:
-        raise CheckFailed("the change is not recorded: set the state with self._set")
-    backup = s.backup[plane][0]
-    if not s.mark_bad(backup, 2.0) or s.state[backup] != ASSUMED_BAD or backup in s.backup[plane]:
-        raise CheckFailed("a backup that fails must be benched and leave the backups")
+    for plane in sorted(s.backup):  # an active EV of every plane fails in turn
+        victim = next(e for e in s.active if s.plane[e] == plane)
+        spares = set(s.backup[plane])
+        what = f"mark_bad({victim:#x}, 1.0) on plane {plane}"
+        if s.mark_bad(victim, 1.0) is not True:
+            raise CheckFailed(f"{what}, an active EV with backups, returned something else than True")
+        if s.state[victim] != ASSUMED_BAD:
+            raise CheckFailed(f"after mark_bad the EV is {s.state[victim]}, not ASSUMED_BAD (TODO 3)")
+        if victim in s.active:
+            raise CheckFailed("the benched EV is still in the active set: packets keep going to it "
+                              "(TODO 4)")
+        consistent(s, what)
+        active = [e for e in s.active if s.plane[e] == plane]
+        if len(active) != 6 or not set(active) & spares:
+            raise CheckFailed(f"after {what}, plane {plane} has {len(active)} active EVs, "
+                              f"{len(set(active) & spares)} of them from its backups: one backup of "
+                              f"the same plane steps in, keeping 6 (TODOs 1, 4)")
+        if s.bad_since.get(victim) != 1.0:
+            raise CheckFailed(f"after {what}, bad_since[{victim:#x}] is {s.bad_since.get(victim)}: "
+                              f"keep when it failed (TODO 3)")
+        if (victim, GOOD, ASSUMED_BAD) not in s.changes:
+            raise CheckFailed("the change is not recorded: set the state with self._set (TODO 3)")
+    benched = set(s.bad())
+    if benched & {s.next_ev() for _ in range(500)}:
+        raise CheckFailed("a benched EV was still picked for packets (TODO 4)")
+    backup = s.backup[0][0]
+    if not s.mark_bad(backup, 2.0) or s.state[backup] != ASSUMED_BAD or backup in s.backup[0]:
+        raise CheckFailed("a backup that fails must be benched and leave the backups (TODO 4)")
+    consistent(s, f"mark_bad({backup:#x}, 2.0) on a backup")
     return "a failed EV is benched, a backup of its plane takes its place, it is never used"
 
 
@@ -77,17 +114,25 @@ def floor(ctx: Context) -> str:
 
 def probes_resurrect(ctx: Context) -> str:
     s = _set(ctx, 2, 4)  # 3 active, 1 backup per plane
-    ev = s.active[0]
+    ev = next(e for e in s.active if s.plane[e] == 1)
     s.mark_bad(ev, 0.0)
-    steps = [(True, False), (False, False), (True, False), (True, False), (True, True)]
-    for i, (ok, want) in enumerate(steps):
-        got = s.probe_result(ev, ok, 3)
-        if got != want:
-            seq = ", ".join("ok" if o else "lost" for o, _ in steps[:i + 1])
-            raise CheckFailed(f"after probes {seq} (3 needed in a row) probe_result returned {got}")
-    if s.state[ev] != GOOD:
-        raise CheckFailed(f"a resurrected EV is {s.state[ev]}, not GOOD")
-    if [c for c in s.changes if c[0] == ev] != [(ev, GOOD, ASSUMED_BAD), (ev, ASSUMED_BAD, GOOD)]:
+    for round_ in ("", "benched again, "):
+        steps = [(True, False), (False, False), (True, False), (True, False), (True, True)]
+        for i, (ok, want) in enumerate(steps):
+            got = s.probe_result(ev, ok, 3)
+            if got != want:
+                seq = ", ".join("ok" if o else "lost" for o, _ in steps[:i + 1])
+                raise CheckFailed(f"{round_}after probes {seq} (3 needed in a row) probe_result "
+                                  f"returned {got}" + (" (TODO 3 resets the count when it is "
+                                                       "benched)" if round_ else ""))
+        if s.state[ev] != GOOD:
+            raise CheckFailed(f"a resurrected EV is {s.state[ev]}, not GOOD")
+        consistent(s, f"{round_}EV {ev:#x} of plane 1 resurrected")
+        if ev not in s.backup[1]:
+            raise CheckFailed("a resurrected EV of plane 1, whose active share is full again, "
+                              "must wait among plane 1's backups (TODO 6)")
+        s.mark_bad(ev, 1.0)  # it fails again (as a backup): probed from scratch
+    if [c for c in s.changes if c[0] == ev][:2] != [(ev, GOOD, ASSUMED_BAD), (ev, ASSUMED_BAD, GOOD)]:
         raise CheckFailed("the resurrection is not recorded: set the state with self._set")
     s = _set(ctx, 1, 4)  # 3 active and 1 backup: bench two, the plane is one short
     first, second = s.active[0], s.active[1]
@@ -98,6 +143,7 @@ def probes_resurrect(ctx: Context) -> str:
     if second not in s.active:
         raise CheckFailed("a resurrected EV whose plane is short of active EVs must be active "
                           "again (self._rebalance)")
+    consistent(s, "a resurrection into a plane short of active EVs")
     return "3 probe replies in a row bring an EV back, a lost probe starts the count again"
 
 
@@ -197,12 +243,13 @@ def real_link_cut(ctx: Context) -> str:
 
 LAB = Lab(__file__, "The EV state machine", files=("ev_states.py",), checks=[
     Check("bench-swaps-in-backup", bench_swaps_in_backup,
-          "TODOs 1, 3, 4: find a GOOD backup of the plane, self._set(ev, ASSUMED_BAD), then "
-          "move it out of self.active and the spare in"),
+          "TODOs 1, 3, 4: find a GOOD backup of the EV's own plane, self._set(ev, ASSUMED_BAD) "
+          "(and bad_since, probe_ok), then move it out of self.active and the spare in, out of "
+          "the backups"),
     Check("floor", floor, "TODO 2: without a spare, keep the EV when len(self.usable()) <= "
           "self.min_active; with a spare, always swap", needs=("bench-swaps-in-backup",)),
     Check("probes-resurrect", probes_resurrect,
-          "TODOs 5-6: self.probe_ok[ev] counts successes in a row; at `needed`, self._set(ev, "
+          "TODOs 3, 5-6: self.probe_ok[ev] counts successes in a row; at `needed`, self._set(ev, "
           "GOOD), append to self.backup[plane], self._rebalance(plane)"),
     Check("link-cut-simulated", link_cut,
           "the product's sender relies on mark_bad to stop using a dead path and on "

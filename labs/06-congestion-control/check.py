@@ -8,6 +8,7 @@ host agent: a faithful run, every flow near its fair share."""
 from __future__ import annotations
 
 import math
+import random
 
 from endpoints.protocol import wire
 from endpoints.protocol.config import TransportConfig
@@ -44,6 +45,59 @@ def _close(a: float, b: float) -> bool:
     return math.isclose(a, b, rel_tol=1e-6, abs_tol=1e-9)
 
 
+# Random acknowledgements within one quadrant, after the crafted ones: the student's window
+# against the rule (the reference solution's on_ack, written out here), ack by ack.
+RANDOM_ACKS = 60
+QUADRANTS = {
+    "proportional": ("no mark, below target", "TODO 1"),
+    "fair": ("no mark, above target", "TODO 2"),
+    "decrease": ("a mark, above target", "TODO 3"),
+}
+
+
+def _rule(cwnd: float, last_md: float, now: float, delay: float, ecn: bool, acked: int,
+          srtt: float) -> tuple[float, float]:
+    """(cwnd, when the window last decreased on a mark) after one acknowledgement."""
+    c, target = CONFIG, CONFIG.target_delay_min
+    if not ecn and delay < target:
+        cwnd += c.proportional_gain * (target - delay) / target * acked
+    elif not ecn:
+        cwnd += c.fair_increase_pkts * acked / cwnd
+    elif delay >= target and now - last_md >= srtt:
+        last_md = now
+        cwnd *= 1 - c.md_factor * (delay - target) / delay
+    return min(max(cwnd, c.min_cwnd_pkts), c.max_cwnd_pkts), last_md
+
+
+def _random_acks(ctx: Context, quadrant: str) -> None:
+    what, todo = QUADRANTS[quadrant]
+    rng = random.Random(6)
+    target = CONFIG.target_delay_min
+    cc = _cc(ctx)
+    cwnd, last_md, now = cc.cwnd, float("-inf"), 1.0
+    for i in range(RANDOM_ACKS):
+        if quadrant == "decrease":  # a window of any size, marks at any spacing
+            cwnd = cc.cwnd = rng.uniform(8.0, 60.0)
+            now += rng.uniform(0.1, 1.6) * max(cc.srtt, BASE)
+        else:
+            now += rng.uniform(0.0005, 0.01)
+        if quadrant == "proportional":
+            delay = rng.uniform(0.0, 0.98) * target
+        else:
+            delay = rng.uniform(1.02, 4.0) * target
+        acked = rng.randint(1, 8)
+        before = cc.cwnd
+        cc.on_ack(now, BASE + delay, quadrant == "decrease", acked_pkts=acked)
+        cwnd, last_md = _rule(cwnd, last_md, now, delay, quadrant == "decrease", acked, cc.srtt)
+        if not math.isclose(cc.cwnd, cwnd, rel_tol=1e-6, abs_tol=1e-9):
+            since = "never" if last_md == float("-inf") else f"{(now - last_md) * 1e3:.1f} ms ago"
+            raise CheckFailed(f"random acknowledgement {i + 1} ({what}: queueing delay "
+                              f"{delay * 1e3:.1f} ms against a target of {target * 1e3:.1f}, "
+                              f"{acked} packets acked, srtt {cc.srtt * 1e3:.1f} ms, last decrease "
+                              f"{since}): cwnd {before:.3f} -> {cc.cwnd:.3f}, want {cwnd:.3f} "
+                              f"({todo})")
+
+
 def proportional(ctx: Context) -> str:
     target, gain = CONFIG.target_delay_min, CONFIG.proportional_gain
     for fraction, what in ((0.0, "none"), (0.5, "half the target")):
@@ -54,6 +108,7 @@ def proportional(ctx: Context) -> str:
             raise CheckFailed(f"4 packets acked, no mark, queueing delay {what}: cwnd 20 -> "
                               f"{cc.cwnd:.3f}, want {want:.3f} (gain {gain} x (target - delay) / "
                               f"target per packet)")
+    _random_acks(ctx, "proportional")
     return "below target, the window grows in proportion to the room left"
 
 
@@ -64,6 +119,7 @@ def fair_increase(ctx: Context) -> str:
     if not _close(cc.cwnd, want):
         raise CheckFailed(f"4 packets acked above target, no mark: cwnd 20 -> {cc.cwnd:.3f}, want "
                           f"{want:.3f} ({CONFIG.fair_increase_pkts:g} packet per window of acks)")
+    _random_acks(ctx, "fair")
     return "above target with no mark, about one packet per round trip"
 
 
@@ -83,6 +139,7 @@ def decrease(ctx: Context) -> str:
     cc.on_ack(1.0 + 1.5 * cc.srtt, BASE + delay, True)
     if not cc.cwnd < want:
         raise CheckFailed("a mark a round trip and a half later did not decrease the window again")
+    _random_acks(ctx, "decrease")
     return "a mark above target shrinks the window by how far above, once per round trip"
 
 
@@ -165,8 +222,8 @@ LAB = Lab(__file__, "Congestion control", files=("nscc.py",), checks=[
           "self.cwnd *= 1 - c.md_factor * (delay - target) / delay"),
     Check("ecn-below-target", ecn_below, "a mark below target must leave the window alone"),
     Check("shared-bottleneck-simulated", shared_bottleneck,
-          "growth fills the link, the decrease on marks above target holds the queue: the "
-          "quadrant checks above say which rule is off"),
+          "TODOs 1-3: growth fills the link, the decrease on marks above target holds the queue: "
+          "the quadrant checks above say which rule is off"),
     Check("real-permutation", real_permutation,
           "the same window rule in every host agent of the emulation: look at the run's cc.png "
           "(windows, queues) and summary.json",

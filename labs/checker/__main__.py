@@ -1,6 +1,9 @@
 """`python -m labs.checker check N [--solution] [--json FILE] [--no-emulation]` runs lab N's
 checker (what `make check-lab N=.. [SOLUTION=1]` calls); `python -m labs.checker start N` sets
-lab N up and drops into its environment (`make lab N=..`); `python -m labs.checker list`."""
+lab N up and drops into its environment (`make lab N=..`); `python -m labs.checker grade N DIR`
+checks a class's submissions (labs/checker/grade.py); `python -m labs.checker mutants N` shows
+which check catches each of lab N's plausible wrong answers (labs/checker/mutants.py);
+`python -m labs.checker list`."""
 
 from __future__ import annotations
 
@@ -9,6 +12,7 @@ import code
 import importlib.util
 import os
 import sys
+import tempfile
 from pathlib import Path
 
 from labs.checker.core import FAIL, Lab, internal_error, report, verdict_json
@@ -68,7 +72,10 @@ def start(args: argparse.Namespace) -> int:
     edit = " ".join(f"{folder}/{f}" for f in lab.files)
     print(f"  edit    {edit}   (e.g. {editor} {folder}/{lab.files[0]})")
     print(f"  check   make check-lab N={args.lab}")
-    env = getattr(sys.modules[f"lab_check_{int(args.lab):02d}"], "ENVIRONMENT", None)
+    module = sys.modules[f"lab_check_{int(args.lab):02d}"]
+    if getattr(module, "RUN", None):  # a lab that checks a run of its own: the command making it
+        print(f"  run     {module.RUN}")
+    env = getattr(module, "ENVIRONMENT", None)
     if env and env[0] == "cli":
         if os.geteuid() != 0:
             print(f"the lab's fabric needs root: sudo make lab N={args.lab}", file=sys.stderr)
@@ -90,6 +97,26 @@ def start(args: argparse.Namespace) -> int:
     return 0
 
 
+def show_mutants(args: argparse.Namespace) -> int:
+    """Each mutant of lab N and the first check that fails it with a hint or line naming the
+    mutant's TODO (no emulation), as CI requires; exit 1 when one is not caught so."""
+    from labs.checker import mutants
+
+    lab = find(args.lab)
+    escaped = 0
+    for m in mutants.load(lab):
+        with tempfile.TemporaryDirectory(prefix="mrclab-mutant-") as tmp:
+            verdicts = lab.run(emulation=False, source=m.write(lab, Path(tmp)))
+        failed = [v for v in verdicts if v.status == FAIL]
+        named = [v for v in failed if m.todo in mutants.todos_named(f"{v.hint} {v.detail}")]
+        escaped += not named
+        caught = (f"{named[0].name}: {named[0].detail}" if named else
+                  f"NOT CAUGHT: fails {', '.join(v.name for v in failed)}, no hint names TODO "
+                  f"{m.todo}" if failed else "NOT CAUGHT: passes every check")
+        print(f"TODO {m.todo}  {m.name} ({m.mistake})\n        {caught}")
+    return 1 if escaped else 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m labs.checker", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -100,6 +127,20 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--no-emulation", action="store_true", help="skip the checks that need root")
     s = sub.add_parser("start", help="set a lab up and drop into its environment")
     s.add_argument("lab")
+    g = sub.add_parser("grade", help="check every submission in DIR (one folder or .py file per "
+                                     "student): a CSV and a Markdown table")
+    g.add_argument("lab")
+    g.add_argument("dir", help="one folder (the lab's files) or one .py file per student")
+    g.add_argument("--no-emulation", action="store_true", help="skip the checks that need root")
+    g.add_argument("--timeout", type=float, default=30.0, metavar="S",
+                   help="seconds a check without the emulation may take (default 30)")
+    g.add_argument("--emulation-timeout", type=float, default=300.0, metavar="S",
+                   help="seconds a check that runs the emulation may take (default 300)")
+    g.add_argument("--out", default=None, metavar="DIR",
+                   help="where grades.csv, grades.md (and the emulated runs) go "
+                        "(default results/grades-lab-NN)")
+    m = sub.add_parser("mutants", help="which check catches each of a lab's wrong answers")
+    m.add_argument("lab")
     sub.add_parser("list", help="the labs")
     args = parser.parse_args(argv)
     try:
@@ -107,6 +148,12 @@ def main(argv: list[str] | None = None) -> int:
             for n, d in lab_dirs().items():
                 print(f"{n}  {d.name}")
             return 0
+        if args.command == "grade":
+            from labs.checker import grade
+
+            return grade.grade(args, find(args.lab))
+        if args.command == "mutants":
+            return show_mutants(args)
         return check(args) if args.command == "check" else start(args)
     except BadLab as exc:
         print(exc, file=sys.stderr)

@@ -64,8 +64,9 @@ class Context:
     """What a check gets: the student's modules (or the solution's), the lab's folder, and
     resources the lab's checks share (one emulation per lab, closed at the end)."""
     lab_dir: Path
-    source_dir: Path  # the lab folder (student) or its solution/
+    source_dir: Path  # the lab folder (student), its solution/, or a submission being graded
     solution: bool
+    results_dir: Path | None = None  # where an emulated run is kept (None: results/lab-NN/)
     shared: dict[str, Any] = field(default_factory=dict)
     closers: list[Callable[[], None]] = field(default_factory=list)
     _modules: dict[str, ModuleType] = field(default_factory=dict)
@@ -96,13 +97,24 @@ class Lab:
     def folder(self) -> Path:
         return Path(self.check_file).resolve().parent
 
-    def run(self, solution: bool = False, emulation: bool = True) -> list[Verdict]:
-        source = self.folder / "solution" if solution else self.folder
-        ctx = Context(self.folder, source, solution)
+    def run(self, solution: bool = False, emulation: bool = True, source: Path | None = None,
+            results: Path | None = None, on_check: Callable[[Check], None] | None = None,
+            on_verdict: Callable[[Verdict], None] | None = None) -> list[Verdict]:
+        """Every check in order. `source`: check the files in that folder (a submission being
+        graded, a mutant) instead of the lab folder's or solution/'s; `results`: keep an
+        emulated run there; `on_check` is called as each check starts, `on_verdict` with its
+        verdict as soon as it is known (grading watches the time each check takes)."""
+        if source is None:
+            source = self.folder / "solution" if solution else self.folder
+        ctx = Context(self.folder, source, solution, results)
         verdicts: dict[str, Verdict] = {}
         try:
             for check in self.checks:
+                if on_check is not None:
+                    on_check(check)
                 verdicts[check.name] = self._one(check, ctx, verdicts, emulation)
+                if on_verdict is not None:
+                    on_verdict(verdicts[check.name])
         finally:
             ctx.close()
         return list(verdicts.values())

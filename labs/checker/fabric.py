@@ -29,8 +29,8 @@ def testbed(ctx: Context, fabric: Fabric, **options: object) -> Testbed:
     if bed is not None:
         return bed
     if os.geteuid() != 0:
-        raise CheckFailed("the emulation needs root: sudo make check-lab N=.. (or --no-emulation "
-                          "to check the rest)")
+        raise CheckFailed(f"the emulation needs root: run `{rerun(ctx)}` (or --no-emulation to "
+                          f"check the rest)")
     from experiments.testbed import Testbed
 
     bed = Testbed(fabric, **options)  # type: ignore[arg-type]
@@ -74,6 +74,20 @@ def settle(seconds: float = 0.3) -> None:
 REPO = Path(__file__).resolve().parents[2]
 
 
+def rerun(ctx: Context) -> str:
+    """The command that checks these files again with the emulation."""
+    number = int(ctx.lab_dir.name.split("-", 1)[0])
+    return f"sudo make check-lab N={number}{' SOLUTION=1' if ctx.solution else ''}"
+
+
+def run_dir(ctx: Context) -> Path:
+    """Where the lab's emulated run is kept: results/lab-NN/ (the solution's in
+    results/lab-NN-solution/), or the folder the run was given (grading: one per student)."""
+    if ctx.results_dir is not None:
+        return ctx.results_dir
+    return REPO / "results" / f"lab-{ctx.lab_dir.name[:2]}{'-solution' if ctx.solution else ''}"
+
+
 def scenario_run(ctx: Context, name: str, replace: dict[str, tuple[str, str]],
                  **options: Any) -> dict:
     """The summary of scenario `name` run with `options` (Options fields) and, in every agent,
@@ -82,7 +96,7 @@ def scenario_run(ctx: Context, name: str, replace: dict[str, tuple[str, str]],
     if "scenario" in ctx.shared:
         return ctx.shared["scenario"]
     if os.geteuid() != 0:
-        raise Skipped("the emulation needs root: sudo make check-lab N=.. (or --no-emulation)")
+        raise Skipped(f"the emulation needs root: run `{rerun(ctx)}` (or --no-emulation)")
     from endpoints.host import overrides
     from experiments.runner import run_scenario
     from experiments.scenarios import default_options
@@ -90,9 +104,10 @@ def scenario_run(ctx: Context, name: str, replace: dict[str, tuple[str, str]],
     reps = tuple(overrides.Replacement(point, str(ctx.path(file)), attr)
                  for point, (file, attr) in replace.items())
     opts = default_options(name, replace=overrides.check(reps), **options)
-    out = REPO / "results" / f"lab-{ctx.lab_dir.name[:2]}{'-solution' if ctx.solution else ''}"
+    out = run_dir(ctx)
     summary = run_scenario(opts, out, progress=lambda _: None)
-    summary["_out"] = str(out.relative_to(REPO))
+    summary["_out"] = str(out.relative_to(REPO) if out.is_relative_to(REPO) else out)
+    summary["_rerun"] = rerun(ctx)
     ctx.shared["scenario"] = summary
     return summary
 
@@ -104,4 +119,4 @@ def unfaithful(summary: dict) -> str | None:
         return None
     return (f"the emulated run in {summary['_out']} was not faithful ({fid['problems'][0]}): "
             f"if the checks before this one pass, the machine was too busy to judge your code: "
-            f"run the check again when it is quiet")
+            f"run `{summary.get('_rerun', 'sudo make check-lab N=..')}` again when it is quiet")

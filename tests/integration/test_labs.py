@@ -52,7 +52,7 @@ def test_spray_vs_ecmp_lab() -> None:
     res = labs_readme.run(run, timeout=300)
     assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
     assert_nothing_left()
-    summary = json.loads((labs_readme.ROOT / "results" / "permutation" / "summary.json").read_text())
+    summary = json.loads((labs_readme.ROOT / "results" / "lab-03" / "summary.json").read_text())
     faithful = "PASS" if summary["fidelity"]["faithful"] else "FAIL"
     cmd = _command("make check-lab N=3 SOLUTION=1")
     res = labs_readme.run(cmd, timeout=60)

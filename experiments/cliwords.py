@@ -35,7 +35,7 @@ class ArgParser(argparse.ArgumentParser):
         raise CliError(f"{message} (see `mrclab {self.prog.split()[-1]} --help`)"
                        if " " in self.prog else f"{message} (see `mrclab --help`)")
 
-    def parse_args(self, args=None, namespace=None):  # type: ignore[no-untyped-def,override]
+    def parse_args(self, args=None, namespace=None):  # noqa: ANN001, ANN201 - argparse's
         """An option the command does not take names the command's `--help`, and the closest
         option it does take."""
         ns, extra = self.parse_known_args(args, namespace)

@@ -19,22 +19,15 @@ import shlex
 import shutil
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import NoReturn
 
 from mininet.cli import CLI
 
 from experiments.flows import TRANSPORTS, AgentFlow, Flow
-from experiments.shell.text import (
-    Usage,
-    fmt_bytes,
-    fmt_mbps,
-    parse_positive,
-    parse_probability,
-    parse_size,
-    table,
-)
+from experiments.shell.complete import Completion
+from experiments.shell.faultcmds import FaultCommands
+from experiments.shell.text import Usage, fmt_bytes, fmt_mbps, parse_size, table
 from experiments.testbed import Testbed
 
 PROGRESS_EVERY_S = 0.25  # the foreground `send` line
@@ -94,7 +87,7 @@ def _send_parser() -> argparse.ArgumentParser:
     return p
 
 
-class MrcCli(CLI):
+class MrcCli(FaultCommands, Completion, CLI):
     """The session's console; constructing it runs it until `exit` (Mininet's way)."""
 
     prompt = "mrclab> "
@@ -358,98 +351,6 @@ class MrcCli(CLI):
             if done:
                 self._finish(flow)
 
-    # ----- faults --------------------------------------------------------------------------
-    def do_cut(self, line: str) -> None:
-        """cut LINK: take LINK down at both ends, like a pulled cable (p0l0-p0s1, h0-p0l0)."""
-        (name,) = self._args(line, 1, "cut LINK")
-        self.bed.faults.cut_link(self.fabric.link(name).name)
-        self._say(f"{name} cut")
-
-    def do_restore(self, line: str) -> None:
-        """restore LINK: bring a cut LINK back up."""
-        (name,) = self._args(line, 1, "restore LINK")
-        self.bed.faults.restore_link(self.fabric.link(name).name)
-        self._say(f"{name} restored")
-
-    def do_fail(self, line: str) -> None:
-        """fail SWITCH: SWITCH stops forwarding while its ports stay up (no port event shows it)."""
-        (name,) = self._args(line, 1, "fail SWITCH")
-        self.bed.faults.fail_switch(self.fabric.switch(name).name)
-        self._say(f"{name} no longer forwards (its ports stay up)")
-
-    def do_recover(self, line: str) -> None:
-        """recover SWITCH: a failed SWITCH forwards again."""
-        (name,) = self._args(line, 1, "recover SWITCH")
-        self.bed.faults.restore_switch(self.fabric.switch(name).name)
-        self._say(f"{name} forwards again")
-
-    def do_loss(self, line: str) -> None:
-        """loss LINK P: random drop with probability P (0.2 or 20%) both ways; P 0 removes it.
-
-        LINK is a T0-T1 link (p0l0-p0s1); the drop is an nftables rule on both of its ends."""
-        name, text = self._args(line, 2, "loss LINK P")
-        link = self.fabric.link(name)
-        p = parse_probability(text)
-        if p == 0:
-            self.bed.faults.clear_loss(link.name)
-            self._say(f"{name}: no more random loss")
-        else:
-            self.bed.faults.set_loss(link.name, p)
-            self._say(f"{name} drops {p:.1%} of packets each way")
-
-    def do_flap(self, line: str) -> None:
-        """flap LINK [DOWN_MS [PERIOD_MS [COUNT]]] | flap LINK stop | flap stop
-
-        Cut LINK for DOWN_MS (300) every PERIOD_MS (1000), COUNT times (until stopped by
-        default), in the background; `flap LINK stop` (or `flap stop` for all) ends it, link up."""
-        args = self._args(line, (1, 2, 3, 4), "flap LINK [DOWN_MS [PERIOD_MS [COUNT]]] | flap [LINK] stop")
-        if args == ["stop"]:
-            self.bed.faults.stop_flapping()
-            self._say("no link flaps now")
-            return
-        name = self.fabric.link(args[0]).name
-        if args[1:] == ["stop"]:
-            self.bed.faults.stop_flapping(name)
-            self._say(f"{name} no longer flaps (up)")
-            return
-        down = parse_positive(args[1], "down time (ms)") if len(args) > 1 else 300.0
-        period = parse_positive(args[2], "period (ms)") if len(args) > 2 else 1000.0
-        count = None
-        if len(args) > 3:
-            if not args[3].isdigit() or int(args[3]) < 1:
-                raise Usage(f"bad count {args[3]!r}: a whole number of flaps, 1 or more")
-            count = int(args[3])
-        self.bed.faults.flap_link(name, down / 1000, period / 1000, count)
-        self._say(f"{name} flaps: down {down:g} ms every {period:g} ms"
-                  + (f", {count} times" if count else f" until `flap {name} stop`"))
-
-    def do_faults(self, line: str) -> None:
-        """faults: what is faulted now (cut links, failed switches, lossy and flapping links)."""
-        self._args(line, 0, "faults")
-        now = self.bed.faults.active()
-        lines = [f"cut: {' '.join(now['down_links'])}" if now["down_links"] else "",
-                 f"failed: {' '.join(now['failed_switches'])}" if now["failed_switches"] else "",
-                 "lossy: " + " ".join(f"{n} ({p:g})" for n, p in now["lossy"].items())
-                 if now["lossy"] else "",
-                 "flapping: " + " ".join(f"{n} ({f['down_s'] * 1e3:g}/{f['period_s'] * 1e3:g} ms, "
-                                         f"{f['flaps']} so far)" for n, f in now["flapping"].items())
-                 if now["flapping"] else ""]
-        self._say("\n".join(x for x in lines if x) or "no faults: every link and switch works")
-
-    def do_link(self, line: str) -> None:
-        """link NODE1 NODE2 up|down: Mininet's command, as `restore` / `cut` of that link."""
-        args = self._args(line, 3, "link NODE1 NODE2 up|down")
-        if args[2] not in ("up", "down"):
-            raise Usage("link NODE1 NODE2 up|down")
-        name = self._link_between(args[0], args[1])
-        (self.do_restore if args[2] == "up" else self.do_cut)(name)
-
-    def _link_between(self, a: str, b: str) -> str:
-        for link in self.fabric.links:
-            if {link.a, link.b} == {a, b}:
-                return link.name
-        raise Usage(f"no link between {a} and {b} (links are like p0l0-p0s1, h0-p0l0)")
-
     # ----- observation ---------------------------------------------------------------------
     def do_capture(self, line: str) -> None:
         """capture TARGET [FILE] | capture stop [TARGET] | capture
@@ -532,56 +433,6 @@ class MrcCli(CLI):
     def completedefault(self, text: str, line: str, begidx: int, endidx: int) -> list[str]:
         return [n for n in self.mn if n.startswith(text)]  # `h0 ping h<TAB>`
 
-    def _complete(self, line: str, begidx: int, text: str, *positions: Callable[[], list[str]],
-                  extra: Callable[[], list[str]] | None = None) -> list[str]:
-        index = len(line[:begidx].split()) - 1  # which argument is being typed
-        choices = positions[index]() if index < len(positions) else (extra() if extra else [])
-        return [c for c in choices if c.startswith(text)]
-
-    def complete_paths(self, text: str, line: str, begidx: int, endidx: int) -> list[str]:
-        return self._complete(line, begidx, text, lambda: self.hosts, lambda: self.hosts)
-
-    def complete_send(self, text: str, line: str, begidx: int, endidx: int) -> list[str]:
-        words = line[:begidx].split()
-        if words and words[-1] in ("--transport", "-t"):
-            return [t for t in TRANSPORTS if t.startswith(text)]
-        return self._complete(line, begidx, text, lambda: self.hosts, lambda: self.hosts,
-                              lambda: ["1M", "20M", "200M"],
-                              extra=lambda: ["--transport", "--background", "--param"])
-
-    def complete_evs(self, text: str, line: str, begidx: int, endidx: int) -> list[str]:
-        return self._complete(line, begidx, text, lambda: self.hosts,
-                              lambda: [str(f.number) for f in self._open_agent_flows()])
-
-    def complete_stop(self, text: str, line: str, begidx: int, endidx: int) -> list[str]:
-        return self._complete(line, begidx, text, lambda: ["all"] + [
-            str(f.number) for f in self.bed.flows if f.number not in self.ended])
-
-    def complete_cut(self, text: str, line: str, begidx: int, endidx: int) -> list[str]:
-        return self._complete(line, begidx, text, lambda: self.links)
-
-    complete_restore = complete_loss = complete_cut
-
-    def complete_flap(self, text: str, line: str, begidx: int, endidx: int) -> list[str]:
-        return self._complete(line, begidx, text, lambda: ["stop"] + self.links, lambda: ["stop"])
-
-    def complete_fail(self, text: str, line: str, begidx: int, endidx: int) -> list[str]:
-        return self._complete(line, begidx, text, lambda: self.switches)
-
-    complete_recover = complete_fail
-
-    def complete_capture(self, text: str, line: str, begidx: int, endidx: int) -> list[str]:
-        def targets() -> list[str]:
-            nics = [n.ifname for h in self.fabric.hosts for n in h.nics]
-            ports = sorted({link.b_ifname for link in self.fabric.links} |
-                           {link.a_ifname for link in self.fabric.links if link.kind == "fabric"})
-            return ["stop"] + self.hosts + nics + ports
-        return self._complete(line, begidx, text, targets)
-
-    def complete_link(self, text: str, line: str, begidx: int, endidx: int) -> list[str]:
-        nodes = lambda: self.hosts + self.switches  # noqa: E731
-        return self._complete(line, begidx, text, nodes, nodes, lambda: ["up", "down"])
-
     # ----- helpers -------------------------------------------------------------------------
     def _args(self, line: str, count: int | tuple[int, ...], usage: str) -> list[str]:
         try:
@@ -599,9 +450,6 @@ class MrcCli(CLI):
         if not text.isdigit() or not 1 <= int(text) <= len(self.bed.flows):
             raise Usage(f"no flow {text!r}: flows are numbered 1..{len(self.bed.flows)} (`flows`)")
         return self.bed.flows[int(text) - 1]
-
-    def _open_agent_flows(self) -> list[AgentFlow]:
-        return [f for f in self.bed.flows if isinstance(f, AgentFlow) and not f.closed]
 
     def _rate_now(self, flow: Flow) -> float:
         """Bytes per second delivered over the last RATE_WINDOW_S (from its goodput bins)."""

@@ -27,14 +27,17 @@ from mininet.cli import CLI
 from experiments.flows import TRANSPORTS, AgentFlow, Flow
 from experiments.shell.complete import Completion
 from experiments.shell.faultcmds import FaultCommands
+from experiments.shell.script import ScriptCommands
 from experiments.shell.text import Usage, fmt_bytes, fmt_mbps, parse_size, table
 from experiments.testbed import Testbed
 
 PROGRESS_EVERY_S = 0.25  # the foreground `send` line
 RATE_WINDOW_S = 1.0  # "rate now": bytes delivered over this last stretch
-DEFAULT_PLOT = "mrclab-session.png"
-MRC_COMMANDS = ("paths", "send", "flows", "stop", "evs", "cut", "restore", "fail", "recover", "loss",
-                "flap", "faults", "capture", "plot")
+# What the session writes unless told where: results/cli/ (never the current folder).
+SESSION_RESULTS = Path(__file__).resolve().parents[2] / "results" / "cli"
+DEFAULT_PLOT = "session.png"
+MRC_COMMANDS = ("paths", "send", "flows", "stop", "wait", "evs", "cut", "restore", "fail", "recover",
+                "loss", "flap", "faults", "capture", "plot", "sleep")
 
 
 class _Nodes:
@@ -87,7 +90,7 @@ def _send_parser() -> argparse.ArgumentParser:
     return p
 
 
-class MrcCli(FaultCommands, Completion, CLI):
+class MrcCli(ScriptCommands, FaultCommands, Completion, CLI):
     """The session's console; constructing it runs it until `exit` (Mininet's way)."""
 
     prompt = "mrclab> "
@@ -101,6 +104,8 @@ class MrcCli(FaultCommands, Completion, CLI):
         self.background: set[int] = set()  # flow numbers running on their own
         self.ended: dict[int, str] = {}  # flow number -> how it ended (its result read, closed)
         self.reported: set[str] = set()  # deaths of the controller or agents already said
+        self.last_evs: dict[int, dict] = {}  # flow number -> its EV set when it ended
+        self.failures = 0  # commands that printed an error (a script's exit status)
         super().__init__(_Nodes(bed.net), stdin=stdin, script=script)
 
     # ----- the loop -------------------------------------------------------------------------
@@ -138,6 +143,7 @@ class MrcCli(FaultCommands, Completion, CLI):
                 self._error(line)
 
     def _error(self, message: str) -> None:
+        self.failures += 1
         sys.stderr.write(f"*** {message}\n")
         sys.stderr.flush()
 
@@ -185,23 +191,29 @@ class MrcCli(FaultCommands, Completion, CLI):
         args = self._args(line, (1, 2), "evs HOST [QP]")
         host = args[0]
         self.fabric.host(host)
-        flows = [f for f in self._open_agent_flows() if f.src == host]
+        flows: list[Flow] = [f for f in self._open_agent_flows() if f.src == host]
         if len(args) == 2:
             flow = self._flow(args[1])
-            if not isinstance(flow, AgentFlow) or flow.src != host or flow.closed:
-                raise Usage(f"QP {args[1]} is not an open sending QP of {host} (see `flows`)")
+            if not isinstance(flow, AgentFlow) or flow.src != host:
+                raise Usage(f"QP {args[1]} is not a sending QP of {host} (see `flows`)")
             flows = [flow]
+        elif not flows:  # the last flow that ended, as it ended
+            flows = [f for f in self.bed.flows if f.src == host and f.number in self.last_evs][-1:]
         if not flows:
-            raise Usage(f"{host} sends on no open QP now: `send {host} ...` first (`flows` lists them)")
+            raise Usage(f"{host} has sent on no QP yet: `send {host} ...` first (`flows` lists them)")
         for flow in flows:
-            self._print_evs(flow)
+            assert isinstance(flow, AgentFlow)
+            if flow.closed and flow.number not in self.last_evs:
+                raise Usage(f"flow {flow.number} ended ({self.ended.get(flow.number, 'closed')}): "
+                            f"its EV set was not kept")
+            self._print_evs(flow, self.last_evs[flow.number] if flow.closed else flow.evs())
 
-    def _print_evs(self, flow: AgentFlow) -> None:
-        report = flow.evs()
+    def _print_evs(self, flow: AgentFlow, report: dict) -> None:
         cc = report.get("congestion")
         window = (f"cwnd {cc['cwnd_pkts']} pkts, srtt {cc['srtt_ms']} ms, target {cc['target_ms']} ms, "
                   if cc else "")
-        self._say(f"flow {flow.number} {flow.transport} {flow.src}->{flow.dst}: {window}"
+        ended = f" (ended: {self.ended[flow.number]}; its EV set as it ended)" if flow.closed else ""
+        self._say(f"flow {flow.number} {flow.transport} {flow.src}->{flow.dst}{ended}: {window}"
                   f"{fmt_bytes(report['bytes_acked'])} acknowledged")
         routes = {r.ev: r for r in self.fabric.routes(flow.src, flow.dst)}
         rows: list[tuple] = [("EV", "plane", "spine", "state", "set", "skips", "benched", "rtt ms", "sent")]
@@ -304,8 +316,17 @@ class MrcCli(FaultCommands, Completion, CLI):
             text += ", EVs " + " ".join(f"{n} {s}" for s, n in sorted(counts.items()))
         return text + "  (Ctrl-C stops it)"
 
+    def _keep_evs(self, flow: Flow) -> None:
+        """Keep an agent flow's EV set as it ends (`evs` shows it once its QP is gone)."""
+        if isinstance(flow, AgentFlow) and not flow.closed:
+            try:
+                self.last_evs[flow.number] = flow.evs()
+            except (ValueError, RuntimeError, OSError):  # its agent died: nothing to keep
+                pass
+
     def _finish(self, flow: Flow, seconds: float | None = None) -> None:
         """Read a finished flow's result, close it, say so."""
+        self._keep_evs(flow)
         res = flow.result()
         flow.close()
         self.background.discard(flow.number)
@@ -319,6 +340,7 @@ class MrcCli(FaultCommands, Completion, CLI):
         deadline = time.monotonic() + 2.0  # what was already posted completes
         while not flow.progress().done and time.monotonic() < deadline:
             time.sleep(0.05)
+        self._keep_evs(flow)
         res = flow.result()
         flow.close()
         self.background.discard(flow.number)
@@ -356,7 +378,7 @@ class MrcCli(FaultCommands, Completion, CLI):
         """capture TARGET [FILE] | capture stop [TARGET] | capture
 
         Write a pcap of TARGET: a host (h1: every NIC), a host NIC (h1-eth0) or a switch port
-        (p0l0-eth3), to FILE (TARGET.pcap here by default), for Wireshark: `tshark -X
+        (p0l0-eth3), to FILE (results/cli/TARGET.pcap by default), for Wireshark: `tshark -X
         lua_script:experiments/tools/wireshark/mrc.lua -r FILE` shows MRC's headers too.
         `capture stop` ends every capture (or TARGET's); `capture` alone lists them."""
         args = self._args(line, (0, 1, 2), "capture TARGET [FILE] | capture stop [TARGET]")
@@ -374,15 +396,15 @@ class MrcCli(FaultCommands, Completion, CLI):
             return
         if any(c.target == args[0] for c in running):
             raise Usage(f"{args[0]} is already being captured (`capture stop {args[0]}` first)")
-        path = Path(args[1] if len(args) > 1 else f"{args[0]}.pcap")
+        path = Path(args[1]) if len(args) > 1 else self._results_file(f"{args[0]}.pcap")
         capture = self.bed.capture(args[0], path)
         self._say(f"capturing {args[0]} to {capture.path} (`capture stop` ends it)")
 
     def do_plot(self, line: str) -> None:
         """plot [FILE]: the flows' goodput and EV states so far, with the faults, as a PNG
-        (mrclab-session.png here by default)."""
+        (results/cli/session.png by default)."""
         args = self._args(line, (0, 1), "plot [FILE]")
-        path = Path(args[0] if args else DEFAULT_PLOT)
+        path = Path(args[0]) if args else self._results_file(DEFAULT_PLOT)
         if not path.parent.is_dir():
             raise Usage(f"cannot write {path}: {path.parent} is not a folder")
         self._say(f"plotted {len(self.bed.flows)} flow(s) to {self.bed.plot(path).resolve()}")
@@ -443,6 +465,11 @@ class MrcCli(FaultCommands, Completion, CLI):
         if len(args) not in allowed:
             raise Usage(f"usage: {usage}")
         return args
+
+    def _results_file(self, name: str) -> Path:
+        """A file the session writes when not told where: under results/cli/ (made if need be)."""
+        SESSION_RESULTS.mkdir(parents=True, exist_ok=True)
+        return SESSION_RESULTS / name
 
     def _flow(self, text: str) -> Flow:
         if not self.bed.flows:

@@ -4,6 +4,8 @@ the Testbed's fault injector, so every fault is in the session's timeline."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from experiments.shell.text import Usage, parse_positive, parse_probability
 from experiments.testbed import Testbed
 from topologies.model import Fabric
@@ -15,11 +17,9 @@ class FaultCommands:
     bed: Testbed
     fabric: Fabric
 
-    def _say(self, text: str) -> None:
-        raise NotImplementedError  # MrcCli's
-
-    def _args(self, line: str, count: int | tuple[int, ...], usage: str) -> list[str]:
-        raise NotImplementedError  # MrcCli's
+    # MrcCli's (annotations only: the lookup goes on to MrcCli's own)
+    _say: Callable[[str], None]
+    _args: Callable[[str, int | tuple[int, ...], str], list[str]]
 
     # ----- faults --------------------------------------------------------------------------
     def do_cut(self, line: str) -> None:

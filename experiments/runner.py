@@ -32,7 +32,6 @@ from topologies.model import Fabric
 REPO = Path(__file__).resolve().parent.parent
 MEASURED_CAPACITY = REPO / "results" / "bench" / "dataplane.json"  # `make bench`, this machine
 REFERENCE_CAPACITY = REPO / "experiments" / "reference" / "dataplane.json"
-SATURATING = {"mrc", "spray", "tcp", "mptcp"}  # offer more than a link carries
 Progress = Callable[[str], None]
 
 
@@ -215,10 +214,9 @@ def _fidelity(opts: Options, record: Record, cpu: fidelity.CpuSampler, datapath:
         if idle is not None and idle < fidelity.CPU_IDLE_FLOOR_PCT:
             problems.append(f"{transport}: CPU idle was below {idle}% for 10% of the run "
                             f"(< {fidelity.CPU_IDLE_FLOOR_PCT}%)")
-        if rate is not None and transport in SATURATING and \
-                rate < fidelity.LINK_RATE_FLOOR * opts.fabric.link_mbps:
-            problems.append(f"{transport}: the receiver's plane-0 link carried {rate} of "
-                            f"{opts.fabric.link_mbps} Mbit/s while it should have been full")
+        short = fidelity.link_problem(transport, rate, opts.fabric.link_mbps)
+        if short is not None:
+            problems.append(short)
     wmem = int(Path("/proc/sys/net/core/wmem_default").read_text())
     if datapath == "user" and wmem < fidelity.OVS_SEND_BUFFER:  # the ovs backend raises it
         problems.append(f"net.core.wmem_default is {wmem}: OVS's packet socket drops frames silently "

@@ -3,12 +3,12 @@
 Orchestration only: the testbed up, each transport in turn through the scenario's kind, the
 summary, the files. results/NAME/ gets summary.json (configuration, seed, software versions,
 fidelity, and per transport the scenario's figures), timeseries.csv (goodput per 10 ms bin per
-transport), PNG plots (cc.png: every congestion signal of the first transport's QPs, with
-the host and switch queues; cc-LABEL.png for the others), the traces (the agents' events, the
-queue samples of topologies/queuesampler.py), and with `--capture` a pcap per target (TARGET.pcap,
-the whole run: every transport in turn). Everything is written to a staging folder and
-moved into place only when complete, so an interrupted run leaves the previous results
-untouched.
+transport), PNG plots (cc.png: every congestion signal of MRC's QPs, or the first transport's
+when MRC did not run, with the host and switch queues; cc-LABEL.png for the others), the
+traces (the agents' events, the queue samples of topologies/queuesampler.py), and with
+`--capture` a pcap per target (TARGET.pcap, the whole run: every transport in turn).
+Everything is written to a staging folder and moved into place only when complete, so an
+interrupted run leaves the previous results untouched.
 """
 
 from __future__ import annotations
@@ -152,9 +152,10 @@ def failure_line(summary: dict, out: Path) -> str | None:
 
 
 def _brief(t: dict) -> str:
-    keys = ("recovery_ms", "stall_ms", "goodput_fraction", "throughput_fraction",
-            "victim_goodput_fraction", "step_time_p50_ms", "step_time_p99_ms", "data_ok")
-    return ", ".join(f"{k}={t[k]}" for k in keys if k in t)
+    """A transport's progress line: its headline figures, `recovery_ms=never` rather than None."""
+    from experiments.report import HEADLINE, headline
+
+    return headline(t, (*HEADLINE, "data_ok"), sep="=")
 
 
 def run_scenario(opts: Options, out: Path, progress: Progress = print,

@@ -88,7 +88,7 @@ def plot_recovery(path: Path, curves: dict[str, list[float]], bin_s: float, summ
     ax.set_xlabel("time since start (s)")
     ax.set_ylabel("goodput at receiver (Mbit/s)")
     ax.grid(alpha=0.3)
-    ax.legend(loc="lower left", fontsize=7, ncol=2)
+    ax.legend(loc="center left", bbox_to_anchor=(0.0, 0.48), fontsize=7, ncol=2, framealpha=0.7)
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)

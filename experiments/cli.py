@@ -113,7 +113,9 @@ def make_parser() -> argparse.ArgumentParser:
     shell.add_argument("--workdir", default=None,
                        help="keep the agents' logs and traces here (default: a temporary folder)")
     shell.add_argument("--script", type=Path, default=None,
-                       help="run the commands in FILE instead of reading them, then tear down")
+                       help="run the commands in FILE (one a line; `sleep S` and `wait` pace "
+                            "them) instead of reading them, then tear down; exit status 1 when "
+                            "one failed")
     _replace_arg(shell)
 
     from experiments.scenarios import SCENARIOS

@@ -11,8 +11,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from experiments.metrics import BIN_S, series, smoothed  # noqa: E402
-from experiments.report import headline  # noqa: E402
+from experiments.metrics import BIN_S, headline, series, smoothed  # noqa: E402
 from topologies.model import FabricParams  # noqa: E402
 
 TRANSPORT_COLOURS = {"mrc": "#1f77b4", "roce": "#d62728", "spray": "#9467bd", "tcp": "#2ca02c",

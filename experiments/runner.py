@@ -153,9 +153,7 @@ def failure_line(summary: dict, out: Path) -> str | None:
 
 def _brief(t: dict) -> str:
     """A transport's progress line: its headline figures, `recovery_ms=never` rather than None."""
-    from experiments.report import HEADLINE, headline
-
-    return headline(t, (*HEADLINE, "data_ok"), sep="=")
+    return metrics.headline(t, (*metrics.HEADLINE, "data_ok"), sep="=")
 
 
 def run_scenario(opts: Options, out: Path, progress: Progress = print,

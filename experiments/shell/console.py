@@ -397,6 +397,11 @@ class MrcCli(ScriptCommands, FaultCommands, Completion, CLI):
         if any(c.target == args[0] for c in running):
             raise Usage(f"{args[0]} is already being captured (`capture stop {args[0]}` first)")
         path = Path(args[1]) if len(args) > 1 else self._results_file(f"{args[0]}.pcap")
+        if len(args) == 1:
+            from experiments.capture import resolve
+
+            resolve(self.fabric, args[0])  # a bad target says so before any folder is made
+            path.parent.mkdir(parents=True, exist_ok=True)
         capture = self.bed.capture(args[0], path)
         self._say(f"capturing {args[0]} to {capture.path} (`capture stop` ends it)")
 
@@ -405,7 +410,7 @@ class MrcCli(ScriptCommands, FaultCommands, Completion, CLI):
         (results/cli/session.png by default)."""
         args = self._args(line, (0, 1), "plot [FILE]")
         path = Path(args[0]) if args else self._results_file(DEFAULT_PLOT)
-        if not path.parent.is_dir():
+        if args and not path.parent.is_dir():  # results/cli/ is made by the plot itself
             raise Usage(f"cannot write {path}: {path.parent} is not a folder")
         self._say(f"plotted {len(self.bed.flows)} flow(s) to {self.bed.plot(path).resolve()}")
 
@@ -467,8 +472,8 @@ class MrcCli(ScriptCommands, FaultCommands, Completion, CLI):
         return args
 
     def _results_file(self, name: str) -> Path:
-        """A file the session writes when not told where: under results/cli/ (made if need be)."""
-        SESSION_RESULTS.mkdir(parents=True, exist_ok=True)
+        """A file the session writes when not told where: under results/cli/ (made when the
+        file is written)."""
         return SESSION_RESULTS / name
 
     def _flow(self, text: str) -> Flow:

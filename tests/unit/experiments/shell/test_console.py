@@ -200,4 +200,13 @@ def test_plot_and_capture_write_under_results_not_the_current_folder(tmp_path, c
     assert not err, err
     assert written == [tmp_path / "results" / "cli" / "session.png",
                        tmp_path / "results" / "cli" / "h1.pcap"]
-    assert (tmp_path / "results" / "cli").is_dir()
+    assert (tmp_path / "results" / "cli").is_dir()  # made for the capture (the plot makes its own)
+
+
+def test_a_command_that_fails_makes_no_results_folder(tmp_path, capsys, monkeypatch):
+    from experiments.shell import console
+
+    monkeypatch.setattr(console, "SESSION_RESULTS", tmp_path / "results" / "cli")
+    _, _, err = _run(tmp_path, capsys, "plot", "capture h9")
+    assert "no flow to plot yet" in err and "cannot capture 'h9'" in err
+    assert not (tmp_path / "results").exists()

@@ -13,9 +13,10 @@ import signal
 import stat
 import sys
 from pathlib import Path
-from typing import NoReturn
 
 from experiments import outdir
+from experiments.cliwords import ArgParser as _ArgParser
+from experiments.cliwords import CliError, clean_text, probability, scenario_defaults
 from experiments.outdir import OutDirError
 from topologies.cleanup import CLEAN_HINT
 from topologies.model import FabricError, FabricParams, build, check_number
@@ -26,16 +27,13 @@ SWITCH_CHOICES = ("auto", "ovs", "linux")  # topologies.switches.CHOICES (not im
 PACKET_LOG_WITH_CAPTURE = 20_000  # datagrams per agent: a short run's whole exchange
 
 
-class CliError(Exception):
-    """A user error detected by the CLI itself."""
-
-
 def _fabric_args(parser: argparse.ArgumentParser, defaults: FabricParams) -> None:
-    parser.add_argument("--planes", type=int, default=defaults.planes)
+    parser.add_argument("--planes", type=int, default=defaults.planes, help="planes (one NIC port each)")
     parser.add_argument("--leaves", type=int, default=defaults.leaves, help="T0 switches per plane")
     parser.add_argument("--spines", type=int, default=defaults.spines, help="T1 switches per plane")
-    parser.add_argument("--hosts-per-leaf", type=int, default=defaults.hosts_per_leaf)
-    parser.add_argument("--link-mbps", type=float, default=defaults.link_mbps)
+    parser.add_argument("--hosts-per-leaf", type=int, default=defaults.hosts_per_leaf, help="hosts per leaf")
+    parser.add_argument("--link-mbps", type=float, default=defaults.link_mbps,
+                        help="every link's rate, Mbit/s")
     _switch_args(parser)
 
 
@@ -78,82 +76,87 @@ def _params(args: argparse.Namespace) -> FabricParams:
                         hosts_per_leaf=args.hosts_per_leaf, link_mbps=args.link_mbps)
 
 
-class _ArgParser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:  # one line, exit 2, like every other user error
-        raise CliError(f"{message} (see `mrclab {self.prog.split()[-1]} --help`)"
-                       if " " in self.prog else message)
-
-
 def make_parser() -> argparse.ArgumentParser:
     parser = _ArgParser(prog="mrclab", description="MRC emulation testbed")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_ArgParser)
 
     from experiments.demo import DEMO_FABRIC
+    from experiments.scenarios.base import DEFAULT_FABRIC  # the one default fabric
     demo = sub.add_parser("demo", help="MRC vs single-path ECMP through a T0-T1 link cut")
     _fabric_args(demo, DEMO_FABRIC)
     demo.add_argument("--duration", type=float, default=8.0, help="seconds of traffic")
     demo.add_argument("--cut-at", type=float, default=3.0, help="seconds after start")
     demo.add_argument("--restore-at", type=float, default=6.0, help="seconds after start")
     demo.add_argument("--detect-ms", type=float, default=900.0,
-                      help="baseline routing detection delay (BFD 3 x 300 ms by default)")
+                      help="baseline routing detection delay (BFD: 3 x 300 ms)")
     demo.add_argument("--routing", choices=("bfd", "bgp"), default=None,
                       help="shorthand for --detect-ms: bfd = 900, bgp = 9000 (3 s keepalive, 9 s hold)")
     demo.add_argument("--dataplane", choices=("auto", "ebpf", "droptail"), default="auto",
                       help="switch egress: ECN marking and trimming in eBPF (auto: where it loads)")
-    demo.add_argument("--seed", type=int, default=1)
-    demo.add_argument("--out", default=str(RESULTS / "demo"))
+    demo.add_argument("--seed", type=int, default=1, help="drives every random choice")
+    demo.add_argument("--out", default=str(RESULTS / "demo"), help="the results folder")
 
     check = sub.add_parser("check-fabric", help="probe every path, cut a link, check, restore")
-    _fabric_args(check, FabricParams())
+    _fabric_args(check, DEFAULT_FABRIC)
     check.add_argument("--sample-pairs", type=int, default=None, help="probe K random host pairs")
     check.add_argument("--cut", default=None, help="T0-T1 link to cut, like p0l0-p0s1")
-    check.add_argument("--seed", type=int, default=1)
+    check.add_argument("--seed", type=int, default=1, help="drives every random choice")
 
     shell = sub.add_parser("cli", help="bring the fabric up and explore it interactively (like mn)")
-    _fabric_args(shell, FabricParams())
+    _fabric_args(shell, DEFAULT_FABRIC)
     shell.add_argument("--dataplane", choices=("auto", "ebpf", "droptail"), default="auto",
                        help="switch egress: ECN marking and trimming in eBPF (auto: where it loads)")
     shell.add_argument("--detect-ms", type=float, default=900.0, help="baseline routing detection delay")
     shell.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
                        help="a transport parameter for the session, e.g. ev_set_size=16 (repeatable)")
-    shell.add_argument("--seed", type=int, default=1)
+    shell.add_argument("--seed", type=int, default=1, help="drives every random choice")
     shell.add_argument("--workdir", default=None,
                        help="keep the agents' logs and traces here (default: a temporary folder)")
     shell.add_argument("--script", type=Path, default=None,
-                       help="run the commands in FILE instead of reading them, then tear down")
+                       help="run the commands in FILE (one a line; `sleep S` and `wait` pace "
+                            "them) instead of reading them, then tear down; exit status 1 when "
+                            "one failed")
     _replace_arg(shell)
 
     from experiments.scenarios import SCENARIOS
-    run = sub.add_parser("run", help="run one experiment scenario (see `mrclab run --help`)")
+    run = sub.add_parser("run", help="run one experiment scenario (see `mrclab run --help`)",
+                         epilog=scenario_defaults(SCENARIOS))
     run.add_argument("scenario", choices=list(SCENARIOS), metavar="NAME",
                      help="one of: " + ", ".join(SCENARIOS))
     for name in ("planes", "leaves", "spines", "hosts-per-leaf"):
-        run.add_argument(f"--{name}", type=int, default=None)
+        run.add_argument(f"--{name}", type=int, default=None, help="default: the scenario's (below)")
     run.add_argument("--link-mbps", type=_link_rate, default=None,
                      help="link rate in Mbit/s, or auto: the fastest the switch backend carries "
-                          "faithfully for this scenario (from `make bench`)")
+                          "faithfully for this scenario (from `make bench`); default: the "
+                          "scenario's (below)")
     _switch_args(run)
     run.add_argument("--dataplane", choices=("auto", "ebpf", "droptail"), default="auto",
                      help="switch egress: ECN marking and trimming in eBPF (auto: where it loads)")
     run.add_argument("--transports", default=None,
                      help="comma-separated subset of mrc,roce,spray,tcp,mptcp (default: the scenario's)")
-    run.add_argument("--duration", type=float, default=None, help="seconds per transport")
+    run.add_argument("--duration", type=float, default=None,
+                     help="seconds per transport (default: the scenario's, below)")
     run.add_argument("--fault-at", type=float, default=None,
                      help="seconds after each transport starts (incast: the crowd starts; "
                           "ecn-balance: the second flow is forced onto the first one's path)")
-    run.add_argument("--fault-end", type=float, default=None, help="restore / end of the fault")
+    run.add_argument("--fault-end", type=float, default=None,
+                     help="restore / end of the fault (default: the scenario's, below)")
     run.add_argument("--detect-ms", type=float, default=None,
-                     help="baseline routing detection delay (default 900)")
+                     help="baseline routing detection delay (default: 900)")
     run.add_argument("--routing", choices=("bfd", "bgp"), default=None, help="bfd = 900 ms, bgp = 9000 ms")
     run.add_argument("--link", default=None, help="fault target link (default: the one the flow uses)")
     run.add_argument("--fail-switch", default=None, help="switch-failure: spine to fail")
-    run.add_argument("--loss", type=float, default=None, help="lossy-link: drop probability (0.2)")
-    run.add_argument("--flaps-per-min", type=float, default=None, help="link-flap (60)")
-    run.add_argument("--down-ms", type=float, default=None, help="link-flap: each flap's down time (300)")
-    run.add_argument("--senders", type=int, default=None, help="incast: number of senders")
-    run.add_argument("--steps", type=int, default=None, help="collective: ring steps per phase (20)")
-    run.add_argument("--step-kb", type=int, default=None, help="collective: chunk per host per step (64)")
-    run.add_argument("--seed", type=int, default=1)
+    run.add_argument("--loss", type=probability, default=None,
+                     help="lossy-link: drop probability, 0.2 or 20%% (default: 0.2)")
+    run.add_argument("--flaps-per-min", type=float, default=None, help="link-flap (default: 60)")
+    run.add_argument("--down-ms", type=float, default=None,
+                     help="link-flap: each flap's down time (default: 300)")
+    run.add_argument("--senders", type=int, default=None,
+                     help="incast: number of senders (default: 7, fewer on a fabric of fewer hosts)")
+    run.add_argument("--steps", type=int, default=None, help="collective: ring steps per phase (default: 20)")
+    run.add_argument("--step-kb", type=int, default=None,
+                     help="collective: chunk per host per step (default: 64)")
+    run.add_argument("--seed", type=int, default=1, help="drives every random choice")
     run.add_argument("--out", default=None, help="default: results/NAME")
     run.add_argument("--capture", default=None, metavar="TARGET[,TARGET...]",
                      help="keep a pcap of the whole run per target in the results, TARGET.pcap: "
@@ -178,7 +181,8 @@ def make_parser() -> argparse.ArgumentParser:
     docs.add_argument("--from", dest="results", type=Path, default=None,
                       help="first rewrite the reference from a full run's results (make experiment)")
     sub.add_parser("bench", help="the agent's packet rate per CPU core (results/bench/agent.json)")
-    sub.add_parser("clean", help="remove bridges, interfaces and processes left by a killed run")
+    clean = sub.add_parser("clean", help="remove bridges, interfaces and processes left by a killed run")
+    clean.add_argument("--json", action="store_true", help="print what was removed and left as JSON")
     plan = sub.add_parser("plan", help="the paper's scale arithmetic: tiers, switches and optics of "
                                        "a multi-plane two-tier fabric against a single plane")
     plan.add_argument("--planes", type=int, default=8)
@@ -187,6 +191,7 @@ def make_parser() -> argparse.ArgumentParser:
     plan.add_argument("--port-gbps", type=int, default=100, help="speed of a NIC port and a switch port")
     plan.add_argument("--gpus", type=int, default=None, help="one NIC each (default: all two tiers reach)")
     plan.add_argument("--json", action="store_true", help="the figures as JSON")
+    parser.commands = dict(sub.choices)
     return parser
 
 
@@ -326,7 +331,7 @@ def _dispatch(args: argparse.Namespace) -> int:
         from topologies.cleanup import clean_all, leftovers
         removed = clean_all()
         left = {kind: items for kind, items in leftovers().items() if items}
-        print(json.dumps({"removed": removed, "left": left}))
+        print(json.dumps({"removed": removed, "left": left}) if args.json else clean_text(removed, left))
         return 0 if not left else 1
 
     if args.command == "report":

@@ -18,12 +18,11 @@ from pathlib import Path
 from experiments import metrics
 from experiments.runner import Run, run_scenario
 from experiments.scenarios import SCENARIOS, Options, check
-from experiments.scenarios.base import DEFAULT_LINK_MBPS
+from experiments.scenarios.base import DEFAULT_FABRIC
 from topologies import files
-from topologies.model import Fabric, FabricError, FabricParams
+from topologies.model import Fabric, FabricError
 
-# 4 planes x 3 spines: 12 paths per host pair; after one uplink is cut, plane 0 still has two.
-DEMO_FABRIC = FabricParams(planes=4, leaves=2, spines=3, hosts_per_leaf=1, link_mbps=DEFAULT_LINK_MBPS)
+DEMO_FABRIC = DEFAULT_FABRIC  # the default fabric (scenarios/base.py): 12 paths per host pair
 # The baseline first: the link to cut is the one its hashed flow uses, and MRC faces the same.
 DEMO_TRANSPORTS = ("roce", "mrc")
 DESCRIPTIONS = {"roce": "go-back-N, one ECMP-hashed path on plane 0",

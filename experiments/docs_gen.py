@@ -13,45 +13,114 @@ from __future__ import annotations
 import ast
 import json
 import re
+import statistics
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from experiments.flows import TRANSPORTS  # the tables' columns, in the runner's order
+from experiments.scenarios import SCENARIOS as REGISTRY
 from topologies import files
 
 REPO = Path(__file__).resolve().parent.parent
 REFERENCE = Path(__file__).resolve().parent / "reference" / "full.json"
 CONFIG_SOURCE = REPO / "endpoints" / "protocol" / "config.py"
 DOCUMENTS = (REPO / "README.md", REPO / "docs" / "experiments.md", REPO / "docs" / "transport.md")
-SCENARIOS = ("link-failure", "switch-failure", "link-flap", "lossy-link", "permutation", "incast",
-             "collective")
+SCENARIOS = tuple(REGISTRY)  # the registry's order: one list for make, the docs and the sweep
+SWEEP_INDEX = "sweep.json"  # experiments/sweep.py's record of which run folder holds which seed
 _BLOCK = re.compile(r"(<!-- generated:(?P<name>[a-z-]+) -->\n)(?P<body>.*?)"
                     r"(<!-- end generated:(?P=name) -->)", re.S)
 
 Figures = dict[str, Any]
 
 
+def _scalars(summary: dict[str, Any]) -> dict[str, Any]:
+    return {t: {k: v for k, v in figures.items() if v is None or isinstance(v, (bool, int, float))}
+            for t, figures in summary["transports"].items()}
+
+
+def run_folders(results: Path) -> dict[str, list[Path]]:
+    """Per scenario, its run folders in seed order: those `experiments/sweep.py` recorded in
+    results/sweep.json (several seeds), else results/NAME alone; scenarios without a result
+    are left out."""
+    index = files.read_json(results / SWEEP_INDEX)
+    out: dict[str, list[Path]] = {}
+    for name in SCENARIOS:
+        recorded = [results / r["out"] for r in index.get("runs", [])
+                    if r.get("scenario") == name and r.get("status") in (0, 1)]  # 1: ran, data not ok
+        folders = recorded or [results / name]
+        folders = [f for f in folders if (f / "summary.json").is_file()]
+        if folders:
+            out[name] = folders
+    return out
+
+
 def reference_from_results(results: Path) -> dict[str, Any]:
     """The reference file's content from a folder of `mrclab run` results: per scenario its
     fabric, seed, software, switch backend and, per transport, every scalar figure of its
-    summary."""
+    summary (its first seed's); with several seeds (`make experiment SEEDS=...`), `runs`:
+    each seed's faithfulness and figures, which the tables show as median (min-max)."""
     out: dict[str, Any] = {}
-    for name in SCENARIOS:
-        summary = json.loads((results / name / "summary.json").read_text())
+    for name, folders in run_folders(results).items():
+        summaries = [json.loads((f / "summary.json").read_text()) for f in folders]
+        summary = summaries[0]
         out[name] = {
             "fabric": summary["fabric"], "seed": summary["seed"], "software": summary["software"],
             "switch_backend": (summary.get("switches") or {}).get("switch_backend"),
             "dataplane": summary["dataplane"].get("mode"), "detect_ms": summary["routing"]["detect_ms"],
-            "faithful": summary["fidelity"]["faithful"],
-            "transports": {t: {k: v for k, v in figures.items()
-                               if v is None or isinstance(v, (bool, int, float))}
-                           for t, figures in summary["transports"].items()},
+            "faithful": all(s["fidelity"]["faithful"] for s in summaries),
+            "transports": _scalars(summary),
         }
+        if len(summaries) > 1:
+            out[name]["runs"] = [{"seed": s["seed"], "faithful": s["fidelity"]["faithful"],
+                                  "transports": _scalars(s)} for s in summaries]
     return out
 
 
+class Spread(NamedTuple):
+    """One figure over several seeds: the median and range of those that have a value, and
+    how many had none (a recovery that never came)."""
+    median: float
+    lo: float
+    hi: float
+    runs: int
+    missing: int
+
+
+def figures_of(entry: dict[str, Any]) -> dict[str, Figures]:
+    """A reference entry's figures per transport: its one run's values, or over several seeds
+    (`runs`) a `Spread` per number (None when no seed had one) and `data_ok` true only when
+    every seed's was."""
+    runs = entry.get("runs") or []
+    if len(runs) < 2:
+        return dict(entry["transports"])
+    out: dict[str, Figures] = {}
+    for t in entry["transports"]:
+        per_seed = [r["transports"].get(t, {}) for r in runs]
+        keys = {k for f in per_seed for k in f}
+        merged: Figures = {}
+        for k in keys:
+            values = [f.get(k) for f in per_seed]
+            if any(isinstance(v, bool) for v in values):
+                merged[k] = all(v is True for v in values)
+                continue
+            numbers = sorted(float(v) for v in values if isinstance(v, (int, float)))
+            merged[k] = Spread(statistics.median(numbers), numbers[0], numbers[-1], len(values),
+                               len(values) - len(numbers)) if numbers else None
+        out[t] = merged
+    return out
+
+
+def _with_spread(value: Spread, one: Callable[[object], str]) -> str:
+    """`median (min-max)`, and how many seeds had no value ("never")."""
+    text = one(value.median) if value.lo == value.hi else \
+        f"{one(value.median)} ({one(value.lo)}-{one(value.hi)})"
+    return text + (f", never in {value.missing} of {value.runs}" if value.missing else "")
+
+
 def _num(value: object, digits: int = 3) -> str:
+    if isinstance(value, Spread):
+        return _with_spread(value, lambda v: _num(v, digits))
     if value is None:
         return "never"
     if isinstance(value, float):
@@ -60,6 +129,8 @@ def _num(value: object, digits: int = 3) -> str:
 
 
 def _ms(value: object) -> str:
+    if isinstance(value, Spread):
+        return _with_spread(value, _ms)
     return "never" if value is None else f"{float(value):.0f}"  # type: ignore[arg-type]
 
 
@@ -79,34 +150,53 @@ ROWS: dict[str, tuple[str, Callable[[Figures, Figures], str]]] = {
                lambda t, d: f"{_num(t.get('victim_goodput_fraction'))} / "
                             f"{_num(d.get('victim_goodput_fraction'))}" if d
                else _num(t.get("victim_goodput_fraction"))),
+    "ecn-balance": ("ecn-balance: goodput fraction after the force / first flow's share left on "
+                    "the shared path",
+                    lambda t, _: f"{_num(t.get('goodput_fraction'))} / "
+                                 f"{_num(t.get('a_shared_share_after'))}"),
     "collective": ("collective: step p99 ms, no fault / cut",
                    lambda t, _: f"{_ms(t.get('step_time_p99_ms_no_fault'))} / "
                                 f"{_ms(t.get('step_time_p99_ms'))}"),
 }
 
 
+def _how_many_runs(reference: dict[str, Any]) -> str:
+    """The sentence above the table: one run per scenario, or median (min-max) over seeds."""
+    seeds = sorted({tuple(r["seed"] for r in e.get("runs", [])) or (e.get("seed"),)
+                    for e in reference.values()}, key=len)
+    if len(seeds[-1]) < 2:
+        shown = ", ".join(str(s[0]) for s in seeds)
+        return (f"One run per scenario (seed {shown}): no run-to-run spread measured yet (`make "
+                f"experiment SEEDS=\"1 2 3 4 5\"`, then `make docs ARGS=\"--from results\"`, shows "
+                f"each figure as median (min-max) over the seeds).")
+    return (f"Each figure is the median (min-max) over {len(seeds[-1])} seeds per scenario (seeds "
+            f"{', '.join(str(s) for s in seeds[-1])}): a difference inside a range is noise.")
+
+
 def results_table(reference: dict[str, Any]) -> str:
     """One row per scenario, one column per transport ("-": not run)."""
-    lines = ["| scenario | " + " | ".join(TRANSPORTS) + " |", "|---" * (len(TRANSPORTS) + 1) + "|"]
-    for name in SCENARIOS:
-        if name not in reference:
-            continue
+    lines = [_how_many_runs(reference), "",
+             "| scenario | " + " | ".join(TRANSPORTS) + " |", "|---" * (len(TRANSPORTS) + 1) + "|"]
+    figures = {name: figures_of(reference[name]) for name in SCENARIOS if name in reference}
+    for name, transports in figures.items():
         label, cell = ROWS[name]
-        transports = reference[name]["transports"]
         cells = [cell(transports[t], transports.get(f"{t}-droptail", {})) if t in transports else "-"
                  for t in TRANSPORTS]
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
-    wrong = [f"{name} {t}" for name in SCENARIOS if name in reference
-             for t, figures in reference[name]["transports"].items() if figures.get("data_ok") is not True]
+    wrong = [f"{name} {t}" for name, transports in figures.items()
+             for t, f in transports.items() if f.get("data_ok") is not True]
+    unfaithful = [name for name in figures if reference[name].get("faithful") is False]
     lines.append("")
     lines.append("Every byte correct (`data_ok`) in every run." if not wrong
                  else "Not every byte correct (`data_ok` false): " + ", ".join(wrong) + ".")
-    return "\n".join(lines) + "\n"
+    lines.append(" Every run was faithful." if not unfaithful
+                 else " Not faithful (see their summaries): " + ", ".join(unfaithful) + ".")
+    return "\n".join(lines[:-2]) + "\n" + lines[-2] + lines[-1] + "\n"
 
 
 def demo_sentence(reference: dict[str, Any]) -> str:
     """What the link-failure run showed, in one sentence (README's account of the demo)."""
-    t = reference["link-failure"]["transports"]
+    t = figures_of(reference["link-failure"])
     mrc, roce = t["mrc"], t["roce"]
     return (f"MRC {_num(mrc['goodput_before_mbps'])} Mbit/s before the cut and "
             f"{_num(mrc['goodput_during_mbps'])} during it, recovery {_ms(mrc['recovery_ms'])} ms, "

@@ -106,3 +106,29 @@ def jain(values: Sequence[float]) -> float:
     """
     total = sum(values)
     return total * total / (len(values) * sum(v * v for v in values)) if total else 0.0
+
+
+# The headline figures a panel title and a progress line show, in order.
+HEADLINE = ("recovery_ms", "stall_ms", "goodput_fraction", "throughput_fraction",
+            "victim_goodput_fraction", "step_time_p50_ms", "step_time_p99_ms")
+
+
+def headline(figures: dict[str, object], keys: tuple[str, ...] = HEADLINE, sep: str = " ") -> str:
+    """A transport's headline figures, in words (`recovery ms 10, stall ms 0`, `never recovered`)
+    or as `name=value` with `sep="="` (`recovery_ms=never`); a figure without a value is left
+    out: never the word None.
+
+    >>> headline({"recovery_ms": None, "stall_ms": 150.0, "goodput_fraction": None})
+    'never recovered, stall ms 150'
+    >>> headline({"recovery_ms": 10.0, "data_ok": True}, ("recovery_ms", "data_ok"), sep="=")
+    'recovery_ms=10, data_ok=True'
+    """
+    parts: list[str] = []
+    for k in keys:
+        value = figures.get(k)
+        if k == "recovery_ms" and k in figures and value is None:
+            parts.append("never recovered" if sep == " " else f"{k}{sep}never")
+        elif value is not None:
+            shown = f"{value:g}" if isinstance(value, float) else str(value)
+            parts.append(f"{k.replace('_', ' ') if sep == ' ' else k}{sep}{shown}")
+    return ", ".join(parts)

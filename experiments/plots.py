@@ -11,12 +11,45 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from experiments.metrics import BIN_S, series, smoothed  # noqa: E402
+from experiments.metrics import BIN_S, headline, series, smoothed  # noqa: E402
 from topologies.model import FabricParams  # noqa: E402
 
 TRANSPORT_COLOURS = {"mrc": "#1f77b4", "roce": "#d62728", "spray": "#9467bd", "tcp": "#2ca02c",
                      "mptcp": "#ff7f0e"}
 STATE_COLOURS = {"GOOD": "#2ca02c", "SKIP": "#ffbf00", "ASSUMED_BAD": "#d62728", "DENIED": "#444444"}
+HEADROOM = 1.15  # a goodput axis reaches this much above what the fabric carries, no further
+FAULT_ACTIONS = ("cut", "fail_switch", "loss", "incast_start", "force_shared_path")  # black; the rest green
+def carry_ceiling(summary: dict, label: str) -> float:
+    """What the fabric carries for the curve drawn of `label`, in Mbit/s: the run's own
+    `capacity_mbps` where the scenario records one, else what the hosts' NICs carry (an incast's
+    victim: one host's NICs on the planes its transport uses)."""
+    from experiments.flows import planes_used
+
+    cap = summary["transports"].get(label, {}).get("capacity_mbps")
+    if isinstance(cap, dict):
+        cap = max((v for v in cap.values() if isinstance(v, (int, float))), default=None)
+    if isinstance(cap, (int, float)) and cap > 0:
+        return float(cap)
+    p = summary["fabric"]
+    planes = len(planes_used(label.split("-")[0], p["planes"])) if label else p["planes"]
+    hosts = 1 if summary.get("scenario") == "incast" else p["leaves"] * p["hosts_per_leaf"]
+    return float(hosts * planes * p["link_mbps"])
+
+
+def scale_to(ax, ceiling: float, t: list[float], values: list[float]) -> int:  # noqa: ANN001
+    """Bound `ax`'s y axis by what the fabric carries (`ceiling`, drawn dotted), not by the
+    highest bin: bins above it are marked at the top edge (red ^) and counted in the legend.
+    Returns how many bins were above."""
+    top = HEADROOM * ceiling
+    above = [(x, v) for x, v in zip(t, values, strict=False) if v > top]
+    ax.axhline(ceiling, color="grey", linestyle=":", linewidth=0.8,
+               label=f"what the fabric carries ({ceiling:g} Mbit/s)")
+    if above:
+        ax.scatter([x for x, _ in above], [top * 0.985] * len(above), marker="^", s=12, color="red",
+                   zorder=5, clip_on=False,
+                   label=f"{len(above)} bins above the axis (max {max(v for _, v in above):.0f})")
+    ax.set_ylim(0, top)
+    return len(above)
 
 
 def fabric_label(summary: dict) -> str:
@@ -26,19 +59,25 @@ def fabric_label(summary: dict) -> str:
 
 def plot_recovery(path: Path, curves: dict[str, list[float]], bin_s: float, summary: dict) -> None:
     fig, ax = plt.subplots(figsize=(10, 4.8), dpi=110)
+    every_bin: list[tuple[float, float]] = []
     for name, mbps in curves.items():
         t = [i * bin_s for i in range(len(mbps))]
-        ax.plot(t, mbps, color=TRANSPORT_COLOURS.get(name), alpha=0.25, linewidth=0.8)
+        ax.plot(t, mbps, color=TRANSPORT_COLOURS.get(name), alpha=0.25, linewidth=0.8,
+                label=f"{name}: 10 ms bins")
         rec = summary["transports"][name]["recovery_ms"]
         label = f"{name}: recovery {'never' if rec is None else f'{rec:.0f} ms'}, " \
-                f"stall {summary['transports'][name]['stall_ms']:.0f} ms"
+                f"stall {summary['transports'][name]['stall_ms']:.0f} ms (50 ms average)"
         ax.plot(t, smoothed(mbps), color=TRANSPORT_COLOURS.get(name), linewidth=1.8, label=label)
+        every_bin += list(zip(t, mbps, strict=True))
     failure = summary["failure"]
     detect_s = summary["routing"]["detect_ms"] / 1000
-    ax.axvline(failure["at_s"], color="black", linestyle="--", linewidth=1)
-    ax.axvline(failure["restored_at_s"], color="green", linestyle="--", linewidth=1)
+    ax.axvline(failure["at_s"], color="black", linestyle="--", linewidth=1, label="link cut")
+    ax.axvline(failure["restored_at_s"], color="green", linestyle="--", linewidth=1,
+               label="link restored")
     ax.axvspan(failure["at_s"], failure["at_s"] + detect_s, color="orange", alpha=0.15,
                label=f"baseline routing detection delay ({detect_s * 1000:.0f} ms)")
+    ceiling = max(carry_ceiling(summary, name) for name in curves) if curves else 1.0
+    scale_to(ax, ceiling, [x for x, _ in every_bin], [v for _, v in every_bin])
     top = ax.get_ylim()[1]
     ax.text(failure["at_s"], top * 0.97, f" cut {failure['link']}", va="top", fontsize=8)
     ax.text(failure["restored_at_s"], top * 0.97, " restored", va="top", fontsize=8, color="green")
@@ -47,9 +86,8 @@ def plot_recovery(path: Path, curves: dict[str, list[float]], bin_s: float, summ
                  "bins faint)", fontsize=9)
     ax.set_xlabel("time since start (s)")
     ax.set_ylabel("goodput at receiver (Mbit/s)")
-    ax.set_ylim(bottom=0)
     ax.grid(alpha=0.3)
-    ax.legend(loc="lower left", fontsize=8)
+    ax.legend(loc="center left", bbox_to_anchor=(0.0, 0.48), fontsize=7, ncol=2, framealpha=0.7)
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
@@ -76,30 +114,34 @@ def plot_scenario(folder: Path, summary: dict, curves: dict[str, list[float]],
             mbps = curves[name]
             t = [i * BIN_S for i in range(len(mbps))]
             colour = TRANSPORT_COLOURS.get(name)
-            ax.plot(t, mbps, color=colour, alpha=0.25, linewidth=0.7)
-            ax.plot(t, smoothed(mbps), color=colour, linewidth=1.6)
-            for event in summary["faults"]:
-                if event.get("transport") == name:
-                    bad = event["action"] in ("cut", "fail_switch", "loss", "incast_start")
-                    ax.axvline(event["t"], color="black" if bad else "green", linestyle="--",
-                               linewidth=0.8)
-            fig_t = summary["transports"][name]
-            label = ", ".join(f"{k.replace('_', ' ')} {fig_t[k]}" for k in (
-                "recovery_ms", "stall_ms", "goodput_fraction", "throughput_fraction",
-                "victim_goodput_fraction", "step_time_p50_ms", "step_time_p99_ms") if k in fig_t)
-            ax.set_title(f"{name}: {label}", fontsize=8, loc="left")
+            ax.plot(t, mbps, color=colour, alpha=0.25, linewidth=0.7, label="10 ms bins")
+            ax.plot(t, smoothed(mbps), color=colour, linewidth=1.6, label="50 ms average")
+            _mark_faults(ax, [e for e in summary["faults"] if e.get("transport") == name])
+            scale_to(ax, carry_ceiling(summary, name), t, mbps)
+            ax.set_title(f"{name}: {headline(summary['transports'][name])}", fontsize=8, loc="left")
             ax.set_ylabel("Mbit/s", fontsize=8)
-            ax.set_ylim(bottom=0)
             ax.grid(alpha=0.3)
+            ax.legend(loc="lower right", fontsize=6, ncol=3, framealpha=0.6)
         fidelity_stamp(axes[0, 0], summary)
-        fig.suptitle(f"{summary['scenario']}: {summary['title']} ({fabric_label(summary)}); dashed: "
-                     "faults", fontsize=9)
-        axes[-1, 0].set_xlabel("time since the transport's start (s); 50 ms average, 10 ms bins faint")
+        fig.suptitle(f"{summary['scenario']}: {summary['title']} ({fabric_label(summary)})", fontsize=9)
+        axes[-1, 0].set_xlabel("time since the transport's start (s)")
         fig.tight_layout()
         fig.savefig(folder / "goodput.png")
         plt.close(fig)
     if timelines:
         _plot_path_state(folder / "path_state.png", summary, timelines, windows)
+
+
+def _mark_faults(ax, events: list[dict]) -> None:  # noqa: ANN001
+    """Each fault as a dashed line: black where something breaks, green where it is repaired,
+    each kind once in the legend."""
+    seen: set[str] = set()
+    for event in events:
+        bad = event["action"] in FAULT_ACTIONS
+        what = "fault" if bad else "repair"
+        ax.axvline(event["t"], color="black" if bad else "green", linestyle="--", linewidth=0.8,
+                   label=None if what in seen else f"{what} (dashed {'black' if bad else 'green'})")
+        seen.add(what)
 
 
 def _draw_ev_states(ax, changes: list[list], evs: list[tuple[int, str]], t0: float, t1: float) -> None:
@@ -190,18 +232,20 @@ def plot_session(path: Path, flows: list[FlowPanel], t0: float, span_s: float, f
     start_bin = int(t0 / BIN_S)
     t = [i * BIN_S for i in range(n)]
     ax = axes[0, 0]
+    drawn: list[float] = []
     for i, f in enumerate(flows):
         colour = TRANSPORT_COLOURS.get(f.transport) if len(flows) <= 1 else f"C{i % 10}"
-        ax.plot(t, smoothed(series(f.bins, start_bin, n)), color=colour, linewidth=1.4, label=f.label)
-    top = max(ax.get_ylim()[1], 1.0)
-    for event in faults:
-        bad = event["action"] in ("cut", "fail_switch", "loss")
-        ax.axvline(event["t"], color="black" if bad else "green", linestyle="--", linewidth=0.7)
+        values = smoothed(series(f.bins, start_bin, n))
+        ax.plot(t, values, color=colour, linewidth=1.4, label=f.label)
+        drawn += values
+    _mark_faults(ax, faults)
+    # One flow carries at most one host's NICs: every plane's link.
+    scale_to(ax, FabricParams.from_dict(fabric).planes * fabric["link_mbps"], t * len(flows), drawn)
+    top = ax.get_ylim()[1]
     marked = [e for e in faults if e["action"] != "restore" or len(faults) < 12][:12]
     for event in marked:
         ax.text(event["t"], top * 0.98, f" {event['action']} {event['target']}", va="top",
                 fontsize=6, rotation=90)
-    ax.set_ylim(0, top)
     ax.set_ylabel("goodput (Mbit/s)")
     ax.grid(alpha=0.3)
     ax.legend(loc="lower left", fontsize=7)

@@ -3,12 +3,12 @@
 Orchestration only: the testbed up, each transport in turn through the scenario's kind, the
 summary, the files. results/NAME/ gets summary.json (configuration, seed, software versions,
 fidelity, and per transport the scenario's figures), timeseries.csv (goodput per 10 ms bin per
-transport), PNG plots (cc.png: every congestion signal of the first transport's QPs, with
-the host and switch queues; cc-LABEL.png for the others), the traces (the agents' events, the
-queue samples of topologies/queuesampler.py), and with `--capture` a pcap per target (TARGET.pcap,
-the whole run: every transport in turn). Everything is written to a staging folder and
-moved into place only when complete, so an interrupted run leaves the previous results
-untouched.
+transport), PNG plots (cc.png: every congestion signal of MRC's QPs, or the first transport's
+when MRC did not run, with the host and switch queues; cc-LABEL.png for the others), the
+traces (the agents' events, the queue samples of topologies/queuesampler.py), and with
+`--capture` a pcap per target (TARGET.pcap, the whole run: every transport in turn).
+Everything is written to a staging folder and moved into place only when complete, so an
+interrupted run leaves the previous results untouched.
 """
 
 from __future__ import annotations
@@ -32,7 +32,6 @@ from topologies.model import Fabric
 REPO = Path(__file__).resolve().parent.parent
 MEASURED_CAPACITY = REPO / "results" / "bench" / "dataplane.json"  # `make bench`, this machine
 REFERENCE_CAPACITY = REPO / "experiments" / "reference" / "dataplane.json"
-SATURATING = {"mrc", "spray", "tcp", "mptcp"}  # offer more than a link carries
 Progress = Callable[[str], None]
 
 
@@ -153,9 +152,8 @@ def failure_line(summary: dict, out: Path) -> str | None:
 
 
 def _brief(t: dict) -> str:
-    keys = ("recovery_ms", "stall_ms", "goodput_fraction", "throughput_fraction",
-            "victim_goodput_fraction", "step_time_p50_ms", "step_time_p99_ms", "data_ok")
-    return ", ".join(f"{k}={t[k]}" for k in keys if k in t)
+    """A transport's progress line: its headline figures, `recovery_ms=never` rather than None."""
+    return metrics.headline(t, (*metrics.HEADLINE, "data_ok"), sep="=")
 
 
 def run_scenario(opts: Options, out: Path, progress: Progress = print,
@@ -215,10 +213,9 @@ def _fidelity(opts: Options, record: Record, cpu: fidelity.CpuSampler, datapath:
         if idle is not None and idle < fidelity.CPU_IDLE_FLOOR_PCT:
             problems.append(f"{transport}: CPU idle was below {idle}% for 10% of the run "
                             f"(< {fidelity.CPU_IDLE_FLOOR_PCT}%)")
-        if rate is not None and transport in SATURATING and \
-                rate < fidelity.LINK_RATE_FLOOR * opts.fabric.link_mbps:
-            problems.append(f"{transport}: the receiver's plane-0 link carried {rate} of "
-                            f"{opts.fabric.link_mbps} Mbit/s while it should have been full")
+        short = fidelity.link_problem(transport, rate, opts.fabric.link_mbps)
+        if short is not None:
+            problems.append(short)
     wmem = int(Path("/proc/sys/net/core/wmem_default").read_text())
     if datapath == "user" and wmem < fidelity.OVS_SEND_BUFFER:  # the ovs backend raises it
         problems.append(f"net.core.wmem_default is {wmem}: OVS's packet socket drops frames silently "

@@ -408,5 +408,6 @@ class Testbed:
                                           flow.transport, flow.goodput(), changes, evs))
         faults = [{**e, "t": e["t"] - self.t0} for e in self.faults.timeline]
         path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)  # results/NAME/...: made if need be
         plots.plot_session(path, panels, self.t0, now - self.t0, faults, self.fabric.params.as_dict())
         return path

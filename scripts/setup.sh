@@ -61,4 +61,7 @@ if [ ! -x build/mrcblast ] || [ experiments/tools/mrcblast.c -nt build/mrcblast 
     || echo "setup: warning: build/mrcblast not built: no data-plane benchmark"
 fi
 
+# `mrclab` on the PATH, as README writes every command: /usr/local/bin/mrclab runs this checkout.
+scripts/install-command.sh
+
 echo "setup: ok ($(.venv/bin/python -c 'import topologies.preflight as p; print("OVS datapath:", p.choose_datapath())'))"

@@ -25,6 +25,12 @@ from topologies.model import Fabric, FabricError, FabricParams, check_number
 # CPU idle p10 24%; at 40 Mbit/s 0%). The OVS backend carries less (its ovs-vswitchd takes a
 # core): a run says so before it starts, and `--link-mbps auto` picks what fits (docs/experiments.md).
 DEFAULT_LINK_MBPS = 20.0
+# The default fabric: what `mrclab demo`, `mrclab cli` and `mrclab check-fabric` start and the
+# fault scenarios run on, README's "default fabric" (one home: every command takes it from
+# here). 4 planes x 3 spines: 12 paths per host pair; after one uplink is cut, plane 0 still has
+# two. One flow at a time over 4 planes, 4 KB payloads: few enough packets that CPU idle stays
+# far above the fidelity floor on a 2-core VM, on both backends (docs/experiments.md).
+DEFAULT_FABRIC = FabricParams(planes=4, leaves=2, spines=3, hosts_per_leaf=1, link_mbps=DEFAULT_LINK_MBPS)
 WARMUP_S = 0.5  # the start of every flow not counted as its steady state
 TAIL_S = 0.6  # after a flow's duration: its last packets drain before it is read
 

@@ -14,7 +14,7 @@ import time
 from experiments import metrics, traffic
 from experiments.flows import BASELINE_PLANE, FlowResult, finish, planes_used
 from experiments.scenarios.base import (
-    DEFAULT_LINK_MBPS,
+    DEFAULT_FABRIC,
     TAIL_S,
     WARMUP_S,
     Kind,
@@ -26,12 +26,10 @@ from experiments.scenarios.base import (
     sleep_until,
 )
 from experiments.testbed import Testbed
-from topologies.model import Fabric, FabricError, FabricParams
+from topologies.model import Fabric, FabricError
 
-# One flow at a time over 4 planes, 4 KB payloads, at the scenarios' default rate: few enough
-# packets that CPU idle stays far above the fidelity floor on a 2-core VM, on both backends
-# (see docs/experiments.md for the measurements).
-SMALL = FabricParams(planes=4, leaves=2, spines=3, hosts_per_leaf=1, link_mbps=DEFAULT_LINK_MBPS)
+# The default fabric (scenarios/base.py): one flow at a time over 4 planes, 4 KB payloads.
+SMALL = DEFAULT_FABRIC
 FAILURE_FIGURES = ("recovery_ms", "stall_ms", "goodput_before_mbps", "goodput_during_mbps", "data_ok")
 
 

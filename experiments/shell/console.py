@@ -19,29 +19,25 @@ import shlex
 import shutil
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import NoReturn
 
 from mininet.cli import CLI
 
 from experiments.flows import TRANSPORTS, AgentFlow, Flow
-from experiments.shell.text import (
-    Usage,
-    fmt_bytes,
-    fmt_mbps,
-    parse_positive,
-    parse_probability,
-    parse_size,
-    table,
-)
+from experiments.shell.complete import Completion
+from experiments.shell.faultcmds import FaultCommands
+from experiments.shell.script import ScriptCommands
+from experiments.shell.text import Usage, fmt_bytes, fmt_mbps, parse_size, table
 from experiments.testbed import Testbed
 
 PROGRESS_EVERY_S = 0.25  # the foreground `send` line
 RATE_WINDOW_S = 1.0  # "rate now": bytes delivered over this last stretch
-DEFAULT_PLOT = "mrclab-session.png"
-MRC_COMMANDS = ("paths", "send", "flows", "stop", "evs", "cut", "restore", "fail", "recover", "loss",
-                "flap", "faults", "capture", "plot")
+# What the session writes unless told where: results/cli/ (never the current folder).
+SESSION_RESULTS = Path(__file__).resolve().parents[2] / "results" / "cli"
+DEFAULT_PLOT = "session.png"
+MRC_COMMANDS = ("paths", "send", "flows", "stop", "wait", "evs", "cut", "restore", "fail", "recover",
+                "loss", "flap", "faults", "capture", "plot", "sleep")
 
 
 class _Nodes:
@@ -94,7 +90,7 @@ def _send_parser() -> argparse.ArgumentParser:
     return p
 
 
-class MrcCli(CLI):
+class MrcCli(ScriptCommands, FaultCommands, Completion, CLI):
     """The session's console; constructing it runs it until `exit` (Mininet's way)."""
 
     prompt = "mrclab> "
@@ -108,6 +104,8 @@ class MrcCli(CLI):
         self.background: set[int] = set()  # flow numbers running on their own
         self.ended: dict[int, str] = {}  # flow number -> how it ended (its result read, closed)
         self.reported: set[str] = set()  # deaths of the controller or agents already said
+        self.last_evs: dict[int, dict] = {}  # flow number -> its EV set when it ended
+        self.failures = 0  # commands that printed an error (a script's exit status)
         super().__init__(_Nodes(bed.net), stdin=stdin, script=script)
 
     # ----- the loop -------------------------------------------------------------------------
@@ -145,6 +143,7 @@ class MrcCli(CLI):
                 self._error(line)
 
     def _error(self, message: str) -> None:
+        self.failures += 1
         sys.stderr.write(f"*** {message}\n")
         sys.stderr.flush()
 
@@ -192,23 +191,29 @@ class MrcCli(CLI):
         args = self._args(line, (1, 2), "evs HOST [QP]")
         host = args[0]
         self.fabric.host(host)
-        flows = [f for f in self._open_agent_flows() if f.src == host]
+        flows: list[Flow] = [f for f in self._open_agent_flows() if f.src == host]
         if len(args) == 2:
             flow = self._flow(args[1])
-            if not isinstance(flow, AgentFlow) or flow.src != host or flow.closed:
-                raise Usage(f"QP {args[1]} is not an open sending QP of {host} (see `flows`)")
+            if not isinstance(flow, AgentFlow) or flow.src != host:
+                raise Usage(f"QP {args[1]} is not a sending QP of {host} (see `flows`)")
             flows = [flow]
+        elif not flows:  # the last flow that ended, as it ended
+            flows = [f for f in self.bed.flows if f.src == host and f.number in self.last_evs][-1:]
         if not flows:
-            raise Usage(f"{host} sends on no open QP now: `send {host} ...` first (`flows` lists them)")
+            raise Usage(f"{host} has sent on no QP yet: `send {host} ...` first (`flows` lists them)")
         for flow in flows:
-            self._print_evs(flow)
+            assert isinstance(flow, AgentFlow)
+            if flow.closed and flow.number not in self.last_evs:
+                raise Usage(f"flow {flow.number} ended ({self.ended.get(flow.number, 'closed')}): "
+                            f"its EV set was not kept")
+            self._print_evs(flow, self.last_evs[flow.number] if flow.closed else flow.evs())
 
-    def _print_evs(self, flow: AgentFlow) -> None:
-        report = flow.evs()
+    def _print_evs(self, flow: AgentFlow, report: dict) -> None:
         cc = report.get("congestion")
         window = (f"cwnd {cc['cwnd_pkts']} pkts, srtt {cc['srtt_ms']} ms, target {cc['target_ms']} ms, "
                   if cc else "")
-        self._say(f"flow {flow.number} {flow.transport} {flow.src}->{flow.dst}: {window}"
+        ended = f" (ended: {self.ended[flow.number]}; its EV set as it ended)" if flow.closed else ""
+        self._say(f"flow {flow.number} {flow.transport} {flow.src}->{flow.dst}{ended}: {window}"
                   f"{fmt_bytes(report['bytes_acked'])} acknowledged")
         routes = {r.ev: r for r in self.fabric.routes(flow.src, flow.dst)}
         rows: list[tuple] = [("EV", "plane", "spine", "state", "set", "skips", "benched", "rtt ms", "sent")]
@@ -311,8 +316,17 @@ class MrcCli(CLI):
             text += ", EVs " + " ".join(f"{n} {s}" for s, n in sorted(counts.items()))
         return text + "  (Ctrl-C stops it)"
 
+    def _keep_evs(self, flow: Flow) -> None:
+        """Keep an agent flow's EV set as it ends (`evs` shows it once its QP is gone)."""
+        if isinstance(flow, AgentFlow) and not flow.closed:
+            try:
+                self.last_evs[flow.number] = flow.evs()
+            except (ValueError, RuntimeError, OSError):  # its agent died: nothing to keep
+                pass
+
     def _finish(self, flow: Flow, seconds: float | None = None) -> None:
         """Read a finished flow's result, close it, say so."""
+        self._keep_evs(flow)
         res = flow.result()
         flow.close()
         self.background.discard(flow.number)
@@ -326,6 +340,7 @@ class MrcCli(CLI):
         deadline = time.monotonic() + 2.0  # what was already posted completes
         while not flow.progress().done and time.monotonic() < deadline:
             time.sleep(0.05)
+        self._keep_evs(flow)
         res = flow.result()
         flow.close()
         self.background.discard(flow.number)
@@ -358,104 +373,12 @@ class MrcCli(CLI):
             if done:
                 self._finish(flow)
 
-    # ----- faults --------------------------------------------------------------------------
-    def do_cut(self, line: str) -> None:
-        """cut LINK: take LINK down at both ends, like a pulled cable (p0l0-p0s1, h0-p0l0)."""
-        (name,) = self._args(line, 1, "cut LINK")
-        self.bed.faults.cut_link(self.fabric.link(name).name)
-        self._say(f"{name} cut")
-
-    def do_restore(self, line: str) -> None:
-        """restore LINK: bring a cut LINK back up."""
-        (name,) = self._args(line, 1, "restore LINK")
-        self.bed.faults.restore_link(self.fabric.link(name).name)
-        self._say(f"{name} restored")
-
-    def do_fail(self, line: str) -> None:
-        """fail SWITCH: SWITCH stops forwarding while its ports stay up (no port event shows it)."""
-        (name,) = self._args(line, 1, "fail SWITCH")
-        self.bed.faults.fail_switch(self.fabric.switch(name).name)
-        self._say(f"{name} no longer forwards (its ports stay up)")
-
-    def do_recover(self, line: str) -> None:
-        """recover SWITCH: a failed SWITCH forwards again."""
-        (name,) = self._args(line, 1, "recover SWITCH")
-        self.bed.faults.restore_switch(self.fabric.switch(name).name)
-        self._say(f"{name} forwards again")
-
-    def do_loss(self, line: str) -> None:
-        """loss LINK P: random drop with probability P (0.2 or 20%) both ways; P 0 removes it.
-
-        LINK is a T0-T1 link (p0l0-p0s1); the drop is an nftables rule on both of its ends."""
-        name, text = self._args(line, 2, "loss LINK P")
-        link = self.fabric.link(name)
-        p = parse_probability(text)
-        if p == 0:
-            self.bed.faults.clear_loss(link.name)
-            self._say(f"{name}: no more random loss")
-        else:
-            self.bed.faults.set_loss(link.name, p)
-            self._say(f"{name} drops {p:.1%} of packets each way")
-
-    def do_flap(self, line: str) -> None:
-        """flap LINK [DOWN_MS [PERIOD_MS [COUNT]]] | flap LINK stop | flap stop
-
-        Cut LINK for DOWN_MS (300) every PERIOD_MS (1000), COUNT times (until stopped by
-        default), in the background; `flap LINK stop` (or `flap stop` for all) ends it, link up."""
-        args = self._args(line, (1, 2, 3, 4), "flap LINK [DOWN_MS [PERIOD_MS [COUNT]]] | flap [LINK] stop")
-        if args == ["stop"]:
-            self.bed.faults.stop_flapping()
-            self._say("no link flaps now")
-            return
-        name = self.fabric.link(args[0]).name
-        if args[1:] == ["stop"]:
-            self.bed.faults.stop_flapping(name)
-            self._say(f"{name} no longer flaps (up)")
-            return
-        down = parse_positive(args[1], "down time (ms)") if len(args) > 1 else 300.0
-        period = parse_positive(args[2], "period (ms)") if len(args) > 2 else 1000.0
-        count = None
-        if len(args) > 3:
-            if not args[3].isdigit() or int(args[3]) < 1:
-                raise Usage(f"bad count {args[3]!r}: a whole number of flaps, 1 or more")
-            count = int(args[3])
-        self.bed.faults.flap_link(name, down / 1000, period / 1000, count)
-        self._say(f"{name} flaps: down {down:g} ms every {period:g} ms"
-                  + (f", {count} times" if count else f" until `flap {name} stop`"))
-
-    def do_faults(self, line: str) -> None:
-        """faults: what is faulted now (cut links, failed switches, lossy and flapping links)."""
-        self._args(line, 0, "faults")
-        now = self.bed.faults.active()
-        lines = [f"cut: {' '.join(now['down_links'])}" if now["down_links"] else "",
-                 f"failed: {' '.join(now['failed_switches'])}" if now["failed_switches"] else "",
-                 "lossy: " + " ".join(f"{n} ({p:g})" for n, p in now["lossy"].items())
-                 if now["lossy"] else "",
-                 "flapping: " + " ".join(f"{n} ({f['down_s'] * 1e3:g}/{f['period_s'] * 1e3:g} ms, "
-                                         f"{f['flaps']} so far)" for n, f in now["flapping"].items())
-                 if now["flapping"] else ""]
-        self._say("\n".join(x for x in lines if x) or "no faults: every link and switch works")
-
-    def do_link(self, line: str) -> None:
-        """link NODE1 NODE2 up|down: Mininet's command, as `restore` / `cut` of that link."""
-        args = self._args(line, 3, "link NODE1 NODE2 up|down")
-        if args[2] not in ("up", "down"):
-            raise Usage("link NODE1 NODE2 up|down")
-        name = self._link_between(args[0], args[1])
-        (self.do_restore if args[2] == "up" else self.do_cut)(name)
-
-    def _link_between(self, a: str, b: str) -> str:
-        for link in self.fabric.links:
-            if {link.a, link.b} == {a, b}:
-                return link.name
-        raise Usage(f"no link between {a} and {b} (links are like p0l0-p0s1, h0-p0l0)")
-
     # ----- observation ---------------------------------------------------------------------
     def do_capture(self, line: str) -> None:
         """capture TARGET [FILE] | capture stop [TARGET] | capture
 
         Write a pcap of TARGET: a host (h1: every NIC), a host NIC (h1-eth0) or a switch port
-        (p0l0-eth3), to FILE (TARGET.pcap here by default), for Wireshark: `tshark -X
+        (p0l0-eth3), to FILE (results/cli/TARGET.pcap by default), for Wireshark: `tshark -X
         lua_script:experiments/tools/wireshark/mrc.lua -r FILE` shows MRC's headers too.
         `capture stop` ends every capture (or TARGET's); `capture` alone lists them."""
         args = self._args(line, (0, 1, 2), "capture TARGET [FILE] | capture stop [TARGET]")
@@ -473,16 +396,21 @@ class MrcCli(CLI):
             return
         if any(c.target == args[0] for c in running):
             raise Usage(f"{args[0]} is already being captured (`capture stop {args[0]}` first)")
-        path = Path(args[1] if len(args) > 1 else f"{args[0]}.pcap")
+        path = Path(args[1]) if len(args) > 1 else self._results_file(f"{args[0]}.pcap")
+        if len(args) == 1:
+            from experiments.capture import resolve
+
+            resolve(self.fabric, args[0])  # a bad target says so before any folder is made
+            path.parent.mkdir(parents=True, exist_ok=True)
         capture = self.bed.capture(args[0], path)
         self._say(f"capturing {args[0]} to {capture.path} (`capture stop` ends it)")
 
     def do_plot(self, line: str) -> None:
         """plot [FILE]: the flows' goodput and EV states so far, with the faults, as a PNG
-        (mrclab-session.png here by default)."""
+        (results/cli/session.png by default)."""
         args = self._args(line, (0, 1), "plot [FILE]")
-        path = Path(args[0] if args else DEFAULT_PLOT)
-        if not path.parent.is_dir():
+        path = Path(args[0]) if args else self._results_file(DEFAULT_PLOT)
+        if args and not path.parent.is_dir():  # results/cli/ is made by the plot itself
             raise Usage(f"cannot write {path}: {path.parent} is not a folder")
         self._say(f"plotted {len(self.bed.flows)} flow(s) to {self.bed.plot(path).resolve()}")
 
@@ -532,56 +460,6 @@ class MrcCli(CLI):
     def completedefault(self, text: str, line: str, begidx: int, endidx: int) -> list[str]:
         return [n for n in self.mn if n.startswith(text)]  # `h0 ping h<TAB>`
 
-    def _complete(self, line: str, begidx: int, text: str, *positions: Callable[[], list[str]],
-                  extra: Callable[[], list[str]] | None = None) -> list[str]:
-        index = len(line[:begidx].split()) - 1  # which argument is being typed
-        choices = positions[index]() if index < len(positions) else (extra() if extra else [])
-        return [c for c in choices if c.startswith(text)]
-
-    def complete_paths(self, text: str, line: str, begidx: int, endidx: int) -> list[str]:
-        return self._complete(line, begidx, text, lambda: self.hosts, lambda: self.hosts)
-
-    def complete_send(self, text: str, line: str, begidx: int, endidx: int) -> list[str]:
-        words = line[:begidx].split()
-        if words and words[-1] in ("--transport", "-t"):
-            return [t for t in TRANSPORTS if t.startswith(text)]
-        return self._complete(line, begidx, text, lambda: self.hosts, lambda: self.hosts,
-                              lambda: ["1M", "20M", "200M"],
-                              extra=lambda: ["--transport", "--background", "--param"])
-
-    def complete_evs(self, text: str, line: str, begidx: int, endidx: int) -> list[str]:
-        return self._complete(line, begidx, text, lambda: self.hosts,
-                              lambda: [str(f.number) for f in self._open_agent_flows()])
-
-    def complete_stop(self, text: str, line: str, begidx: int, endidx: int) -> list[str]:
-        return self._complete(line, begidx, text, lambda: ["all"] + [
-            str(f.number) for f in self.bed.flows if f.number not in self.ended])
-
-    def complete_cut(self, text: str, line: str, begidx: int, endidx: int) -> list[str]:
-        return self._complete(line, begidx, text, lambda: self.links)
-
-    complete_restore = complete_loss = complete_cut
-
-    def complete_flap(self, text: str, line: str, begidx: int, endidx: int) -> list[str]:
-        return self._complete(line, begidx, text, lambda: ["stop"] + self.links, lambda: ["stop"])
-
-    def complete_fail(self, text: str, line: str, begidx: int, endidx: int) -> list[str]:
-        return self._complete(line, begidx, text, lambda: self.switches)
-
-    complete_recover = complete_fail
-
-    def complete_capture(self, text: str, line: str, begidx: int, endidx: int) -> list[str]:
-        def targets() -> list[str]:
-            nics = [n.ifname for h in self.fabric.hosts for n in h.nics]
-            ports = sorted({link.b_ifname for link in self.fabric.links} |
-                           {link.a_ifname for link in self.fabric.links if link.kind == "fabric"})
-            return ["stop"] + self.hosts + nics + ports
-        return self._complete(line, begidx, text, targets)
-
-    def complete_link(self, text: str, line: str, begidx: int, endidx: int) -> list[str]:
-        nodes = lambda: self.hosts + self.switches  # noqa: E731
-        return self._complete(line, begidx, text, nodes, nodes, lambda: ["up", "down"])
-
     # ----- helpers -------------------------------------------------------------------------
     def _args(self, line: str, count: int | tuple[int, ...], usage: str) -> list[str]:
         try:
@@ -593,15 +471,17 @@ class MrcCli(CLI):
             raise Usage(f"usage: {usage}")
         return args
 
+    def _results_file(self, name: str) -> Path:
+        """A file the session writes when not told where: under results/cli/ (made when the
+        file is written)."""
+        return SESSION_RESULTS / name
+
     def _flow(self, text: str) -> Flow:
         if not self.bed.flows:
             raise Usage(f"no flow {text!r}: no flows yet (`send` starts one)")
         if not text.isdigit() or not 1 <= int(text) <= len(self.bed.flows):
             raise Usage(f"no flow {text!r}: flows are numbered 1..{len(self.bed.flows)} (`flows`)")
         return self.bed.flows[int(text) - 1]
-
-    def _open_agent_flows(self) -> list[AgentFlow]:
-        return [f for f in self.bed.flows if isinstance(f, AgentFlow) and not f.closed]
 
     def _rate_now(self, flow: Flow) -> float:
         """Bytes per second delivered over the last RATE_WINDOW_S (from its goodput bins)."""

@@ -2,7 +2,8 @@
 
 `run_cli` starts a Testbed (controller, switches, hosts, the switches' data plane), drops into
 the console (experiments/shell/console.py: Mininet's CLI plus MRC commands) and tears it all
-down when the console ends: `exit`, Ctrl-D, end of a --script, SIGTERM or a hang-up.
+down when the console ends: `exit`, Ctrl-D, end of a --script, SIGTERM or a hang-up. A script
+any of whose commands failed exits 1.
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ def run_cli(fabric: Fabric, transport: TransportConfig, seed: int = 1, datapath:
     print(f"*** starting {fabric.params.describe()}", flush=True)
     t0 = time.monotonic()
     ended: SessionEnd | None = None
+    failures = 0
     try:
         with Testbed(fabric, workdir, seed=seed, transport=transport, datapath=datapath,
                      detect_ms=detect_ms, dataplane=dataplane, switch=switch,
@@ -64,7 +66,7 @@ def run_cli(fabric: Fabric, transport: TransportConfig, seed: int = 1, datapath:
                 print(f"*** agents run {r.name} from {r.file} as the product's {r.point}")
             print("*** `help` lists the commands, `exit` tears everything down", flush=True)
             try:
-                MrcCli(bed, script=str(script) if script else None)
+                failures = MrcCli(bed, script=str(script) if script else None).failures
             except SessionEnd as why:
                 ended = why
             finally:
@@ -79,4 +81,13 @@ def run_cli(fabric: Fabric, transport: TransportConfig, seed: int = 1, datapath:
     if ended is not None:
         print(f"*** {ended}: the session ended and was torn down", file=sys.stderr)
         return 130
-    return 0
+    return script_status(script, failures)
+
+
+def script_status(script: Path | None, failures: int) -> int:
+    """A session's exit status: 1 when a line of its `--script` failed (said on stderr), else 0
+    (at the prompt, a mistake is said where it happens and the session goes on)."""
+    if script is None or not failures:
+        return 0
+    print(f"*** {failures} command(s) of {script} failed (above): exit status 1", file=sys.stderr)
+    return 1

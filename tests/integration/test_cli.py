@@ -20,6 +20,9 @@ from tests.integration.helpers import REPO, assert_nothing_left
 
 pytestmark = pytest.mark.usefixtures("emulation_ready")
 PROMPT = "mrclab> "
+# 4 hosts (h0..h3) on 2 leaves at 10 Mbit/s: what these tests were written on (the default
+# fabric has one host per leaf).
+FABRIC = ("--planes", "4", "--leaves", "2", "--spines", "2", "--hosts-per-leaf", "2", "--link-mbps", "10")
 CUT = "p0l0-p0s0"  # on h0->h2's first path, EV 0x1c000
 CUT_EV = "0x1c000"
 
@@ -31,7 +34,7 @@ class Session:
         env.pop("DISPLAY", None)
         # SIGINT ignored, as a shell without job control starts a background job (CI can be
         # one): Ctrl-C must still stop a foreground transfer, whatever the console inherited.
-        self.child = pexpect.spawn(sys.executable, ["-m", "experiments.cli", "cli", "--workdir",
+        self.child = pexpect.spawn(sys.executable, ["-m", "experiments.cli", "cli", *FABRIC, "--workdir",
                                                     str(workdir)], cwd=str(REPO), env=env,
                                    encoding="utf-8", timeout=30, dimensions=(60, 300),
                                    preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))

@@ -3,6 +3,8 @@ is checked is the parsing, the one-line errors, `paths`, help and completion. Th
 in tests/integration/test_cli.py drives the real thing."""
 
 import os
+import time
+from pathlib import Path
 
 from experiments import testbed
 from experiments.shell.console import MRC_COMMANDS, MrcCli
@@ -26,9 +28,10 @@ class _Net:
         self.nameToNode = {n.name: n for n in self.hosts + self.switches}
 
 
-def _run(tmp_path, capsys, *lines):
+def _run(tmp_path, capsys, *lines, flows=()):
     bed = testbed.Testbed(FABRIC, tmp_path)
     bed.em.net = _Net()
+    bed.flows.extend(flows)
     script = tmp_path / "script"
     script.write_text("\n".join(lines) + "\n")
     with open(os.devnull) as stdin:
@@ -51,7 +54,10 @@ def test_bad_input_prints_one_line_each_and_the_session_goes_on(tmp_path, capsys
         ("loss p0l0-p0s0 2", "bad probability '2'"),
         ("flap p0l0-p0s0 500 300", "0 < down time < period"),
         ("flap p0l0-p0s0 x", "bad down time"),
-        ("evs h0", "h0 sends on no open QP"),
+        ("evs h0", "h0 has sent on no QP yet"),
+        ("sleep x", "bad number of seconds 'x'"),
+        ("sleep 99999", "at most 3600"),
+        ("wait 4", "no flow '4'"),
         ("evs h0 3", "no flow '3': no flows yet"),
         ("stop 1", "no flow '1'"),
         ("capture h9", "cannot capture 'h9'"),
@@ -65,6 +71,7 @@ def test_bad_input_prints_one_line_each_and_the_session_goes_on(tmp_path, capsys
     cli, out, err = _run(tmp_path, capsys, *[line for line, _ in bad], "paths h0 h1")
     errors = [line for line in err.splitlines() if line.strip()]
     assert len(errors) == len(bad), err  # exactly one line per bad command
+    assert cli.failures == len(bad)  # what a script's exit status says
     for (line, words), got in zip(bad, errors, strict=True):
         assert words in got, f"{line!r} printed {got!r}"
     assert "fcbb:bb00:" in out  # the last command still ran
@@ -115,3 +122,91 @@ def test_the_py_command_sees_the_testbed(tmp_path, capsys):
     scope = cli.getLocals()
     assert scope["bed"] is cli.bed and scope["net"] is cli.bed.net and "h0" in scope
     assert "c0" not in scope and list(cli.mn) == ["h0", "h1"] + [s.name for s in FABRIC.switches]
+
+
+class _Agent:
+    """An agent's control channel as a finished 4 KiB MRC transfer leaves it."""
+
+    EVS = {"rows": [{"ev": 0x1C000, "plane": 0, "state": "ASSUMED_BAD", "active": False, "skips": 2,
+                     "benched": 1, "srtt_ms": 1.5, "bytes_sent": 4096}],
+           "bytes_acked": 4096, "congestion": None}
+
+    def __init__(self) -> None:
+        self.qps: set[int] = set()
+
+    def call(self, command, qpn=None, **_):
+        if command == "open":
+            self.qps.add(qpn)
+        elif command == "close":
+            self.qps.discard(qpn)
+        elif qpn not in self.qps:
+            raise ValueError(f"no QP {qpn}")
+        return {"progress": {"bytes": 4096, "streaming": False, "messages": 1, "posted": 1},
+                "evs": self.EVS,
+                "stats": {"digests": {"0": "d"}, "bins": {}, "bytes_delivered": 4096,
+                          "messages_acked": 1}}.get(command, {})
+
+
+def _finished_flow():
+    from experiments.flows import AgentFlow
+
+    agents = {"h0": _Agent(), "h1": _Agent()}
+    flow = AgentFlow(agents, "mrc", "h0", "h1", qpn=1, number=1)
+    flow.nbytes = 4096
+    return flow
+
+
+def test_scripts_wait_for_flows_sleep_and_evs_shows_an_ended_flow_as_it_ended(tmp_path, capsys):
+    flow = _finished_flow()
+    t0 = time.monotonic()
+    cli, out, err = _run(tmp_path, capsys, "wait", "evs h0", "evs h0 1", "sleep 0.2", "wait",
+                         "wait 1", flows=[flow])
+    assert time.monotonic() - t0 >= 0.2
+    assert not err and cli.failures == 0
+    lines = out.splitlines()
+    assert lines[0] == "flow 1 done: 4.0 KiB, data ok"
+    assert flow.closed  # the QP is gone, and `evs` still shows how its EVs ended
+    shown = [i for i, line in enumerate(lines) if "(ended: done, data ok; its EV set as it ended)" in line]
+    assert len(shown) == 2, out
+    assert "ASSUMED_BAD" in lines[shown[0] + 2] and "0x1c000" in lines[shown[0] + 2]
+    assert "no flow running: nothing to wait for" in out
+    assert "flow 1 has already ended: done, data ok" in out
+
+
+def test_a_script_stops_at_exit_and_counts_its_failed_lines(tmp_path, capsys):
+    from experiments.shell.session import script_status
+
+    cli, out, err = _run(tmp_path, capsys, "# a comment", "paths h0 h9", "frobnicate", "exit",
+                         "paths h0 h1")
+    assert cli.failures == 2 and "fcbb:bb00:" not in out  # nothing after `exit` ran
+    assert script_status(tmp_path / "script", cli.failures) == 1
+    assert "2 command(s) of" in capsys.readouterr().err
+    assert script_status(tmp_path / "script", 0) == 0
+    assert script_status(None, 3) == 0  # at the prompt, mistakes do not make an exit status
+
+
+def test_plot_and_capture_write_under_results_not_the_current_folder(tmp_path, capsys, monkeypatch):
+    from experiments.shell import console
+
+    repo = Path(__file__).resolve().parents[4]
+    assert console.SESSION_RESULTS == repo / "results" / "cli"  # never the current folder
+    written = []
+    monkeypatch.setattr(console, "SESSION_RESULTS", tmp_path / "results" / "cli")
+    monkeypatch.setattr(testbed.Testbed, "plot", lambda self, path, flows=None: written.append(path) or path)
+    monkeypatch.setattr(testbed.Testbed, "capture",
+                        lambda self, target, path: written.append(path) or type("C", (), {"path": path})())
+    monkeypatch.chdir(tmp_path)
+    cli, out, err = _run(tmp_path, capsys, "plot", "capture h1")
+    assert not err, err
+    assert written == [tmp_path / "results" / "cli" / "session.png",
+                       tmp_path / "results" / "cli" / "h1.pcap"]
+    assert (tmp_path / "results" / "cli").is_dir()  # made for the capture (the plot makes its own)
+
+
+def test_a_command_that_fails_makes_no_results_folder(tmp_path, capsys, monkeypatch):
+    from experiments.shell import console
+
+    monkeypatch.setattr(console, "SESSION_RESULTS", tmp_path / "results" / "cli")
+    _, _, err = _run(tmp_path, capsys, "plot", "capture h9")
+    assert "no flow to plot yet" in err and "cannot capture 'h9'" in err
+    assert not (tmp_path / "results").exists()

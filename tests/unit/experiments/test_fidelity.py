@@ -1,0 +1,57 @@
+"""The fidelity verdict on synthetic runs (no root): a run whose link was held below its rate is
+not faithful and says why, whatever the CPU idle says; the demo's table says so too."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from experiments import fidelity, runner
+from experiments.demo import format_table
+from experiments.scenarios import default_options
+from experiments.scenarios.base import Record
+
+
+def _cpu(idle: float) -> fidelity.CpuSampler:
+    cpu = fidelity.CpuSampler()  # never started: its samples are what the test says
+    cpu.samples = [(t / 4, idle) for t in range(40)]
+    return cpu
+
+
+def _verdict(rates: dict[str, float], idle: float = 35.0) -> dict:
+    opts = default_options("link-failure")
+    record = Record(windows={t: (0.0, 10.0) for t in rates}, link_rates=dict(rates))
+    return runner._fidelity(opts, record, _cpu(idle), datapath="kernel")
+
+
+def test_a_link_held_below_its_rate_is_not_faithful_and_says_why():
+    fid = _verdict({"roce": 19.5, "mrc": 17.41})  # the issue's demo: plenty of CPU idle
+    assert fid["faithful"] is False
+    (problem,) = fid["problems"]
+    assert problem.startswith("mrc: the receiver's plane-0 link carried 17.41 of 20 Mbit/s (87%")
+    assert fid["per_transport"]["mrc"]["link_mbps_achieved"] == 17.41
+
+
+def test_full_links_and_plenty_of_cpu_are_faithful():
+    fid = _verdict({"roce": 12.0, "mrc": 19.9, "spray": 19.95, "tcp": 19.9, "mptcp": 18.3})
+    assert fid["faithful"] is True and fid["problems"] == []
+
+
+def test_the_floor_is_stated_and_mptcp_has_its_own():
+    assert fidelity.LINK_FULL_FLOOR == 0.95
+    assert fidelity.link_problem("tcp", 18.9, 20.0) is not None  # 94.5%
+    assert fidelity.link_problem("tcp", 19.0, 20.0) is None
+    assert fidelity.link_problem("mptcp", 18.3, 20.0) is None  # 91.5%: above its 85%
+    assert fidelity.link_problem("mptcp", 16.0, 20.0) is not None
+    assert fidelity.link_problem("roce", 1.0, 20.0) is None  # a single window need not fill it
+    assert fidelity.link_problem("mrc", None, 20.0) is None  # not measured
+
+
+def test_the_demo_says_not_faithful_and_why():
+    fid = _verdict({"roce": 19.5, "mrc": 17.41})
+    fid.update(cpu_idle_min_pct=27.9, cpu_idle_p10_pct=35.6, link_mbps_achieved=17.41, warnings=[])
+    summary = {"transports": {"mrc": {"recovery_ms": 0.0, "stall_ms": 10.0, "goodput_before_mbps": 67.3,
+                                      "goodput_during_mbps": 61.9, "data_ok": True}},
+               "failure": {"link": "p0l0-p0s1", "at_s": 3.0, "restored_at_s": 6.0},
+               "routing": {"detect_ms": 900.0}, "fidelity": fid}
+    text = format_table(summary, Path("results/demo"))
+    assert "link 17.41/20.0 Mbit/s  NOT FAITHFUL: mrc: the receiver's plane-0 link carried 17.41" in text

@@ -52,6 +52,7 @@ check-fabric: setup
 	$(MRCLAB) check-fabric --planes 4 --leaves 4 --spines 2 --hosts-per-leaf 4
 
 bench: setup
+	$(PY) -m experiments.tools.cost_bench --profile
 	$(PY) -m experiments.tools.bench
 	$(PY) -m experiments.tools.startup_bench
 	$(PY) -m experiments.tools.dataplane_bench

@@ -34,6 +34,7 @@ with Testbed(build(planes=4, leaves=2, spines=2, hosts_per_leaf=1, link_mbps=10)
     changes, _ = flow.ev_history()
     result = flow.result()
     picture = bed.plot(out / "link_cut.png", [flow])
+    cpu = bed.cpu_headroom(since=t0)  # figures of a run without CPU to spare measure the VM
 
 mbps = series(result.bins, int(t0 / BIN_S), round(6.0 / BIN_S))
 at = lambda t: round((t - t0) / BIN_S)  # noqa: E731 - a bin index on the flow's clock
@@ -46,4 +47,6 @@ for t, ev, old, new in changes:
             f"{(t - restored) * 1e3:.0f} ms after the restore"
         print(f"EV {ev:#x} ({LINK}): {old} -> {new}, {since}")
 print(f"data ok: {result.data_ok}, {result.bytes_delivered} bytes")
+print(f"fidelity: CPU idle 10th percentile {cpu['cpu_idle_p10_pct']}%, "
+      f"{'faithful' if cpu['faithful'] else 'NOT faithful'}")
 print(f"plot: {picture}")

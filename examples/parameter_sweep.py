@@ -43,8 +43,10 @@ with Testbed(build(planes=4, leaves=2, spines=2, hosts_per_leaf=1, link_mbps=10)
         mbps = series(result.bins, int(t0 / BIN_S), round(4.0 / BIN_S))
         before, during = mean(mbps[50:150]), mean(mbps[160:300])  # 0.5-1.5 s, 1.6-3.0 s
         rows.append((size, before, during, result.data_ok))
+        faithful = bed.cpu_headroom(since=t0)["faithful"]  # figures without CPU to spare measure the VM
         print(f"ev_set_size={size}: before {before:.1f} Mbit/s, during the cut {during:.1f} Mbit/s "
-              f"({during / before:.0%}), data ok: {result.data_ok}")
+              f"({during / before:.0%}), data ok: {result.data_ok}, "
+              f"{'faithful' if faithful else 'NOT faithful'}")
         time.sleep(0.3)  # the closed QPs' last packets drain
 
 fig, ax = plt.subplots(figsize=(6, 3.5), dpi=100)

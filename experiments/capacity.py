@@ -22,6 +22,13 @@ whatever the rate, the benchmark's `forwarding_cores`, while kernel routers forw
 agents' own softirq (already in the per-core figure). A run whose busy senders would send more
 says so too, and `--link-mbps auto` keeps under both bounds.
 
+Where this machine has a calibration of its own (experiments/calibration.py: the cost
+benchmark's short form, `make setup`), it replaces the per-core figures for the backend it was
+measured on: the agents then cost its fixed share of a core per host NIC port plus its marginal
+CPU per data packet, and a run fits while that stays within `AUTO_CPU_SHARE` of the cores free
+when it starts (`agent_cores`): the mean idle that leaves kept the 10th percentile of idle well
+above the fidelity floor, and a machine a third slower than at calibration still within it.
+
 Backends are only names here: any backend the benchmark measured (`--switch` names) plugs in.
 """
 
@@ -47,6 +54,8 @@ MIN_AGENT_CORES = 0.25
 # forwarding_cores (their handler and revalidator threads, ovsdb-server, the controller). A
 # backend not listed gets the lowest figure.
 AGENT_DATA_PPS_PER_CORE = {"linux": 4800, "ovs": 2350}
+# With a calibration: the share of the free cores the predicted whole-machine CPU may take.
+AUTO_CPU_SHARE = 0.6
 # Rates `--link-mbps auto` chooses from (Mbit/s), fastest first.
 LADDER = (1000.0, 400.0, 200.0, 100.0, 50.0, 20.0, 10.0, 5.0, 2.0, 1.0)
 
@@ -69,6 +78,22 @@ def load(params: FabricParams, busy_senders: int, mtu_payload: int) -> float:
 def agent_load(params: FabricParams, busy_senders: int, mtu_payload: int) -> float:
     """Data packets per second the run's agents send at most: `busy_senders` filling every NIC."""
     return _frames_per_s(params, busy_senders, mtu_payload)
+
+
+def host_ports(params: FabricParams) -> int:
+    """Host NIC ports: one per host per plane (what the agents' fixed cost grows with)."""
+    return params.planes * params.leaves * params.hosts_per_leaf
+
+
+def calibrated_cost(cal: dict[str, Any], params: FabricParams) -> tuple[float, float]:
+    """(cores, cores per data packet/s) the whole machine spends on a run of `params` by this
+    machine's calibration: its fixed cores scaled by host NIC ports, and its marginal cost per
+    delivered data packet (where the fit's fixed part came out negative, none fixed and the
+    dearest packet it measured)."""
+    fixed, marginal = float(cal["fixed_cores"]), float(cal["marginal_us_per_packet"]) * 1e-6
+    if fixed < 0 or marginal <= 0:
+        fixed, marginal = 0.0, max(r["busy_cores"] / r["delivered_data_pps"] for r in cal["runs"])
+    return fixed * host_ports(params) / host_ports(FabricParams.from_dict(cal["fabric"])), marginal
 
 
 def switch_ports(params: FabricParams) -> int:
@@ -100,12 +125,15 @@ def capacity(backend: str, params: FabricParams, measured: dict[str, Any],
 
 def assess(backend: str, params: FabricParams, busy_senders: int, mtu_payload: int,
            measured: dict[str, Any], reference: dict[str, Any],
-           agent_cores: int | None = None) -> dict[str, Any]:
+           agent_cores: float | None = None,
+           calibration: dict[str, Any] | None = None) -> dict[str, Any]:
     """Whether the run fits: capacity's keys and "backend", "busy_senders",
     "needed_packet_hops_per_s", "faithful_packet_hops_per_s", "switches_within", "within". A
     backend nothing is known about counts as within (source "none" says so). With
     `agent_cores` (the machine's cores), the agents' bound too, on the cores the switches leave
-    them: "agent_cores", "agent_data_pps_needed", "agent_data_pps_faithful", "agents_within"."""
+    them: "agent_cores", "agent_data_pps_needed", "agent_data_pps_faithful", "agents_within";
+    with a `calibration` of this backend (experiments/calibration.py), the agents' bound is
+    this machine's: "calibrated" True and "cores_needed", "cores_allowed"."""
     cap = capacity(backend, params, measured, reference)
     faithful = cap["packet_hops_per_s"] * FAITHFUL_SHARE
     needed = load(params, busy_senders, mtu_payload)
@@ -116,21 +144,33 @@ def assess(backend: str, params: FabricParams, busy_senders: int, mtu_payload: i
     if agent_cores is not None:
         agents_need = agent_load(params, busy_senders, mtu_payload)
         cores = max(agent_cores - cap["forwarding_cores"], MIN_AGENT_CORES)
-        agents_faithful = round(agent_pps_per_core(backend) * cores)
+        if calibration is not None and calibration.get("backend") == backend:
+            allowed = cores * AUTO_CPU_SHARE
+            fixed, marginal = calibrated_cost(calibration, params)
+            needed = fixed + marginal * agents_need
+            agents_faithful = round(max(allowed - fixed, 0.0) / marginal)
+            out.update({"calibrated": True, "cores_needed": round(needed, 2),
+                        "cores_allowed": round(allowed, 2), "agents_within": needed <= allowed})
+        else:
+            agents_faithful = round(agent_pps_per_core(backend) * cores)
+            out.update({"calibrated": False, "agents_within": agents_need <= agents_faithful})
         out.update({"agent_cores": round(cores, 2), "agent_data_pps_needed": round(agents_need),
-                    "agent_data_pps_faithful": agents_faithful,
-                    "agents_within": agents_need <= agents_faithful})
+                    "agent_data_pps_faithful": agents_faithful})
         out["within"] = out["switches_within"] and out["agents_within"]
     return out
 
 
 def faithful_rate(backend: str, params: FabricParams, busy_senders: int, mtu_payload: int,
                   measured: dict[str, Any], reference: dict[str, Any],
-                  agent_cores: int | None = None) -> float:
-    """The fastest rate of `LADDER` at which the run fits (the slowest if none does)."""
+                  agent_cores: float | None = None, calibration: dict[str, Any] | None = None,
+                  ceiling: float | None = None) -> float:
+    """The fastest rate of `LADDER` (at most `ceiling`) at which the run fits (the slowest if
+    none does)."""
     for rate in LADDER:
+        if ceiling is not None and rate > ceiling:
+            continue
         if assess(backend, replace(params, link_mbps=rate), busy_senders, mtu_payload,
-                  measured, reference, agent_cores)["within"]:
+                  measured, reference, agent_cores, calibration)["within"]:
             return rate
     return LADDER[-1]
 
@@ -138,6 +178,11 @@ def faithful_rate(backend: str, params: FabricParams, busy_senders: int, mtu_pay
 def describe(a: dict[str, Any]) -> str:
     """One line: what the run needs against what its backend carries (or, where the switches
     would carry it, against what the agents send faithfully)."""
+    if a.get("agents_within") is False and a.get("switches_within", True) and a.get("calibrated"):
+        return (f"needs about {a['cores_needed']:g} cores of this machine for its agents and "
+                f"switches ({a['agent_data_pps_needed']:,} data packets/s, by this machine's "
+                f"calibration); {a['cores_allowed']:g} is what a faithful run may take of the "
+                f"{a['agent_cores']:g} free")
     if a.get("agents_within") is False and a.get("switches_within", True):
         return (f"has its agents send up to {a['agent_data_pps_needed']:,} data packets/s; "
                 f"{a['agent_data_pps_faithful']:,} is what they send faithfully on the "

@@ -180,6 +180,9 @@ def make_parser() -> argparse.ArgumentParser:
                                        "experiments/reference/full.json")
     docs.add_argument("--from", dest="results", type=Path, default=None,
                       help="first rewrite the reference from a full run's results (make experiment)")
+    docs.add_argument("--cost", type=Path, default=None, metavar="FILE",
+                      help="first take the cost figures from this cost benchmark result "
+                           "(results/bench/cost.json, `make bench`)")
     sub.add_parser("bench", help="the agent's packet rate per CPU core (results/bench/agent.json)")
     clean = sub.add_parser("clean", help="remove bridges, interfaces and processes left by a killed run")
     clean.add_argument("--json", action="store_true", help="print what was removed and left as JSON")
@@ -256,15 +259,25 @@ def run_options(args: argparse.Namespace):  # -> experiments.scenarios.Options
                    datapath=args.datapath, dataplane=args.dataplane, switch_backend=args.switch,
                    capture=capture, packet_log=packet_log, replace=replacements,
                    given=frozenset(given), **fields)
-    if args.link_mbps == "auto":  # the fastest rate the run's switches carry faithfully
+    if args.link_mbps in (None, "auto"):
+        # auto: the fastest rate this machine carries faithfully now (its calibration, the
+        # cores free as the run starts); no rate given: the scenario's, or less where that one
+        # would not be faithful here.
         from dataclasses import replace
 
+        from experiments import calibration
         from experiments.runner import faithful_link_mbps
         from topologies import switches
 
-        rate = faithful_link_mbps(check(opts), switches.resolve(args.switch))
+        rate = faithful_link_mbps(check(opts), switches.resolve(args.switch), calibration.free_cores(),
+                                  ceiling=None if args.link_mbps == "auto" else f.link_mbps)
         opts = replace(opts, fabric=replace(fabric, link_mbps=rate))
     return check(opts)
+
+
+def scenario_default_mbps(name: str) -> float:
+    from experiments.scenarios import scenario
+    return scenario(name).fabric.link_mbps
 
 
 _interrupted = False
@@ -343,6 +356,11 @@ def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "run":
         opts = run_options(args)
         out = outdir.check(RESULTS / args.scenario if args.out is None else args.out)
+        nominal = scenario_default_mbps(args.scenario)
+        if args.link_mbps is None and opts.fabric.link_mbps < nominal:
+            print(f"[{args.scenario}] links at {opts.fabric.link_mbps:g} Mbit/s, not the scenario's "
+                  f"{nominal:g}: that would not be faithful on this machine's free CPU now "
+                  f"(`--link-mbps {nominal:g}` forces it)", flush=True)
         switches.check(opts.switch_backend)
         from experiments.runner import run_scenario
         summary = run_scenario(opts, out, progress=lambda m: print(f"[{args.scenario}] {m}", flush=True))
@@ -355,7 +373,7 @@ def _dispatch(args: argparse.Namespace) -> int:
         return 0 if all(t.get("data_ok") for t in summary["transports"].values()) and not failed else 1
     if args.command == "docs":
         from experiments.docs_gen import update
-        for path in update(args.results):
+        for path in update(args.results, cost=args.cost):
             print(f"rewrote {path}")
         return 0
     if args.command == "validate":

@@ -24,6 +24,9 @@ from topologies import files
 
 REPO = Path(__file__).resolve().parent.parent
 REFERENCE = Path(__file__).resolve().parent / "reference" / "full.json"
+# The cost benchmark's result the docs show (`make bench` writes results/bench/cost.json;
+# `mrclab docs --cost results/bench/cost.json` takes it as the reference).
+COST_REFERENCE = Path(__file__).resolve().parent / "reference" / "cost.json"
 CONFIG_SOURCE = REPO / "endpoints" / "protocol" / "config.py"
 DOCUMENTS = (REPO / "README.md", REPO / "docs" / "experiments.md", REPO / "docs" / "transport.md")
 SCENARIOS = tuple(REGISTRY)  # the registry's order: one list for make, the docs and the sweep
@@ -225,7 +228,48 @@ def parameters_table(_: dict[str, Any] | None = None) -> str:
     return "\n".join(rows) + "\n"
 
 
-BLOCKS: dict[str, Callable[[dict[str, Any]], str]] = {"results": results_table,
+def cost_section(_: dict[str, Any] | None = None) -> str:
+    """The whole machine's CPU per delivered data packet (experiments/reference/cost.json), and
+    the link rate `--link-mbps auto` would pick with it on each scenario's default fabric."""
+    from experiments import capacity
+    from experiments.scenarios import Options, default_options
+
+    cost = json.loads(COST_REFERENCE.read_text())
+    fab = cost["fabric"]
+    rows = [f"Measured with `make bench` on the {fab['planes']} x {fab['leaves']} x {fab['spines']} x "
+            f"{fab['hosts_per_leaf']} permutation (MRC only, {cost['backend']} switches, seed "
+            f"{cost['seed']}, {cost['fingerprint']['cores']} cores, {cost['fingerprint']['cpu']}):",
+            "", "| link rate | data packets/s delivered | cores busy | us per packet | CPU idle p10 "
+                "| faithful |", "|---|---|---|---|---|---|"]
+    for r in cost["runs"]:
+        verdict = "yes" if r["faithful"] else "no"
+        rows.append(f"| {r['link_mbps']:g} Mbit/s | {r['delivered_data_pps']:,} | {r['busy_cores']:.2f} | "
+                    f"{r['us_per_packet']:.0f} | {r['cpu_idle_p10_pct']}% | {verdict} |")
+    refs = cost["references"]
+    rows += ["", f"Fit: **{cost['fixed_cores']:.2f} of a core whatever the rate, plus "
+                 f"{cost['marginal_us_per_packet']:.0f} us per delivered data packet**. A bare Python "
+                 f"UDP send-and-receive loop takes {refs['python_udp_loop_us_per_datagram']} us per "
+                 f"datagram on the same machine."]
+    picks = []
+    for name, sc in REGISTRY.items():
+        opts: Options = default_options(name)
+        senders = sc.kind.busy_senders(opts, _fabric(opts))
+        rate = capacity.faithful_rate(cost["backend"], opts.fabric, senders, 4096, {}, {},
+                                      agent_cores=cost["fingerprint"]["cores"], calibration=cost)
+        picks.append(f"{name} {rate:g}")
+    rows += ["", "With these figures as its calibration, on an idle machine, `--link-mbps auto` picks "
+                 "(Mbit/s; a run without `--link-mbps` takes the smaller of this and the scenario's "
+                 "own rate): " + ", ".join(picks) + "."]
+    return "\n".join(rows) + "\n"
+
+
+def _fabric(opts: Any) -> Any:
+    from topologies.model import Fabric
+    return Fabric(opts.fabric)
+
+
+BLOCKS: dict[str, Callable[[dict[str, Any]], str]] = {"cost": cost_section,
+                                                      "results": results_table,
                                                       "demo": demo_sentence,
                                                       "transport-parameters": parameters_table}
 
@@ -246,9 +290,12 @@ def load_reference(path: Path = REFERENCE) -> dict[str, Any]:
 
 
 def update(results: Path | None = None, reference_path: Path = REFERENCE,
-           documents: tuple[Path, ...] = DOCUMENTS) -> list[Path]:
-    """Rewrite the reference from `results` (if given), then every generated block; returns
-    the documents that changed."""
+           documents: tuple[Path, ...] = DOCUMENTS, cost: Path | None = None) -> list[Path]:
+    """Rewrite the reference from `results` (if given) and the cost reference from `cost` (a
+    cost benchmark's result, if given), then every generated block; returns the documents that
+    changed."""
+    if cost is not None:
+        files.write_json(COST_REFERENCE, json.loads(cost.read_text()))
     if results is not None:
         files.write_json(reference_path, reference_from_results(results))
     reference = load_reference(reference_path)

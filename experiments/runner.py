@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from endpoints.protocol.config import TransportConfig
-from experiments import capacity, fidelity, metrics, outdir
+from experiments import calibration, capacity, fidelity, metrics, outdir
 from experiments.flows import ev_timeline
 from experiments.scenarios.base import Options, Record
 from experiments.testbed import Testbed, describe_switches
@@ -42,21 +42,27 @@ class Run:
     record: Record
 
 
-def assess_load(opts: Options, backend: str) -> dict:
-    """What the run asks of the switches against what `backend` carries faithfully
-    (experiments/capacity.py), from this machine's `make bench` or the committed reference."""
+def assess_load(opts: Options, backend: str, free_cores: float | None = None) -> dict:
+    """What the run asks of the switches and the agents against what `backend` carries
+    faithfully (experiments/capacity.py): this machine's calibration and `make bench` where it
+    has them, the committed reference otherwise; the agents count on `free_cores` (default:
+    every core)."""
     senders = opts.scenario.kind.busy_senders(opts, Fabric(opts.fabric))
     return capacity.assess(backend, opts.fabric, senders, TransportConfig().mtu_payload,
                            files.read_json(MEASURED_CAPACITY), files.read_json(REFERENCE_CAPACITY),
-                           agent_cores=os.cpu_count() or 1)
+                           agent_cores=os.cpu_count() or 1 if free_cores is None else free_cores,
+                           calibration=calibration.load(backend))
 
 
-def faithful_link_mbps(opts: Options, backend: str) -> float:
-    """The fastest link rate at which the run fits its backend's capacity (`--link-mbps auto`)."""
+def faithful_link_mbps(opts: Options, backend: str, free_cores: float | None = None,
+                       ceiling: float | None = None) -> float:
+    """The fastest link rate (at most `ceiling`) at which the run fits what this machine carries
+    faithfully (`--link-mbps auto`; the scenario's own rate as `ceiling` when none is given)."""
     senders = opts.scenario.kind.busy_senders(opts, Fabric(opts.fabric))
     return capacity.faithful_rate(backend, opts.fabric, senders, TransportConfig().mtu_payload,
                                   files.read_json(MEASURED_CAPACITY), files.read_json(REFERENCE_CAPACITY),
-                                  agent_cores=os.cpu_count() or 1)
+                                  agent_cores=os.cpu_count() or 1 if free_cores is None else free_cores,
+                                  calibration=calibration.load(backend), ceiling=ceiling)
 
 
 def execute(opts: Options, workdir: Path, say: Progress) -> tuple[Record, dict]:
@@ -64,7 +70,11 @@ def execute(opts: Options, workdir: Path, say: Progress) -> tuple[Record, dict]:
     before the fabric starts when the switches cannot carry the offered load faithfully."""
     kind, record = opts.scenario.kind, Record()
     fabric = Fabric(opts.fabric)
-    load = assess_load(opts, switches.resolve(opts.switch_backend))
+    backend = switches.resolve(opts.switch_backend)
+    load = assess_load(opts, backend, calibration.free_cores())
+    cal = calibration.load(backend)
+    load["calibration"] = None if cal is None else {
+        k: cal[k] for k in ("fixed_cores", "marginal_us_per_packet", "fingerprint", "fabric", "seed")}
     if not load["within"]:
         say(f"warning: at {opts.fabric.link_mbps:g} Mbit/s this run {capacity.describe(load)}: "
             f"expect the switches or the agents, not the links, to set the pace (--link-mbps "

@@ -25,7 +25,7 @@ import sys
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from endpoints.host import overrides
 from endpoints.host.control import AgentClient
@@ -266,6 +266,14 @@ class Testbed:
             for host in self.fabric.hosts:
                 hostnet.configure_mptcp(self.fabric, host, self.em.pid(host.name))
             self._mptcp = True
+
+    def cpu_headroom(self, since: float = 0.0) -> dict[str, Any]:
+        """The CPU side of fidelity since `since` (monotonic s): the 10th percentile of the
+        machine's idle share and whether it stayed above the floor a faithful run needs
+        (fidelity.CPU_IDLE_FLOOR_PCT): a script checks it before trusting its figures."""
+        p10 = self.cpu.low_idle(since)
+        return {"cpu_idle_p10_pct": None if p10 is None else round(p10, 1),
+                "faithful": p10 is None or p10 >= fidelity.CPU_IDLE_FLOOR_PCT}
 
     # ----- liveness -------------------------------------------------------------------------
     def check_alive(self) -> None:

@@ -29,6 +29,7 @@ def _number(pattern, text):
 
 def test_link_cut(tmp_path):
     out = _run("link_cut.py", "--out", str(tmp_path))
+    assert "faithful" in out and "NOT faithful" not in out, f"the run was not faithful:\n{out}"
     before = _number(r"before the cut: ([\d.]+) Mbit/s", out)
     during = _number(r"while cut: ([\d.]+) Mbit/s", out)
     after = _number(r"after the restore: ([\d.]+) Mbit/s", out)
@@ -46,6 +47,8 @@ def test_parameter_sweep(tmp_path):
     rows = {int(m[0]): (float(m[1]), float(m[2]), m[3]) for m in re.findall(
         r"ev_set_size=(\d+): before ([\d.]+) Mbit/s, during the cut ([\d.]+) Mbit/s .*data ok: (\w+)", out)}
     assert sorted(rows) == [2, 4, 8] and all(ok == "True" for _, _, ok in rows.values())
+    # Figures only of runs with CPU to spare: an unfaithful one is the fault this test reports.
+    assert out.count(", faithful") == 3, f"a run of the sweep was not faithful:\n{out}"
     # 2 EVs use 2 planes, 4 and 8 all four: the goodput before the cut says so.
     assert 0.4 < rows[2][0] / rows[8][0] < 0.6 and rows[4][0] > 0.9 * rows[8][0]
     # During the cut: 8 EVs keep a path on plane 0; 4 lose plane 0 (its only EV is benched),
@@ -62,6 +65,7 @@ def test_custom_fabric():
     assert "h0->h4: 6 paths" in out
     assert "p1s2 failed: 1 path(s) down: 0x2c005 (p1s2 failed)" in out
     assert "p1s2 recovered: 6 of 6 paths up" in out
+    assert "mrc fidelity" in out and "NOT faithful" not in out, f"a run was not faithful:\n{out}"
     mrc = _number(r"mrc: ([\d.]+) of 40 Mbit/s", out)
     tcp = _number(r"tcp: ([\d.]+) of 20 Mbit/s", out)
     assert mrc > 0.85 * 40 and tcp > 0.8 * 20 and out.count("data ok: True") == 2

@@ -27,6 +27,7 @@ def _run(tmp_path, name, backend, *args, timeout=400):
     proc = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=timeout)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     summary = json.loads((out / "summary.json").read_text())
+    _assert_faithful(summary)
     assert (out / "goodput.png").stat().st_size > 10_000
     header = (out / "timeseries.csv").read_text().splitlines()[0]
     assert header.startswith("t_s,")
@@ -37,6 +38,18 @@ def _run(tmp_path, name, backend, *args, timeout=400):
     assert summary["switch_backend"] == backend == summary["switches"]["switch_backend"]
     _check_traces(summary, out)
     return summary, out
+
+
+def _assert_faithful(summary):
+    """Every figure below is asserted only of a faithful run, and a run that is not faithful is a
+    fault of the product itself: its link rate was chosen for this machine (the scenario's rate,
+    or less where this machine's calibration and the cores free at the start said so)."""
+    fid, cap = summary["fidelity"], summary.get("capacity", {})
+    how = "this machine's calibration" if cap.get("calibrated") else "the committed per-core figures"
+    assert fid["faithful"], (
+        f"not faithful at {summary['fabric']['link_mbps']:g} Mbit/s, the rate {how} chose "
+        f"(free cores {cap.get('agent_cores')}, needed {cap.get('cores_needed')} of "
+        f"{cap.get('cores_allowed')} allowed): {fid['problems']}")
 
 
 def _check_traces(summary, out):

@@ -675,7 +675,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     signal.signal(signal.SIGTERM, lambda *_: setattr(agent, "running", False))
     # MRCLAB_AGENT_PROFILE=DIR: the agent's Python profile (cProfile) written to
-    # DIR/agent-HOST.prof when it ends, for `make bench`'s cost breakdown (docs/performance.md).
+    # DIR/agent-HOST.prof when it ends, for `make bench`'s cost breakdown (experiments/tools/cost_bench.py).
     profile_dir = os.environ.get("MRCLAB_AGENT_PROFILE")
     profiler = None
     if profile_dir:
@@ -687,7 +687,7 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         agent.close()
     finally:
-        if profiler is not None:
+        if profiler is not None and profile_dir:
             profiler.disable()
             profiler.dump_stats(os.path.join(profile_dir, f"agent-{agent.host.name}.prof"))
     return 0

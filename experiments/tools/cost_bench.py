@@ -123,14 +123,19 @@ def measure(rate: float, seconds: float, seed: int, backend: str, out: Path,
             "cpu_idle_p10_pct": fid["per_transport"]["mrc"]["cpu_idle_p10_pct"]}
 
 
-def fit(runs: list[dict[str, Any]]) -> dict[str, float]:
-    """Least squares of busy cores on delivered packets/s: fixed cores + marginal us/packet."""
-    xs = [r["delivered_data_pps"] for r in runs]
-    ys = [r["busy_cores"] for r in runs]
+def fit(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Least squares of busy cores on delivered packets/s: fixed cores + marginal us/packet,
+    over the faithful runs where there are two (a saturated machine's cores stop growing with
+    the rate, which would bend the line)."""
+    used = [r for r in runs if r["faithful"]]
+    used = used if len(used) >= 2 else runs
+    xs = [r["delivered_data_pps"] for r in used]
+    ys = [r["busy_cores"] for r in used]
     n, mx, my = len(xs), sum(xs) / len(xs), sum(ys) / len(ys)
     sxx = sum((x - mx) ** 2 for x in xs)
     slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sxx if n > 1 and sxx else 0.0
-    return {"fixed_cores": round(my - slope * mx, 3), "marginal_us_per_packet": round(slope * 1e6, 1)}
+    return {"fixed_cores": round(my - slope * mx, 3), "marginal_us_per_packet": round(slope * 1e6, 1),
+            "fitted_rates": [r["link_mbps"] for r in used]}
 
 
 def python_udp_loop_us(packets: int = 20000, size: int = 4096) -> float:

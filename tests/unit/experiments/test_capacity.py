@@ -175,3 +175,57 @@ def test_the_agents_get_the_cores_a_userspace_switch_leaves():
     greedy = {"ovs": {"16x4": {**bench["ovs"]["16x4"], "forwarding_cores": 5.0}}}
     floor = capacity.assess("ovs", p, 8, MTU, greedy, {}, agent_cores=2)
     assert floor["agent_cores"] == capacity.MIN_AGENT_CORES
+
+
+def _calibration(fixed=0.2, marginal=200.0, backend="linux"):
+    """A calibration as `make setup` writes it, measured on the default permutation."""
+    fabric = FabricParams(planes=2, leaves=4, spines=2, hosts_per_leaf=2, link_mbps=10.0)
+    return {"backend": backend, "fabric": fabric.as_dict(), "fixed_cores": fixed,
+            "marginal_us_per_packet": marginal,
+            "runs": [{"busy_cores": 0.7, "delivered_data_pps": 2300},
+                     {"busy_cores": 1.3, "delivered_data_pps": 4600}]}
+
+
+def test_a_calibration_replaces_the_per_core_figures_for_its_backend():
+    p = FabricParams(planes=2, leaves=4, spines=2, hosts_per_leaf=2, link_mbps=10.0)
+    cal = _calibration()
+    a = capacity.assess("linux", p, 8, MTU, {}, {}, agent_cores=2, calibration=cal)
+    need = capacity.agent_load(p, 8, MTU)
+    assert a["calibrated"] is True
+    assert a["cores_needed"] == pytest.approx(0.2 + 200e-6 * need, abs=0.01)
+    assert a["cores_allowed"] == pytest.approx(2 * capacity.AUTO_CPU_SHARE)
+    assert a["agents_within"] is (a["cores_needed"] <= a["cores_allowed"])
+    assert "calibration" in capacity.describe({**a, "agents_within": False})
+    # Another backend's calibration does not apply: the committed figures count.
+    other = capacity.assess("ovs", p, 8, MTU, {}, {}, agent_cores=2, calibration=cal)
+    assert other["calibrated"] is False
+
+
+def test_the_fixed_cost_grows_with_host_ports_and_the_marginal_with_packets():
+    cal = _calibration(fixed=0.4, marginal=100.0)
+    small = FabricParams(planes=1, leaves=2, spines=2, hosts_per_leaf=1, link_mbps=10.0)  # 2 ports
+    big = FabricParams(planes=4, leaves=4, spines=2, hosts_per_leaf=2, link_mbps=10.0)  # 32 ports
+    assert capacity.calibrated_cost(cal, small) == pytest.approx((0.4 * 2 / 16, 100e-6))
+    assert capacity.calibrated_cost(cal, big) == pytest.approx((0.4 * 32 / 16, 100e-6))
+    # A fit whose fixed part came out negative (noise): none fixed, the dearest packet measured.
+    fixed, marginal = capacity.calibrated_cost(_calibration(fixed=-0.1), big)
+    assert fixed == 0.0 and marginal == pytest.approx(0.7 / 2300)
+
+
+def test_auto_takes_the_free_cores_and_a_ceiling():
+    p = FabricParams(planes=2, leaves=4, spines=2, hosts_per_leaf=2, link_mbps=10.0)
+    cal = _calibration(fixed=0.2, marginal=200.0)
+    idle = capacity.faithful_rate("linux", p, 8, MTU, {}, {}, agent_cores=2, calibration=cal)
+    busy = capacity.faithful_rate("linux", p, 8, MTU, {}, {}, agent_cores=1, calibration=cal)
+    assert busy < idle  # a core another program keeps busy is not counted on
+    for rate, cores in ((idle, 2), (busy, 1)):
+        fits = capacity.assess("linux", FabricParams(**{**p.as_dict(), "link_mbps": rate}), 8, MTU,
+                               {}, {}, agent_cores=cores, calibration=cal)
+        assert fits["within"] and fits["cores_needed"] <= cores * capacity.AUTO_CPU_SHARE
+        faster = [r for r in capacity.LADDER if r > rate][-1]
+        over = capacity.assess("linux", FabricParams(**{**p.as_dict(), "link_mbps": faster}), 8, MTU,
+                               {}, {}, agent_cores=cores, calibration=cal)
+        assert not over["within"]
+    cheap = _calibration(fixed=0.0, marginal=1.0)
+    assert capacity.faithful_rate("linux", p, 8, MTU, {}, {}, agent_cores=2, calibration=cheap,
+                                  ceiling=20.0) == 20.0

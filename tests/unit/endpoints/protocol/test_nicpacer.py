@@ -42,3 +42,51 @@ def test_a_paced_sender_hands_out_a_port_depth_of_frames_then_waits_for_the_port
     wait = snd.next_deadline()
     assert wait is not None and 0 < wait <= FRAME_S
     assert snd.poll(wait / 2) == [] and len(snd.poll(wait)) == 2
+
+
+def test_a_batched_port_wakes_its_sender_only_after_refill_frames_drained():
+    # The agents' setting: depth 1.5 + 3 frames, woken once 3 frames have left.
+    p = NicPacer(1, RATE, FRAME, depth=DEPTH_FRAMES + 3, refill=3)
+    for _ in range(4):
+        assert p.ready(0, 0.0)
+        p.charge(0, FRAME, 0.0)
+    assert p.ready(0, 0.0)  # 4 frames held: still under the depth (4.5)
+    p.charge(0, FRAME, 0.0)
+    assert not p.ready(0, 0.0)
+    # Woken when the port holds depth - refill = 1.5 frames again (3.5 frames later), not at the
+    # first moment it could take one more (0.5 frame later).
+    assert abs(p.next_ready(0.0) - 3.5 * FRAME_S) < 1e-9
+    assert NicPacer(1, RATE, FRAME, depth=DEPTH_FRAMES + 3).next_ready(0.0) == 0.0
+
+
+def test_a_refill_must_leave_the_port_something_to_send():
+    import pytest
+    with pytest.raises(ValueError, match="refill"):
+        NicPacer(1, RATE, FRAME, depth=2.0, refill=2.0)
+
+
+def test_frames_are_stamped_with_their_departure_where_the_pacer_says_so():
+    stamping = NicPacer(1, RATE, FRAME, depth=DEPTH_FRAMES + 3, refill=3, stamp_departure=True)
+    plain = NicPacer(1, RATE, FRAME, depth=DEPTH_FRAMES + 3, refill=3)
+    assert [stamping.charge(0, FRAME, 1.0) for _ in range(3)] == \
+        [1.0, 1.0 + FRAME_S, 1.0 + 2 * FRAME_S]  # each starts when the one before has left
+    assert [plain.charge(0, FRAME, 1.0) for _ in range(3)] == [1.0] * 3
+    # An idle port sends at once: the stamp is the time it was handed over.
+    assert stamping.charge(0, FRAME, 10.0) == 10.0
+
+
+def test_a_sender_on_a_stamping_pacer_measures_no_host_queue():
+    pacer = NicPacer(1, RATE, FRAME, depth=DEPTH_FRAMES + 3, refill=3, stamp_departure=True)
+    evs = [EvInfo(1 << 16 | 0xC000 + i, 0) for i in range(2)]
+    snd = MrcSender(1, 2, evs, TransportConfig(), 1, pacer=pacer)
+    snd.send_message(bytes(1 << 20), 0.0)
+    sent = snd.poll(0.0)
+    assert len(sent) == 5  # a batch: the depth's worth of frames in one poll
+    stamps = sorted(p.sent for p in snd.outstanding.values())
+    # One port: each frame leaves when the one before it has (its serialisation, the outer
+    # header included), so the RTT it measures starts then, not while it waits in the host.
+    gaps = [b - a for a, b in zip(stamps, stamps[1:], strict=False)]
+    assert stamps[0] == 0.0 and all(abs(g - gaps[0]) < 1e-12 for g in gaps)
+    assert gaps[0] >= FRAME_S * 0.95
+    ts = sorted(wire.decode(payload).tsval for _, payload in sent)
+    assert ts == [wire.ts_us(t) for t in stamps]

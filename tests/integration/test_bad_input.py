@@ -49,7 +49,7 @@ def readable_copy():
     (["demo", "--cut-at", "5", "--restore-at", "4"], "--cut-at < --restore-at"),
     (["frobnicate"], "invalid choice"),
     (["run", "frobnicate"], "invalid choice"),
-    (["run", "lossy-link", "--loss", "1.5"], "--loss must be a finite number in [0, 1]"),
+    (["run", "lossy-link", "--loss", "1.5"], "--loss: bad probability '1.5': it must lie in [0, 1]"),
     (["run", "permutation", "--duration", "inf"], "--duration must be a finite number"),
     (["run", "permutation", "--duration", "nan"], "--duration must be a finite number"),
     (["run", "collective", "--steps", "1000000000"], "--steps must be a whole number"),

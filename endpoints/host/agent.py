@@ -74,15 +74,18 @@ MAX_TRANSFER = 1 << 40  # bytes of one sized transfer (`stream` with total_bytes
 # Host queue sampling (trace) and NIC pacer resynchronisation period: one rtnetlink dump, a
 # fraction of a millisecond; faster sampling cost a visible share of the CPU.
 HOST_SAMPLE_S = 0.020
-# Wake-ups, not packets, were most of a paced agent's CPU (one per frame sent, one per frame
-# received): the NIC pacer lets each port run `NIC_REFILL_FRAMES` frames ahead and wakes its
-# senders once per that many (the host qdisc paces them; each frame is timestamped with its
-# departure), and after a wake-up that received datagrams the receive socket rests for
-# `RX_HOLDOFF_FRAMES` frame times at the link rate, as a NIC moderates its interrupts, so the
-# next wake-up finds several. Both are agent settings (`nic_refill_frames`, `rx_holdoff_frames`;
-# 0 and 0 is the former one-frame-per-wake-up agent).
-NIC_REFILL_FRAMES = 3.0
-RX_HOLDOFF_FRAMES = 1.0
+# Batched wake-ups, off by default: with `nic_refill_frames` the NIC pacer lets each port run
+# that many frames ahead and wakes its senders once per that many (the host qdisc paces them;
+# each frame is timestamped with its modelled departure), and with `rx_holdoff_frames` the
+# receive socket rests that many frame times after a wake-up that took a partial burst, as a NIC
+# moderates interrupts. Measured (docs/experiments.md, "What a run costs"): 3 and 1 cut the
+# permutation's fixed CPU from 0.45 to 0.15-0.28 of a core and the CPU per packet at 2-5 Mbit/s
+# by a fifth, but not at 10 Mbit/s; and they changed results: spray through a cut link fell
+# from 0.89 to 0.44-0.47 of its goodput (the modelled departures ran ahead of the real qdisc, so
+# SACKs echoed timestamps "from the future" and lost their RTT samples; the rest alone, 0.73).
+# Until the departure is read from the kernel rather than modelled, the agents run unbatched.
+NIC_REFILL_FRAMES = 0.0
+RX_HOLDOFF_FRAMES = 0.0
 
 
 @dataclass

@@ -263,12 +263,26 @@ def cost_section(_: dict[str, Any] | None = None) -> str:
     return "\n".join(rows) + "\n"
 
 
+def cost_profile(_: dict[str, Any] | None = None) -> str:
+    """The agents' top functions by own time in the cost reference's profiled run."""
+    cost = json.loads(COST_REFERENCE.read_text())
+    top = cost.get("profile_top") or []
+    if not top:
+        return "No profile in the reference (`make bench` profiles one run).\n"
+    rows = [f"The agents' top functions by own time (cProfile, every agent of one run at "
+            f"{cost.get('profile_link_mbps', 0):g} Mbit/s; the profiler slows small calls most, so "
+            f"shares are indicative; `send` holds the kernel's forwarding, which runs inline):", "",
+            "| function | calls | share of the agents' time |", "|---|---|---|"]
+    rows += [f"| `{r['function']}` | {r['calls']:,} | {r['share_pct']}% |" for r in top[:10]]
+    return "\n".join(rows) + "\n"
+
+
 def _fabric(opts: Any) -> Any:
     from topologies.model import Fabric
     return Fabric(opts.fabric)
 
 
-BLOCKS: dict[str, Callable[[dict[str, Any]], str]] = {"cost": cost_section,
+BLOCKS: dict[str, Callable[[dict[str, Any]], str]] = {"cost": cost_section, "cost-profile": cost_profile,
                                                       "results": results_table,
                                                       "demo": demo_sentence,
                                                       "transport-parameters": parameters_table}

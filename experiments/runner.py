@@ -48,10 +48,15 @@ def assess_load(opts: Options, backend: str, free_cores: float | None = None) ->
     has them, the committed reference otherwise; the agents count on `free_cores` (default:
     every core)."""
     senders = opts.scenario.kind.busy_senders(opts, Fabric(opts.fabric))
-    return capacity.assess(backend, opts.fabric, senders, TransportConfig().mtu_payload,
-                           files.read_json(MEASURED_CAPACITY), files.read_json(REFERENCE_CAPACITY),
-                           agent_cores=os.cpu_count() or 1 if free_cores is None else free_cores,
-                           calibration=calibration.load(backend))
+    cal = calibration.load(backend)
+    out = capacity.assess(backend, opts.fabric, senders, TransportConfig().mtu_payload,
+                          files.read_json(MEASURED_CAPACITY), files.read_json(REFERENCE_CAPACITY),
+                          agent_cores=os.cpu_count() or 1 if free_cores is None else free_cores,
+                          calibration=cal)
+    # which calibration the figures came from (the summary records it)
+    out["calibration"] = None if cal is None else {
+        k: cal[k] for k in ("fixed_cores", "marginal_us_per_packet", "fingerprint", "fabric", "seed")}
+    return out
 
 
 def faithful_link_mbps(opts: Options, backend: str, free_cores: float | None = None,
@@ -72,9 +77,6 @@ def execute(opts: Options, workdir: Path, say: Progress) -> tuple[Record, dict]:
     fabric = Fabric(opts.fabric)
     backend = switches.resolve(opts.switch_backend)
     load = assess_load(opts, backend, calibration.free_cores())
-    cal = calibration.load(backend)
-    load["calibration"] = None if cal is None else {
-        k: cal[k] for k in ("fixed_cores", "marginal_us_per_packet", "fingerprint", "fabric", "seed")}
     if not load["within"]:
         say(f"warning: at {opts.fabric.link_mbps:g} Mbit/s this run {capacity.describe(load)}: "
             f"expect the switches or the agents, not the links, to set the pace (--link-mbps "

@@ -569,7 +569,7 @@ class Agent:
                 for fd, _ in self._wait.poll(timeout):  # rounded up to whole ms, as selectors does
                     if fd == rx:
                         now = monotonic()
-                        if 0 < receive(now) < RECV_BURST:
+                        if 0 < receive(now) < RECV_BURST and holdoff:  # (0: never rests)
                             resting_until = now + holdoff
                     else:
                         for key, _ in self.selector.select(0):

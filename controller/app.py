@@ -33,7 +33,7 @@ from controller.tables import (
     switch_tables,
 )
 from topologies import files, procnet
-from topologies.model import Fabric, FabricParams
+from topologies.model import DEFAULT_DETECT_MS, Fabric, FabricParams
 
 LOG = logging.getLogger("mrclab.controller")
 
@@ -49,7 +49,7 @@ class MrcFabricController(app_manager.OSKenApp):
         self.fabric = Fabric(FabricParams.from_dict(SETTINGS["fabric"]))
         self.status_path: str = SETTINGS["status"]
         self.events_path: str = SETTINGS["events"]
-        self.detect_s: float = SETTINGS.get("detect_ms", 900) / 1000.0
+        self.detect_s: float = SETTINGS.get("detect_ms", DEFAULT_DETECT_MS) / 1000.0
         self.lock = threading.Lock()
         self.datapaths: dict[int, Any] = {}  # os-ken Datapath objects (untyped)
         self.ready: set[int] = set()

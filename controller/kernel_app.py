@@ -36,7 +36,7 @@ from typing import Any
 from controller import kernel_tables as kt
 from controller.routing import Change, Convergence, RoutingPlane, parse_notification
 from topologies import files, netns
-from topologies.model import Fabric, FabricParams, Switch
+from topologies.model import DEFAULT_DETECT_MS, Fabric, FabricParams, Switch
 
 LOG = logging.getLogger("mrclab.kernel-controller")
 
@@ -83,7 +83,7 @@ class KernelController:
         self.events_path = settings["events"]
         self.notify_path = settings["notify"]
         self.routers_path = Path(settings["routers"])
-        self.detect_s = float(settings.get("detect_ms", 900)) / 1000.0
+        self.detect_s = float(settings.get("detect_ms", DEFAULT_DETECT_MS)) / 1000.0
         self.parent = os.getppid()
         self.pids: dict[str, int] = {}
         self.port_of: dict[str, tuple[str, int]] = {}  # ifname -> (switch, port)

@@ -24,10 +24,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from experiments.outdir import REPO, RESULTS
 from topologies import files
 
-REPO = Path(__file__).resolve().parent.parent
-CALIBRATION = REPO / "results" / "calibration.json"
+CALIBRATION = RESULTS / "calibration.json"
 # The code whose speed the figures measure: the agents, the cores they run, the data plane.
 COST_CODE = ("endpoints", "topologies/dataplane", "topologies/hostnet.py", "topologies/shaping.py")
 FREE_WINDOW_S = 0.5  # how long `free_cores` watches the machine

@@ -17,14 +17,16 @@ from pathlib import Path
 from experiments import outdir
 from experiments.cliwords import ArgParser as _ArgParser
 from experiments.cliwords import CliError, clean_text, probability, scenario_defaults
-from experiments.outdir import OutDirError
+from experiments.outdir import RESULTS, OutDirError
 from topologies.cleanup import CLEAN_HINT
-from topologies.model import FabricError, FabricParams, build, check_number
+from topologies.model import DEFAULT_DETECT_MS, DETECT_MS, FabricError, FabricParams, build, check_number
 from topologies.preflight import EmulationError, PreflightError
 
-RESULTS = Path(__file__).resolve().parent.parent / "results"
 SWITCH_CHOICES = ("auto", "ovs", "linux")  # topologies.switches.CHOICES (not imported: fast --help)
 PACKET_LOG_WITH_CAPTURE = 20_000  # datagrams per agent: a short run's whole exchange
+
+
+ROUTING_PRESETS = ", ".join(f"{name} = {ms:g} ms" for name, ms in DETECT_MS.items())
 
 
 def _fabric_args(parser: argparse.ArgumentParser, defaults: FabricParams) -> None:
@@ -87,10 +89,10 @@ def make_parser() -> argparse.ArgumentParser:
     demo.add_argument("--duration", type=float, default=8.0, help="seconds of traffic")
     demo.add_argument("--cut-at", type=float, default=3.0, help="seconds after start")
     demo.add_argument("--restore-at", type=float, default=6.0, help="seconds after start")
-    demo.add_argument("--detect-ms", type=float, default=900.0,
+    demo.add_argument("--detect-ms", type=float, default=DEFAULT_DETECT_MS,
                       help="baseline routing detection delay (BFD: 3 x 300 ms)")
-    demo.add_argument("--routing", choices=("bfd", "bgp"), default=None,
-                      help="shorthand for --detect-ms: bfd = 900, bgp = 9000 (3 s keepalive, 9 s hold)")
+    demo.add_argument("--routing", choices=tuple(DETECT_MS), default=None,
+                      help=f"shorthand for --detect-ms: {ROUTING_PRESETS} (3 s keepalive, 9 s hold)")
     demo.add_argument("--dataplane", choices=("auto", "ebpf", "droptail"), default="auto",
                       help="switch egress: ECN marking and trimming in eBPF (auto: where it loads)")
     demo.add_argument("--seed", type=int, default=1, help="drives every random choice")
@@ -106,7 +108,8 @@ def make_parser() -> argparse.ArgumentParser:
     _fabric_args(shell, DEFAULT_FABRIC)
     shell.add_argument("--dataplane", choices=("auto", "ebpf", "droptail"), default="auto",
                        help="switch egress: ECN marking and trimming in eBPF (auto: where it loads)")
-    shell.add_argument("--detect-ms", type=float, default=900.0, help="baseline routing detection delay")
+    shell.add_argument("--detect-ms", type=float, default=DEFAULT_DETECT_MS,
+                       help="baseline routing detection delay")
     shell.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
                        help="a transport parameter for the session, e.g. ev_set_size=16 (repeatable)")
     shell.add_argument("--seed", type=int, default=1, help="drives every random choice")
@@ -142,8 +145,9 @@ def make_parser() -> argparse.ArgumentParser:
     run.add_argument("--fault-end", type=float, default=None,
                      help="restore / end of the fault (default: the scenario's, below)")
     run.add_argument("--detect-ms", type=float, default=None,
-                     help="baseline routing detection delay (default: 900)")
-    run.add_argument("--routing", choices=("bfd", "bgp"), default=None, help="bfd = 900 ms, bgp = 9000 ms")
+                     help=f"baseline routing detection delay (default: {DEFAULT_DETECT_MS:g})")
+    run.add_argument("--routing", choices=tuple(DETECT_MS), default=None,
+                     help=f"shorthand for --detect-ms: {ROUTING_PRESETS}")
     run.add_argument("--link", default=None, help="fault target link (default: the one the flow uses)")
     run.add_argument("--fail-switch", default=None, help="switch-failure: spine to fail")
     run.add_argument("--loss", type=probability, default=None,
@@ -241,7 +245,7 @@ def run_options(args: argparse.Namespace):  # -> experiments.scenarios.Options
     if args.routing is not None:
         if args.detect_ms is not None:
             raise CliError("give --routing or --detect-ms, not both")
-        args.detect_ms = {"bfd": 900.0, "bgp": 9000.0}[args.routing]
+        args.detect_ms = DETECT_MS[args.routing]
     given = {name for name in RUN_FIELDS if getattr(args, name) is not None}
     fields = {name: getattr(args, name) for name in given}
     fields.setdefault("duration", sc.duration)
@@ -417,7 +421,7 @@ def _dispatch(args: argparse.Namespace) -> int:
         return 0 if result["ok"] else 1
     if args.command == "demo":
         from experiments.demo import run_demo
-        detect_ms = {"bfd": 900.0, "bgp": 9000.0}.get(args.routing or "", args.detect_ms)
+        detect_ms = DETECT_MS.get(args.routing or "", args.detect_ms)
         if not 0 < args.cut_at < args.restore_at < args.duration:
             raise CliError("need 0 < --cut-at < --restore-at < --duration")
         assert demo_out is not None

@@ -20,7 +20,7 @@ from experiments.runner import Run, run_scenario
 from experiments.scenarios import SCENARIOS, Options, check
 from experiments.scenarios.base import DEFAULT_FABRIC
 from topologies import files
-from topologies.model import Fabric, FabricError
+from topologies.model import DEFAULT_DETECT_MS, Fabric, FabricError
 
 DEMO_FABRIC = DEFAULT_FABRIC  # the default fabric (scenarios/base.py): 12 paths per host pair
 # The baseline first: the link to cut is the one its hashed flow uses, and MRC faces the same.
@@ -31,7 +31,7 @@ FIGURES = ("recovery_ms", "stall_ms", "goodput_before_mbps", "goodput_during_mbp
 
 
 def run_demo(fabric: Fabric, out: Path, duration: float = 8.0, cut_at: float = 3.0,
-             restore_at: float = 6.0, detect_ms: float = 900.0, seed: int = 1,
+             restore_at: float = 6.0, detect_ms: float = DEFAULT_DETECT_MS, seed: int = 1,
              datapath: str = "auto", quiet: bool = False, dataplane: str = "auto",
              switch: str = "auto") -> dict:
     if fabric.params.leaves < 2 or fabric.params.spines < 2:

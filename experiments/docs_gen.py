@@ -19,10 +19,11 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from experiments.flows import TRANSPORTS  # the tables' columns, in the runner's order
+from experiments.outdir import REPO
 from experiments.scenarios import SCENARIOS as REGISTRY
 from topologies import files
+from topologies.model import DEFAULT_DETECT_MS
 
-REPO = Path(__file__).resolve().parent.parent
 REFERENCE = Path(__file__).resolve().parent / "reference" / "full.json"
 # The cost benchmark's result the docs show (`make bench` writes results/bench/cost.json;
 # `mrclab docs --cost results/bench/cost.json` takes it as the reference).
@@ -201,11 +202,12 @@ def demo_sentence(reference: dict[str, Any]) -> str:
     """What the link-failure run showed, in one sentence (README's account of the demo)."""
     t = figures_of(reference["link-failure"])
     mrc, roce = t["mrc"], t["roce"]
+    detect_ms = reference["link-failure"].get("detect_ms", DEFAULT_DETECT_MS)
     return (f"MRC {_num(mrc['goodput_before_mbps'])} Mbit/s before the cut and "
             f"{_num(mrc['goodput_during_mbps'])} during it, recovery {_ms(mrc['recovery_ms'])} ms, "
             f"longest run of empty 10 ms bins {_ms(mrc['stall_ms'])} ms; the single-path baseline "
             f"(roce) stalls "
-            f"{_ms(roce['stall_ms'])} ms (the {_ms(reference['link-failure'].get('detect_ms', 900))} ms "
+            f"{_ms(roce['stall_ms'])} ms (the {_ms(detect_ms)} ms "
             f"detection delay plus its retransmission timer), then runs at "
             f"{_num(roce['goodput_after_mbps'])} Mbit/s on a surviving spine.\n")
 

@@ -27,13 +27,13 @@ from pathlib import Path
 from typing import NamedTuple
 
 from endpoints.host.control import AgentClient
+from experiments.outdir import REPO
 from topologies import files
 from topologies.emulation import Emulation
 
 TRANSPORTS = ("mrc", "roce", "spray", "tcp", "mptcp")
 MULTIPATH = {"mrc", "spray", "mptcp"}  # use every plane; the others are pinned to plane 0
 BASELINE_PLANE = 0
-REPO = Path(__file__).resolve().parent.parent
 
 
 SIZED_LIMIT_S = 24 * 3600.0  # a sized transfer's time limit: it ends when its bytes are through

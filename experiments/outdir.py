@@ -21,7 +21,8 @@ from topologies import files
 RESULT_MARKER = "mrclab_result"  # summary.json field: this folder is an mrclab result (format 1)
 RESULT_FORMAT = 1
 _LEGACY_FIELDS = {"scenario", "fabric", "transports", "fidelity", "software"}
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parent.parent  # the checkout: the one home of this fact
+RESULTS = REPO / "results"  # every output's root (`mrclab clean` and .gitignore know it)
 
 
 class OutDirError(ValueError):

@@ -24,13 +24,13 @@ from pathlib import Path
 from endpoints.protocol.config import TransportConfig
 from experiments import calibration, capacity, fidelity, metrics, outdir
 from experiments.flows import ev_timeline
+from experiments.outdir import REPO, RESULTS
 from experiments.scenarios.base import Options, Record
 from experiments.testbed import Testbed, describe_switches
 from topologies import cleanup, files, queuesampler, switches
 from topologies.model import Fabric
 
-REPO = Path(__file__).resolve().parent.parent
-MEASURED_CAPACITY = REPO / "results" / "bench" / "dataplane.json"  # `make bench`, this machine
+MEASURED_CAPACITY = RESULTS / "bench" / "dataplane.json"  # `make bench`, this machine
 REFERENCE_CAPACITY = REPO / "experiments" / "reference" / "dataplane.json"
 Progress = Callable[[str], None]
 

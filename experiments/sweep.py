@@ -22,11 +22,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from experiments.outdir import RESULTS
 from experiments.scenarios import SCENARIOS
 from experiments.scenarios.base import TAIL_S
 from topologies import files
 
-RESULTS = Path(__file__).resolve().parent.parent / "results"
 INDEX = "sweep.json"
 SETUP_S = 12.0  # a run's fabric start-up and teardown, about (docs/architecture.md's costs)
 GAP_S = 1.5  # per transport: its agents' start, the routing plane's settling, the summary

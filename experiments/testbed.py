@@ -35,12 +35,12 @@ from experiments import fidelity
 from experiments.capture import Capture
 from experiments.faults import FaultInjector
 from experiments.flows import TRANSPORTS, AgentFlow, Flow, TcpFlow
+from experiments.outdir import REPO
 from topologies import cleanup, files, hostnet, shaping
 from topologies.emulation import Emulation
-from topologies.model import Fabric, FabricError, Route
+from topologies.model import DEFAULT_DETECT_MS, Fabric, FabricError, Route
 from topologies.preflight import EmulationError
 
-REPO = Path(__file__).resolve().parent.parent
 AGENT_TRANSPORTS = frozenset({"mrc", "roce", "spray"})  # run by the host agents
 FIRST_TCP_PORT = 5200  # TCP/MPTCP flow N listens on FIRST_TCP_PORT + N
 
@@ -147,7 +147,7 @@ class Testbed:
 
     def __init__(self, fabric: Fabric, workdir: Path | str | None = None, seed: int = 1,
                  transport: TransportConfig | None = None, datapath: str = "auto",
-                 detect_ms: float = 900.0, dataplane: str = "auto", switch: str = "auto",
+                 detect_ms: float = DEFAULT_DETECT_MS, dataplane: str = "auto", switch: str = "auto",
                  packet_log: int = 0,
                  replace: Iterable[overrides.Replacement | str] = ()) -> None:
         self.fabric = fabric

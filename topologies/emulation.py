@@ -28,7 +28,7 @@ from topologies import cleanup, files, hostnet, netns, preflight, shaping, switc
 from topologies.dataplane import encap as host_encap
 from topologies.dataplane.attach import DataPlane
 from topologies.dataplane.ports import PortSpec, switch_ports
-from topologies.model import LINK_MTU, Fabric
+from topologies.model import DEFAULT_DETECT_MS, LINK_MTU, Fabric
 from topologies.preflight import EmulationError
 from topologies.switches import SwitchBackend
 from topologies.switches.base import NOTIFY_FILE, STATUS_FILE
@@ -53,7 +53,7 @@ class Emulation:
     datapath: OVS's datapath (auto, kernel, user), for the ovs backend."""
 
     def __init__(self, fabric: Fabric, workdir: Path, datapath: str = "auto",
-                 detect_ms: float = 900.0, shape_links: bool = True,
+                 detect_ms: float = DEFAULT_DETECT_MS, shape_links: bool = True,
                  dataplane_mode: str = "auto", transport: TransportConfig | None = None,
                  switch: str = "auto") -> None:
         if dataplane_mode not in ("auto", "ebpf", "droptail"):

@@ -51,6 +51,10 @@ GATEWAY_MAC = "02:ff:00:00:00:01"  # its MAC: the source MAC of frames switches 
 # uSIDs), for the kernel-router backend and the check of whether this machine runs it.
 KERNEL_END_BEHAVIOUR = "End flavors next-csid lblen 32 nflen 16"
 EV_PORT_BASE = 0xC000  # an EV's low half, the UDP source port, starts the ephemeral range
+# The baseline's routing detection delay in ms, before a failed next hop is withdrawn: BFD-like
+# detection (3 x 300 ms), or BGP's hold timer (3 s keepalives, 9 s hold).
+DETECT_MS = {"bfd": 900.0, "bgp": 9000.0}
+DEFAULT_DETECT_MS = DETECT_MS["bfd"]
 
 
 class FabricError(ValueError):

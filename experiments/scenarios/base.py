@@ -17,7 +17,7 @@ from endpoints.host import overrides
 from experiments import capture
 from experiments.flows import TRANSPORTS, AgentFlow, Flow
 from experiments.testbed import Testbed
-from topologies.model import Fabric, FabricError, FabricParams, check_number
+from topologies.model import DEFAULT_DETECT_MS, Fabric, FabricError, FabricParams, check_number
 
 # Every scenario's link rate unless one is asked for, and the demo's: what the default switch
 # backend (`--switch auto`: kernel routers) and the Python agents carry faithfully on a 2-core
@@ -96,7 +96,7 @@ class Options:
     duration: float
     fault_at: float | None
     fault_end: float | None
-    detect_ms: float = 900.0
+    detect_ms: float = DEFAULT_DETECT_MS
     seed: int = 1
     link: str | None = None  # fault target; None: the link the flow's plane-0 traffic uses
     fail_switch: str | None = None  # switch-failure's target (a spine)

@@ -25,6 +25,7 @@ from typing import NoReturn
 from mininet.cli import CLI
 
 from experiments.flows import TRANSPORTS, AgentFlow, Flow
+from experiments.outdir import RESULTS
 from experiments.shell.complete import Completion
 from experiments.shell.faultcmds import FaultCommands
 from experiments.shell.script import ScriptCommands
@@ -34,7 +35,7 @@ from experiments.testbed import Testbed
 PROGRESS_EVERY_S = 0.25  # the foreground `send` line
 RATE_WINDOW_S = 1.0  # "rate now": bytes delivered over this last stretch
 # What the session writes unless told where: results/cli/ (never the current folder).
-SESSION_RESULTS = Path(__file__).resolve().parents[2] / "results" / "cli"
+SESSION_RESULTS = RESULTS / "cli"
 DEFAULT_PLOT = "session.png"
 MRC_COMMANDS = ("paths", "send", "flows", "stop", "wait", "evs", "cut", "restore", "fail", "recover",
                 "loss", "flap", "faults", "capture", "plot", "sleep")

@@ -17,7 +17,7 @@ from endpoints.host.overrides import Replacement
 from endpoints.protocol.config import TransportConfig
 from experiments.testbed import Testbed, describe_switches
 from topologies import cleanup
-from topologies.model import Fabric
+from topologies.model import DEFAULT_DETECT_MS, Fabric
 
 
 class SessionEnd(BaseException):
@@ -40,7 +40,7 @@ def _console_signals() -> None:
 
 
 def run_cli(fabric: Fabric, transport: TransportConfig, seed: int = 1, datapath: str = "auto",
-            dataplane: str = "auto", detect_ms: float = 900.0, workdir: Path | None = None,
+            dataplane: str = "auto", detect_ms: float = DEFAULT_DETECT_MS, workdir: Path | None = None,
             script: Path | None = None, switch: str = "auto",
             replace: tuple[Replacement, ...] = ()) -> int:
     from mininet.log import setLogLevel

@@ -37,13 +37,13 @@ from pathlib import Path
 
 from endpoints.host.control import AgentClient
 from experiments import fidelity
+from experiments.outdir import REPO, RESULTS
 from experiments.testbed import wait_for_agents
 from experiments.tools.benchnet import RECEIVER, SENDER, BenchNet
 from topologies import cleanup, files
 from topologies.model import Fabric, FabricParams
 
-REPO = Path(__file__).resolve().parents[2]
-DEFAULT_OUT = REPO / "results" / "bench" / "agent.json"
+DEFAULT_OUT = RESULTS / "bench" / "agent.json"
 GOAL_PPS_PER_CORE = 50_000
 MSG_BYTES = 1 << 20
 TOP_FUNCTIONS = 15

@@ -15,6 +15,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
+from experiments.outdir import REPO
 from topologies import hostnet, netns
 from topologies.dataplane.encap import HostEncap, path_entries
 from topologies.model import (
@@ -26,7 +27,6 @@ from topologies.model import (
     usid_prefix,
 )
 
-REPO = Path(__file__).resolve().parents[2]
 SENDER, RECEIVER = "h0", "h1"  # one host per leaf: every path crosses a spine (4 uSIDs)
 
 

@@ -33,12 +33,12 @@ from typing import Any
 
 from endpoints.protocol.config import TransportConfig
 from experiments import calibration
+from experiments.outdir import REPO, RESULTS
 from experiments.scenarios import SCENARIOS
 from topologies import cleanup, files
 
-REPO = calibration.REPO
-OUT = REPO / "results" / "bench" / "cost.json"
-DATAPLANE = REPO / "results" / "bench" / "dataplane.json"
+OUT = RESULTS / "bench" / "cost.json"
+DATAPLANE = RESULTS / "bench" / "dataplane.json"
 WARM_S = 1.5  # after the flow starts: every flow has found its rate (permutation's STEADY_FROM_S)
 TAIL_S = 0.5  # left out before the flow's end
 CALIBRATE_RATES = (5.0, 10.0)

@@ -43,13 +43,13 @@ from pathlib import Path
 from endpoints.host import netio
 from endpoints.protocol import wire
 from experiments import fidelity
+from experiments.outdir import REPO
 from experiments.tools.startup_bench import SHAPES as STARTUP_SHAPES
 from topologies import cleanup, files, preflight, switches
 from topologies.emulation import Emulation
 from topologies.model import GATEWAY_MAC, Fabric, FabricParams
 from topologies.preflight import PreflightError
 
-REPO = Path(__file__).resolve().parents[2]
 BLAST = REPO / "build" / "mrcblast"
 DEFAULT_OUT = REPO / "results" / "bench" / "dataplane.json"
 SHAPES = {name: params for name, (params, _target) in STARTUP_SHAPES.items()}

@@ -40,11 +40,12 @@ from endpoints.host import netio
 from endpoints.protocol import wire
 from experiments import fidelity, metrics
 from experiments.flows import AgentFlow
+from experiments.outdir import RESULTS
 from experiments.testbed import Testbed
 from topologies import cleanup, files, netns
 from topologies.model import Fabric, FabricParams
 
-RESULTS = Path(__file__).resolve().parents[2] / "results" / "fuzz"
+FUZZ_RESULTS = RESULTS / "fuzz"
 FABRIC = FabricParams(planes=2, leaves=2, spines=2, hosts_per_leaf=3, link_mbps=10.0)
 # The flows share no host link (so neither's congestion is the other's), the attacker is a
 # host of its own.
@@ -346,7 +347,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--datagrams", type=int, default=100_000)
     parser.add_argument("--rate", type=float, default=RATE, help="datagrams per second")
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument("--out", type=Path, default=FUZZ_RESULTS)
     parser.add_argument("--switch", default=SWITCH, help="switch backend (default auto, as every command)")
     args = parser.parse_args(argv)
     report = run(args.datagrams, args.rate, args.seed, args.out, switch=args.switch)

@@ -36,10 +36,10 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from experiments.outdir import REPO, RESULTS
 from topologies import cleanup, files
 
-REPO = Path(__file__).resolve().parents[2]
-RESULTS = REPO / "results" / "soak"
+SOAK_RESULTS = RESULTS / "soak"
 FAULTS = ("none", "kill_run", "sigint", "double_sigint", "kill_controller", "kill_agent")
 # Short runs of three scenarios (a fault, random loss, many flows): seconds each; one keeps a
 # capture (its tcpdump is a process of the run too, and its pcap moves into the result).
@@ -263,7 +263,7 @@ def agreement(records: list[RunRecord]) -> dict:
     return out
 
 
-def run(runs: int = 20, seed: int = 1, out: Path = RESULTS,
+def run(runs: int = 20, seed: int = 1, out: Path = SOAK_RESULTS,
         schedule: list[tuple[str, str]] | None = None, say=print) -> dict:
     rng = random.Random(seed)
     schedule = schedule or plan(runs, rng)
@@ -327,7 +327,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument("--out", type=Path, default=SOAK_RESULTS)
     args = parser.parse_args(argv)
     if os.geteuid() != 0:
         print("soak: run it as root (sudo make soak)", file=sys.stderr)

@@ -16,12 +16,13 @@ import time
 from pathlib import Path
 
 from experiments.fidelity import software_versions
+from experiments.outdir import RESULTS
 from experiments.tools.check_fabric import check_fabric
 from topologies import cleanup, files
 from topologies.model import FabricParams, build
 from topologies.switches import CHOICES
 
-RESULTS = Path(__file__).resolve().parents[2] / "results" / "bench"
+BENCH_RESULTS = RESULTS / "bench"
 SHAPES = {
     "16x4": (FabricParams(planes=4, leaves=4, spines=2, hosts_per_leaf=4), 15.0),
     "64x8": (FabricParams(planes=8, leaves=8, spines=4, hosts_per_leaf=8), 90.0),
@@ -34,7 +35,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--shapes", default=",".join(SHAPES), help="comma-separated: " + ", ".join(SHAPES))
     parser.add_argument("--sample-pairs", type=int, default=24)
     parser.add_argument("--switch", choices=CHOICES, default="auto", help="switch backend")
-    parser.add_argument("--out", type=Path, default=RESULTS / "startup.json")
+    parser.add_argument("--out", type=Path, default=BENCH_RESULTS / "startup.json")
     args = parser.parse_args(argv)
     runs = {}
     for name in args.shapes.split(","):

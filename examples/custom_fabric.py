@@ -8,6 +8,7 @@ against that capacity.
 
 import time
 
+from experiments import fidelity
 from experiments.metrics import BIN_S, mean, series
 from experiments.testbed import Testbed
 from topologies.model import build
@@ -37,5 +38,4 @@ with Testbed(fabric, seed=2) as bed:
         got = mean(series(result.bins, int(t0 / BIN_S), round(3.0 / BIN_S))[50:])  # after 0.5 s
         print(f"{transport}: {got:.1f} of {capacity[transport]:g} Mbit/s, data ok: {result.data_ok}")
         cpu = bed.cpu_headroom(since=t0)  # figures of a run without CPU to spare measure the VM
-        print(f"{transport} fidelity: CPU idle 10th percentile {cpu['cpu_idle_p10_pct']}%, "
-              f"{'faithful' if cpu['faithful'] else 'NOT faithful'}")
+        print(f"{transport} fidelity: {fidelity.describe_headroom(cpu)}")

@@ -11,6 +11,7 @@ import argparse
 import time
 from pathlib import Path
 
+from experiments import fidelity
 from experiments.metrics import BIN_S, mean, series
 from experiments.testbed import Testbed
 from topologies.model import build
@@ -47,6 +48,5 @@ for t, ev, old, new in changes:
             f"{(t - restored) * 1e3:.0f} ms after the restore"
         print(f"EV {ev:#x} ({LINK}): {old} -> {new}, {since}")
 print(f"data ok: {result.data_ok}, {result.bytes_delivered} bytes")
-print(f"fidelity: CPU idle 10th percentile {cpu['cpu_idle_p10_pct']}%, "
-      f"{'faithful' if cpu['faithful'] else 'NOT faithful'}")
+print(f"fidelity: {fidelity.describe_headroom(cpu)}")
 print(f"plot: {picture}")

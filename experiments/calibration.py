@@ -13,6 +13,8 @@ setup`. Where there is none, capacity falls back to the committed per-core figur
 
 `free_cores` reads /proc/stat over a short window just before a run: a core that another
 program keeps busy is not counted on (`--link-mbps auto` and the default rate look at it).
+`busy_pids` names such programs' processes, so that what they take is told apart from what a
+run takes (the cost benchmark's figures, the fidelity sampler's headroom).
 """
 
 from __future__ import annotations
@@ -31,6 +33,9 @@ CALIBRATION = RESULTS / "calibration.json"
 # The code whose speed the figures measure: the agents, the cores they run, the data plane.
 COST_CODE = ("endpoints", "topologies/dataplane", "topologies/hostnet.py", "topologies/shaping.py")
 FREE_WINDOW_S = 0.5  # how long `free_cores` watches the machine
+# A process busier than this share of a core is load of its own (another program, a busy
+# loop); below it, a daemon's housekeeping.
+BUSY_MIN_CORES = 0.05
 
 
 def _cpu_model() -> str:
@@ -97,3 +102,35 @@ def free_cores(window: float = FREE_WINDOW_S) -> float:
     time.sleep(window)
     busy, steal = busy_fraction(before, machine_times())
     return round((os.cpu_count() or 1) * max(0.0, 1.0 - busy - steal), 2)
+
+
+def process_ticks() -> dict[int, int]:
+    """pid -> CPU time so far (utime + stime, clock ticks) of every user-space process (kernel
+    threads, whose cmdline is empty, are the kernel's work: forwarding, softirq)."""
+    out = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            if not Path(f"/proc/{name}/cmdline").read_bytes():
+                continue
+            fields = Path(f"/proc/{name}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        out[int(name)] = int(fields[11]) + int(fields[12])
+    return out
+
+
+def busy_pids(before: dict[int, int], after: dict[int, int], seconds: float,
+              min_cores: float = BUSY_MIN_CORES) -> set[int]:
+    """The processes of two `process_ticks` readings `seconds` apart that used more than
+    `min_cores` of a core between them."""
+    hz = os.sysconf("SC_CLK_TCK")
+    return {pid for pid, ticks in after.items()
+            if pid in before and (ticks - before[pid]) / hz / seconds > min_cores}
+
+
+def cores_used(pids: set[int], before: dict[int, int], after: dict[int, int], seconds: float) -> float:
+    """Cores the processes `pids` used between two `process_ticks` readings."""
+    hz = os.sysconf("SC_CLK_TCK")
+    return sum(after[p] - before[p] for p in pids if p in before and p in after) / hz / seconds

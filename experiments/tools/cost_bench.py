@@ -44,10 +44,9 @@ TAIL_S = 0.5  # left out before the flow's end
 CALIBRATE_RATES = (5.0, 10.0)
 CALIBRATE_SECONDS = 5.0
 SEED = 3  # ECMP collides on the default fabric with this seed: the issue's measurements used it
-# A process busier than this share of a core in the second before a run is the machine's
-# background load (another program, a busy loop): its CPU during the run is not the run's.
+# The processes busy (calibration.busy_pids) in the second before a run are the machine's
+# background load (another program, a busy loop): their CPU during the run is not the run's.
 BACKGROUND_WINDOW_S = 1.0
-BACKGROUND_MIN_CORES = 0.05
 MIN_RATE = 1.0  # Mbit/s: the calibration halves its lowest rate down to this for a faithful pair
 
 
@@ -76,28 +75,12 @@ def _role(cmd: str) -> str:
     return "other"
 
 
-def _cpu_ticks(procs: dict[int, tuple[str, int, int]], pid: int) -> int:
-    _cmd, user, system = procs[pid]
-    return user + system
-
-
 def background() -> set[int]:
     """The processes keeping the machine busy now (over `BACKGROUND_WINDOW_S`), this one apart:
     what a run's CPU figure must leave out."""
-    before = _procs()
+    before = calibration.process_ticks()
     time.sleep(BACKGROUND_WINDOW_S)
-    after = _procs()
-    hz = os.sysconf("SC_CLK_TCK")
-    return {pid for pid in after if pid in before and pid != os.getpid()
-            and (_cpu_ticks(after, pid) - _cpu_ticks(before, pid)) / hz / BACKGROUND_WINDOW_S
-            > BACKGROUND_MIN_CORES}
-
-
-def _background_cores(pids: set[int], before: dict[int, tuple[str, int, int]],
-                      after: dict[int, tuple[str, int, int]], seconds: float) -> float:
-    hz = os.sysconf("SC_CLK_TCK")
-    ticks = sum(_cpu_ticks(after, p) - _cpu_ticks(before, p) for p in pids if p in before and p in after)
-    return ticks / hz / seconds
+    return calibration.busy_pids(before, calibration.process_ticks(), BACKGROUND_WINDOW_S) - {os.getpid()}
 
 
 def _split(before: dict[int, tuple[str, int, int]], after: dict[int, tuple[str, int, int]],
@@ -132,12 +115,14 @@ def measure(rate: float, seconds: float, seed: int, backend: str, out: Path,
         if "mrc: running" in line and not reading:
             time.sleep(WARM_S)
             m0, p0, t0 = calibration.machine_times(), _procs(), time.monotonic()
+            b0 = calibration.process_ticks()
             time.sleep(max(seconds - WARM_S - TAIL_S, 1.0))
             m1, p1, t1 = calibration.machine_times(), _procs(), time.monotonic()
+            b1 = calibration.process_ticks()
             busy, steal = calibration.busy_fraction(m0, m1)
             d = [b - a for a, b in zip(m0, m1, strict=True)]
             cores = os.cpu_count() or 1
-            other = _background_cores(busy_before, p0, p1, t1 - t0)
+            other = calibration.cores_used(busy_before, b0, b1, t1 - t0)
             reading = {"window_s": round(t1 - t0, 2),
                        "busy_cores": round(max(busy * cores - other, 0.0), 3),
                        "background_cores": round(other, 3),
@@ -233,7 +218,7 @@ def run(rates: list[float], seconds: float, seed: int, backend: str, profile: bo
             r = runs[-1]
             verdict = "faithful" if r["faithful"] else "NOT faithful"
             extra = f"; {r['background_cores']:.2f} cores busy with other programs, left out" \
-                if r["background_cores"] >= BACKGROUND_MIN_CORES else ""
+                if r["background_cores"] >= calibration.BUSY_MIN_CORES else ""
             say(f"  {r['delivered_data_pps']:,} data packets/s delivered, {r['busy_cores']:.2f} cores "
                 f"busy: {r['us_per_packet']:.0f} us per packet ({verdict}{extra})")
             if adapt and not todo:

@@ -58,17 +58,16 @@ def test_a_loaded_machine_calibrates_lower_until_two_runs_are_faithful():
     assert cost_bench.lower_rate([_run(1.5, 600, 1.2, False)]) is None  # nothing lower to try
 
 
-def test_a_busy_program_is_measured_apart_from_the_run(monkeypatch):
-    """A process busy before the run (a busy loop) is the machine's load, not the run's; the
-    run's own processes are not, even where they are busier."""
-    hz = 100
-    monkeypatch.setattr(cost_bench.os, "sysconf", lambda name: hz)
-    readings = iter([{1: ("loop", 0, 0), 2: ("idle", 5, 5), os.getpid(): ("me", 0, 0)},
-                     {1: ("loop", 95, 5), 2: ("idle", 5, 6), os.getpid(): ("me", 50, 50)}])
-    monkeypatch.setattr(cost_bench, "_procs", lambda: next(readings))
+def test_a_busy_program_is_told_apart_from_the_run(monkeypatch):
+    """A process busy before the run (a busy loop) is the machine's load, not the run's; what it
+    takes during the run is counted apart."""
+    monkeypatch.setattr(calibration.os, "sysconf", lambda name: 100)
+    before = {1: 0, 2: 10, 3: 0}
+    after = {1: 100, 2: 11, 4: 50}  # over 1 s: pid 1 a whole core, 2 a hundredth, 3 gone, 4 new
+    assert calibration.busy_pids(before, after, 1.0) == {1}
+    during0, during1 = {1: 100, 5: 0}, {1: 150, 5: 180}  # over 2 s: the loop a quarter of a core
+    assert calibration.cores_used({1}, during0, during1, 2.0) == pytest.approx(0.25)
+    readings = iter([{7: 0, os.getpid(): 0}, {7: 100, os.getpid(): 100}])
+    monkeypatch.setattr(calibration, "process_ticks", lambda: next(readings))
     monkeypatch.setattr(cost_bench.time, "sleep", lambda s: None)
-    busy = cost_bench.background()
-    assert busy == {1}  # one core's worth: the loop; pid 2 used 1% of one; this process is left out
-    before = {1: ("loop", 100, 0), 3: ("agent", 0, 0)}
-    after = {1: ("loop", 150, 0), 3: ("agent", 180, 20)}  # over 2 s: the loop a quarter of a core
-    assert cost_bench._background_cores(busy, before, after, 2.0) == pytest.approx(0.25)
+    assert cost_bench.background() == {7}  # the benchmark's own process is never its load

@@ -55,3 +55,34 @@ def test_the_demo_says_not_faithful_and_why():
                "routing": {"detect_ms": 900.0}, "fidelity": fid}
     text = format_table(summary, Path("results/demo"))
     assert "link 17.41/20.0 Mbit/s  NOT FAITHFUL: mrc: the receiver's plane-0 link carried 17.41" in text
+
+
+def test_another_programs_busy_loop_counts_as_headroom_and_the_runs_own_processes_do_not():
+    """A program that never sleeps takes idle time the run could take back (the verdict reads
+    idle plus its share); a process of the run (it carries the run's marker) is the run's load."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    from experiments import fidelity
+    from topologies import cleanup
+
+    loop = [sys.executable, "-c", "while True: pass"]
+    env = {k: v for k, v in os.environ.items() if k != cleanup.MARKER}
+    other = subprocess.Popen(loop, env=env)
+    ours = subprocess.Popen(loop, env={**env, cleanup.MARKER: "test-run"})
+    try:
+        time.sleep(0.3)  # both busy before sampling starts
+        with fidelity.CpuSampler(interval=0.2) as cpu:
+            time.sleep(1.3)
+    finally:
+        other.kill()
+        ours.kill()
+        other.wait()
+        ours.wait()
+    assert other.pid in cpu.background and ours.pid not in cpu.background
+    # The loop had a core's share of the machine when it could get one: at least half of that.
+    share = 100.0 / (os.cpu_count() or 1)
+    idle, headroom = cpu.mean_idle(), cpu.low_headroom(q=50)
+    assert idle is not None and headroom is not None and headroom >= idle + share / 2

@@ -110,14 +110,14 @@ def jain(values: Sequence[float]) -> float:
 
 def headline(figures: Mapping[str, object], keys: tuple[str, ...], sep: str = " ",
              never: Mapping[str, str] | None = None) -> str:
-    """A transport's figures `keys`, in words (`stall ms 150, goodput fraction 0.9`) or as
-    `name=value` with `sep="="` (`stall_ms=150`). A figure without a value is left out (never
+    """A transport's figures `keys`, in words (`wait ms 150, share 0.9`) or as
+    `name=value` with `sep="="` (`wait_ms=150`). A figure without a value is left out (never
     the word None), but for those in `never`, whose missing value is news: there the words
     `never[figure]`, or `name=never`.
 
-    >>> headline({"settle_ms": None, "stall_ms": 150.0, "share": None},
-    ...          ("settle_ms", "stall_ms", "share"), never={"settle_ms": "never settled"})
-    'never settled, stall ms 150'
+    >>> headline({"settle_ms": None, "wait_ms": 150.0, "share": None},
+    ...          ("settle_ms", "wait_ms", "share"), never={"settle_ms": "never settled"})
+    'never settled, wait ms 150'
     >>> headline({"settle_ms": 10.0, "ok": True}, ("settle_ms", "ok"), sep="=")
     'settle_ms=10, ok=True'
     """

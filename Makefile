@@ -70,7 +70,7 @@ experiment: setup
 	$(PY) -m experiments.sweep $(if $(SEEDS),--seeds "$(SEEDS)") $(if $(ARGS),-- $(ARGS))
 	$(MRCLAB) report
 
-# The proofs of issue 11 (docs/security.md): 20 runs with faults injected into the testbed
+# The proofs of docs/security.md: 20 runs with faults injected into the testbed
 # itself (about 3 minutes on a 2-core VM), and 100k forged datagrams against live agents (about
 # 2.5 minutes).
 soak: setup

@@ -370,11 +370,12 @@ def _dispatch(args: argparse.Namespace) -> int:
         summary = run_scenario(opts, out, progress=lambda m: print(f"[{args.scenario}] {m}", flush=True))
         from experiments.report import format_summary
         from experiments.runner import failure_line
+        from experiments.scenarios.schema import data_ok
         print(format_summary(summary, out))
         failed = failure_line(summary, out)
         if failed:
             print(f"mrclab: error: {failed}", file=sys.stderr)
-        return 0 if all(t.get("data_ok") for t in summary["transports"].values()) and not failed else 1
+        return 0 if data_ok(summary) and not failed else 1
     if args.command == "docs":
         from experiments.docs_gen import update
         for path in update(args.results, cost=args.cost):

@@ -16,11 +16,14 @@ import re
 import statistics
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
+from experiments.demo import SCENARIO as DEMO_SCENARIO
 from experiments.flows import TRANSPORTS  # the tables' columns, in the runner's order
 from experiments.outdir import REPO
 from experiments.scenarios import SCENARIOS as REGISTRY
+from experiments.scenarios import failure, schema_reference
+from experiments.scenarios.schema import DATA_OK, Cells, Row, Spread
 from topologies import files
 from topologies.model import DEFAULT_DETECT_MS
 
@@ -35,7 +38,7 @@ SWEEP_INDEX = "sweep.json"  # experiments/sweep.py's record of which run folder 
 _BLOCK = re.compile(r"(<!-- generated:(?P<name>[a-z-]+) -->\n)(?P<body>.*?)"
                     r"(<!-- end generated:(?P=name) -->)", re.S)
 
-Figures = dict[str, Any]
+Figures = Cells
 
 
 def _scalars(summary: dict[str, Any]) -> dict[str, Any]:
@@ -81,16 +84,6 @@ def reference_from_results(results: Path) -> dict[str, Any]:
     return out
 
 
-class Spread(NamedTuple):
-    """One figure over several seeds: the median and range of those that have a value, and
-    how many had none (a recovery that never came)."""
-    median: float
-    lo: float
-    hi: float
-    runs: int
-    missing: int
-
-
 def figures_of(entry: dict[str, Any]) -> dict[str, Figures]:
     """A reference entry's figures per transport: its one run's values, or over several seeds
     (`runs`) a `Spread` per number (None when no seed had one) and `data_ok` true only when
@@ -115,53 +108,8 @@ def figures_of(entry: dict[str, Any]) -> dict[str, Figures]:
     return out
 
 
-def _with_spread(value: Spread, one: Callable[[object], str]) -> str:
-    """`median (min-max)`, and how many seeds had no value ("never")."""
-    text = one(value.median) if value.lo == value.hi else \
-        f"{one(value.median)} ({one(value.lo)}-{one(value.hi)})"
-    return text + (f", never in {value.missing} of {value.runs}" if value.missing else "")
-
-
-def _num(value: object, digits: int = 3) -> str:
-    if isinstance(value, Spread):
-        return _with_spread(value, lambda v: _num(v, digits))
-    if value is None:
-        return "never"
-    if isinstance(value, float):
-        return f"{round(value, digits):g}"
-    return str(value)
-
-
-def _ms(value: object) -> str:
-    if isinstance(value, Spread):
-        return _with_spread(value, _ms)
-    return "never" if value is None else f"{float(value):.0f}"  # type: ignore[arg-type]
-
-
-# Per scenario: the row's label and how a transport's figures become its cell.
-ROWS: dict[str, tuple[str, Callable[[Figures, Figures], str]]] = {
-    "link-failure": ("link-failure: recovery / stall ms",
-                     lambda t, _: f"{_ms(t.get('recovery_ms'))} / {_ms(t.get('stall_ms'))}"),
-    "switch-failure": ("switch-failure: recovery / stall ms",
-                       lambda t, _: f"{_ms(t.get('recovery_ms'))} / {_ms(t.get('stall_ms'))}"),
-    "link-flap": ("link-flap: goodput fraction / stall ms",
-                  lambda t, _: f"{_num(t.get('goodput_fraction'))} / {_ms(t.get('stall_ms'))}"),
-    "lossy-link": ("lossy-link p=0.2: goodput fraction",
-                   lambda t, _: _num(t.get("goodput_fraction"))),
-    "permutation": ("permutation: throughput fraction",
-                    lambda t, _: _num(t.get("throughput_fraction"))),
-    "incast": ("incast: victim fraction, trim / drop-tail",
-               lambda t, d: f"{_num(t.get('victim_goodput_fraction'))} / "
-                            f"{_num(d.get('victim_goodput_fraction'))}" if d
-               else _num(t.get("victim_goodput_fraction"))),
-    "ecn-balance": ("ecn-balance: goodput fraction after the force / first flow's share left on "
-                    "the shared path",
-                    lambda t, _: f"{_num(t.get('goodput_fraction'))} / "
-                                 f"{_num(t.get('a_shared_share_after'))}"),
-    "collective": ("collective: step p99 ms, no fault / cut",
-                   lambda t, _: f"{_ms(t.get('step_time_p99_ms_no_fault'))} / "
-                                f"{_ms(t.get('step_time_p99_ms'))}"),
-}
+# Per scenario: its row (`Scenario.row`: the label, and how a transport's figures become its cell).
+ROWS: dict[str, Row] = {name: sc.row for name, sc in REGISTRY.items() if sc.row is not None}
 
 
 def _how_many_runs(reference: dict[str, Any]) -> str:
@@ -188,7 +136,7 @@ def results_table(reference: dict[str, Any]) -> str:
                  for t in TRANSPORTS]
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     wrong = [f"{name} {t}" for name, transports in figures.items()
-             for t, f in transports.items() if f.get("data_ok") is not True]
+             for t, f in transports.items() if f.get(DATA_OK) is not True]
     unfaithful = [name for name in figures if reference[name].get("faithful") is False]
     lines.append("")
     lines.append("Every byte correct (`data_ok`) in every run." if not wrong
@@ -200,16 +148,8 @@ def results_table(reference: dict[str, Any]) -> str:
 
 def demo_sentence(reference: dict[str, Any]) -> str:
     """What the link-failure run showed, in one sentence (README's account of the demo)."""
-    t = figures_of(reference["link-failure"])
-    mrc, roce = t["mrc"], t["roce"]
-    detect_ms = reference["link-failure"].get("detect_ms", DEFAULT_DETECT_MS)
-    return (f"MRC {_num(mrc['goodput_before_mbps'])} Mbit/s before the cut and "
-            f"{_num(mrc['goodput_during_mbps'])} during it, recovery {_ms(mrc['recovery_ms'])} ms, "
-            f"longest run of empty 10 ms bins {_ms(mrc['stall_ms'])} ms; the single-path baseline "
-            f"(roce) stalls "
-            f"{_ms(roce['stall_ms'])} ms (the {_ms(detect_ms)} ms "
-            f"detection delay plus its retransmission timer), then runs at "
-            f"{_num(roce['goodput_after_mbps'])} Mbit/s on a surviving spine.\n")
+    entry = reference[DEMO_SCENARIO]
+    return failure.story(figures_of(entry), entry.get("detect_ms", DEFAULT_DETECT_MS))
 
 
 def parameters_table(_: dict[str, Any] | None = None) -> str:
@@ -287,6 +227,7 @@ def _fabric(opts: Any) -> Any:
 BLOCKS: dict[str, Callable[[dict[str, Any]], str]] = {"cost": cost_section, "cost-profile": cost_profile,
                                                       "results": results_table,
                                                       "demo": demo_sentence,
+                                                      "summary-schema": schema_reference,
                                                       "transport-parameters": parameters_table}
 
 

@@ -108,26 +108,24 @@ def jain(values: Sequence[float]) -> float:
     return total * total / (len(values) * sum(v * v for v in values)) if total else 0.0
 
 
-# The headline figures a panel title and a progress line show, in order.
-HEADLINE = ("recovery_ms", "stall_ms", "goodput_fraction", "throughput_fraction",
-            "victim_goodput_fraction", "step_time_p50_ms", "step_time_p99_ms")
+def headline(figures: Mapping[str, object], keys: tuple[str, ...], sep: str = " ",
+             never: Mapping[str, str] | None = None) -> str:
+    """A transport's figures `keys`, in words (`wait ms 150, share 0.9`) or as
+    `name=value` with `sep="="` (`wait_ms=150`). A figure without a value is left out (never
+    the word None), but for those in `never`, whose missing value is news: there the words
+    `never[figure]`, or `name=never`.
 
-
-def headline(figures: dict[str, object], keys: tuple[str, ...] = HEADLINE, sep: str = " ") -> str:
-    """A transport's headline figures, in words (`recovery ms 10, stall ms 0`, `never recovered`)
-    or as `name=value` with `sep="="` (`recovery_ms=never`); a figure without a value is left
-    out: never the word None.
-
-    >>> headline({"recovery_ms": None, "stall_ms": 150.0, "goodput_fraction": None})
-    'never recovered, stall ms 150'
-    >>> headline({"recovery_ms": 10.0, "data_ok": True}, ("recovery_ms", "data_ok"), sep="=")
-    'recovery_ms=10, data_ok=True'
+    >>> headline({"settle_ms": None, "wait_ms": 150.0, "share": None},
+    ...          ("settle_ms", "wait_ms", "share"), never={"settle_ms": "never settled"})
+    'never settled, wait ms 150'
+    >>> headline({"settle_ms": 10.0, "ok": True}, ("settle_ms", "ok"), sep="=")
+    'settle_ms=10, ok=True'
     """
     parts: list[str] = []
     for k in keys:
         value = figures.get(k)
-        if k == "recovery_ms" and k in figures and value is None:
-            parts.append("never recovered" if sep == " " else f"{k}{sep}never")
+        if never and k in never and k in figures and value is None:
+            parts.append(never[k] if sep == " " else f"{k}{sep}never")
         elif value is not None:
             shown = f"{value:g}" if isinstance(value, float) else str(value)
             parts.append(f"{k.replace('_', ' ') if sep == ' ' else k}{sep}{shown}")

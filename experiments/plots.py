@@ -11,7 +11,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from experiments.metrics import BIN_S, headline, series, smoothed  # noqa: E402
+from experiments.metrics import BIN_S, series, smoothed  # noqa: E402
 from topologies.model import FabricParams  # noqa: E402
 
 TRANSPORT_COLOURS = {"mrc": "#1f77b4", "roce": "#d62728", "spray": "#9467bd", "tcp": "#2ca02c",
@@ -57,16 +57,17 @@ def fabric_label(summary: dict) -> str:
     return FabricParams.from_dict(summary["fabric"]).describe()
 
 
-def plot_recovery(path: Path, curves: dict[str, list[float]], bin_s: float, summary: dict) -> None:
+def plot_recovery(path: Path, curves: dict[str, list[float]], bin_s: float, summary: dict,
+                  legend_of: Callable[[dict], str]) -> None:
+    """The demo's picture: every transport's goodput through the cut, each labelled with
+    `legend_of(its figures)` (the fault scenario's recovery and stall)."""
     fig, ax = plt.subplots(figsize=(10, 4.8), dpi=110)
     every_bin: list[tuple[float, float]] = []
     for name, mbps in curves.items():
         t = [i * bin_s for i in range(len(mbps))]
         ax.plot(t, mbps, color=TRANSPORT_COLOURS.get(name), alpha=0.25, linewidth=0.8,
                 label=f"{name}: 10 ms bins")
-        rec = summary["transports"][name]["recovery_ms"]
-        label = f"{name}: recovery {'never' if rec is None else f'{rec:.0f} ms'}, " \
-                f"stall {summary['transports'][name]['stall_ms']:.0f} ms (50 ms average)"
+        label = f"{name}: {legend_of(summary['transports'][name])} (50 ms average)"
         ax.plot(t, smoothed(mbps), color=TRANSPORT_COLOURS.get(name), linewidth=1.8, label=label)
         every_bin += list(zip(t, mbps, strict=True))
     failure = summary["failure"]
@@ -103,9 +104,11 @@ def fidelity_stamp(ax, summary: dict) -> None:
 
 
 def plot_scenario(folder: Path, summary: dict, curves: dict[str, list[float]],
-                  windows: dict[str, tuple[float, float]], timelines: dict[str, list[list]]) -> None:
-    """goodput.png (one panel per transport, faults marked) and path_state.png (MRC's per-EV
-    state over time); a scenario kind draws its own plots besides (`Kind.plot`)."""
+                  windows: dict[str, tuple[float, float]], timelines: dict[str, list[list]],
+                  headline_of: Callable[[dict], str]) -> None:
+    """goodput.png (one panel per transport, faults marked, titled with `headline_of(its
+    figures)`: the scenario's `Scenario.headline`) and path_state.png (MRC's per-EV state over
+    time); a scenario kind draws its own plots besides (`Kind.plot`)."""
     names = list(curves)
     if names:
         fig, axes = plt.subplots(len(names), 1, figsize=(10, 1.9 * len(names) + 0.8), dpi=100,
@@ -118,7 +121,7 @@ def plot_scenario(folder: Path, summary: dict, curves: dict[str, list[float]],
             ax.plot(t, smoothed(mbps), color=colour, linewidth=1.6, label="50 ms average")
             _mark_faults(ax, [e for e in summary["faults"] if e.get("transport") == name])
             scale_to(ax, carry_ceiling(summary, name), t, mbps)
-            ax.set_title(f"{name}: {headline(summary['transports'][name])}", fontsize=8, loc="left")
+            ax.set_title(f"{name}: {headline_of(summary['transports'][name])}", fontsize=8, loc="left")
             ax.set_ylabel("Mbit/s", fontsize=8)
             ax.grid(alpha=0.3)
             ax.legend(loc="lower right", fontsize=6, ncol=3, framealpha=0.6)

@@ -4,24 +4,28 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+from experiments.scenarios.schema import DATA_OK
 from topologies import files
 from topologies.model import FabricParams
 
+if TYPE_CHECKING:
+    from experiments.scenarios import Scenario
 
-def figures(scenario: str) -> tuple[str, ...]:
-    """The headline figures of a scenario (or the demo), in the order the page shows them."""
-    from experiments.demo import FIGURES as DEMO_FIGURES
+
+def scenario_of(summary: dict) -> Scenario | None:
+    """The registry's scenario whose figures a summary shows (the demo's: link-failure's)."""
+    from experiments.demo import SCENARIO as DEMO_SCENARIO
     from experiments.scenarios import SCENARIOS
 
-    if scenario == "demo":
-        return DEMO_FIGURES
-    return SCENARIOS[scenario].figures if scenario in SCENARIOS else ("data_ok",)
+    name = DEMO_SCENARIO if summary["scenario"] == "demo" else summary["scenario"]
+    return SCENARIOS.get(name)
 
 
-def _cell(value: object, column: str = "") -> str:
+def _cell(value: object, never: str = "-") -> str:
     if value is None:
-        return "never" if column == "recovery_ms" else "-"
+        return never
     if isinstance(value, bool):
         return "yes" if value else "NO"
     if isinstance(value, float):
@@ -30,10 +34,11 @@ def _cell(value: object, column: str = "") -> str:
 
 
 def table(summary: dict, markdown: bool = False) -> str:
-    cols = figures(summary["scenario"])
+    sc = scenario_of(summary)
+    cols, never = (sc.figures, sc.never) if sc is not None else ((DATA_OK,), {})
     rows = [("transport", *cols)]
     for name, t in summary["transports"].items():
-        rows.append((name, *(_cell(t.get(c), c) for c in cols)))
+        rows.append((name, *(_cell(t.get(c), "never" if c in never else "-") for c in cols)))
     if markdown:
         lines = ["| " + " | ".join(r) + " |" for r in rows]
         lines.insert(1, "|" + "---|" * len(rows[0]))

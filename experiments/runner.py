@@ -25,7 +25,8 @@ from endpoints.protocol.config import TransportConfig
 from experiments import calibration, capacity, fidelity, metrics, outdir
 from experiments.flows import ev_timeline
 from experiments.outdir import REPO, RESULTS
-from experiments.scenarios.base import Options, Record
+from experiments.scenarios import schema
+from experiments.scenarios.base import Options, Record, Scenario
 from experiments.testbed import Testbed, describe_switches
 from topologies import cleanup, files, queuesampler, switches
 from topologies.model import Fabric
@@ -116,7 +117,7 @@ def execute(opts: Options, workdir: Path, say: Progress) -> tuple[Record, dict]:
                 # the QP number the agents trace (random per QP); a TCP flow's number otherwise
                 record.qps[label] = [[f.src, f.dst, getattr(f, "qpn", f.number), f.transport]
                                      for f in bed.flows[first:]]
-                say(f"{label}: {_brief(record.transports[label])}")
+                say(f"{label}: {_brief(opts.scenario, record.transports[label])}")
         bed.check_alive()
         info = {"setup_seconds": round(em.setup_seconds, 2), "datapath": em.datapath,
                 "switches": em.switch_info(), "capacity": load,
@@ -163,9 +164,10 @@ def failure_line(summary: dict, out: Path) -> str | None:
             f"marked not faithful")
 
 
-def _brief(t: dict) -> str:
-    """A transport's progress line: its headline figures, `recovery_ms=never` rather than None."""
-    return metrics.headline(t, (*metrics.HEADLINE, "data_ok"), sep="=")
+def _brief(scenario: Scenario, t: dict) -> str:
+    """A transport's progress line: the scenario's brief figures and data_ok, `name=never`
+    rather than None for a figure whose absence is news."""
+    return metrics.headline(t, (*scenario.brief, schema.DATA_OK), sep="=", never=scenario.never)
 
 
 def run_scenario(opts: Options, out: Path, progress: Progress = print,
@@ -245,6 +247,7 @@ def _summarise(run: Run, info: dict) -> dict:
     opts, record = run.opts, run.record
     return {
         outdir.RESULT_MARKER: outdir.RESULT_FORMAT,
+        "schema_version": schema.SCHEMA_VERSION,
         "scenario": opts.scenario.name,
         "title": opts.scenario.title,
         "fabric": opts.fabric.as_dict(),
@@ -302,6 +305,7 @@ def _write(run: Run, summary: dict, staging: Path, workdir: Path) -> None:
     files.write_json(staging / "summary.json", summary)
     from experiments import ccplot, plots  # matplotlib: only when there is something to draw
 
-    plots.plot_scenario(staging, summary, record.curves, record.windows, timelines)
+    plots.plot_scenario(staging, summary, record.curves, record.windows, timelines,
+                        run.opts.scenario.headline)
     run.opts.scenario.kind.plot(staging, summary)
     ccplot.plot_run(staging, summary)

@@ -6,10 +6,10 @@ data plane's thresholds) and HTB's token bucket. The permutation and incast scen
 the same sans-IO cores the agents run, with the same pairs (experiments/traffic.py), in
 seconds of CPU and deterministically.
 
-Every emulator fault issue 10 found can be switched on (`ClosModel`): a host NIC with no
-control class, senders that do not pace to their NIC, HTB charging a trimmed header a full
-frame. The root-cause regression tests (tests/unit/experiments/test_simclos.py) run each with
-and without its fix.
+Every emulator fault that misleads the congestion signals can be switched on (`ClosModel`): a
+host NIC with no control class, senders that do not pace to their NIC, HTB charging a trimmed
+header a full frame. The root-cause regression tests (tests/unit/experiments/test_simclos.py)
+run each with and without the mechanism that answers it.
 """
 
 from __future__ import annotations
@@ -41,7 +41,8 @@ class ClosModel:
     params: FabricParams = field(default_factory=lambda: FabricParams(
         planes=2, leaves=2, spines=3, hosts_per_leaf=3, link_mbps=10.0))
     trimming: bool = True  # False: the switches drop instead (marks stay)
-    # The emulator's faults, each fixed on main (issue 10), switchable to show them:
+    # The emulator's faults and the mechanisms that answer them, switchable to show what each
+    # is worth (P1, I1: the root causes' labels in docs/history.md):
     host_priority: bool = True  # control packets ahead of data at the host NIC (P1)
     nic_pacing: bool = True  # senders build a packet only when their NIC port can take it (P1)
     trim_charges_full: bool = False  # HTB charging a trimmed header a full frame (I1)

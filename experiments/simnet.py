@@ -54,9 +54,9 @@ class SimLink:
     # > 0: an HTB token bucket of this depth instead of a serialising wire: a packet leaves as
     # soon as the bucket holds its size (a lone packet crosses with no serialisation time).
     burst_bytes: int = 0
-    # The emulator before the fix: HTB took a packet's length before the eBPF program trimmed
-    # it, so a trimmed header cost the link a full frame, while the program's own virtual
-    # queue (which decides marks and trims) counted the header. The real FIFO is then
+    # The emulator without the re-injection of trimmed headers: HTB takes a packet's length
+    # before the eBPF program trims it, so a trimmed header costs the link a full frame, while
+    # the program's own virtual queue (which decides marks and trims) counts the header. The real FIFO is then
     # `TRIM_FULL_FIFO_FACTOR` x queue_bytes deep (the emulated FIFO's headroom).
     trim_charges_full: bool = False
     vq_until: float = 0.0  # the program's virtual queue (trim_charges_full only)

@@ -15,48 +15,22 @@ tolerances: what htsim's validation scripts do with their committed results.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from experiments.runner import run_scenario
-from experiments.scenarios import Options, default_options
+from experiments.scenarios import SCENARIOS, Options, default_options
+from experiments.scenarios.schema import Checks
 from topologies import files
 
 REFERENCE = Path(__file__).resolve().parent / "reference" / "quick.json"
 
-# The quick set: small, short runs that still show each claim (a few minutes in all).
-QUICK: dict[str, dict] = {
-    "link-failure": {"transports": ("mrc", "roce"), "duration": 5.0, "fault_at": 2.0,
-                     "fault_end": 3.5},
-    "lossy-link": {"transports": ("mrc",), "duration": 5.0, "fault_at": 2.0, "fault_end": 4.8,
-                   "loss": 0.2},
-    "permutation": {"transports": ("mrc", "roce"), "duration": 5.0},
-    "incast": {"transports": ("mrc",), "duration": 5.0, "fault_at": 1.5, "fault_end": 4.5, "senders": 7},
-    "ecn-balance": {"transports": ("mrc",), "duration": 6.0, "fault_at": 2.5},
-}
-# Bounds are what each claim needs with the slack of one short run on a shared 2-core VM, tight
-# enough that a regression of issue 10's fixes (MRC 0.7-0.8 in the permutation, an incast with
-# dozens of timeouts and benched EVs) or of the failure handling fails.
-CHECKS: dict[str, dict[str, dict[str, tuple[str, float]]]] = {
-    "link-failure": {"mrc": {"recovery_ms": ("at_most", 100.0), "stall_ms": ("at_most", 50.0),
-                             "data_ok": ("true", 0.0)},
-                     "roce": {"stall_ms": ("at_least", 800.0), "data_ok": ("true", 0.0)}},
-    "lossy-link": {"mrc": {"goodput_fraction": ("at_least", 0.93), "data_ok": ("true", 0.0)}},
-    # MRC against its frame's ceiling (0.9565 of the link rate at 4 KB, encapsulated):
-    # the issue's 0.95 of capacity at a 0.97 ceiling, with a short run's slack.
-    "permutation": {"mrc": {"throughput_of_ceiling": ("at_least", 0.96),
-                            "flow_fraction_min": ("at_least", 0.85), "data_ok": ("true", 0.0)},
-                    "roce": {"throughput_fraction": ("at_most", 0.7), "data_ok": ("true", 0.0)}},
-    "incast": {"mrc": {"victim_goodput_fraction": ("at_least", 0.92),
-                       "incast_fraction_of_receiver_link": ("at_least", 0.88),
-                       "evs_marked_bad": ("at_most", 2.0), "timeouts": ("at_most", 5.0),
-                       "data_ok": ("true", 0.0)},
-               "mrc-droptail": {"data_ok": ("true", 0.0)}},
-    # spray, which cannot move its load, leaves 1/4 of it on the shared path (0.80 of capacity);
-    # MRC before issue 10's fixes left 0.17 there and reached 0.85
-    "ecn-balance": {"mrc": {"goodput_fraction": ("within", 0.04),
-                            "a_shared_share_after": ("at_most", 0.15), "data_ok": ("true", 0.0)}},
-}
+# The quick set: small, short runs that still show each claim (a few minutes in all), and the
+# figures checked, as each scenario declares them (`Scenario.quick`, `Scenario.checks`): bounds
+# are what each claim needs with the slack of one short run on a shared 2-core VM.
+QUICK: dict[str, Mapping[str, object]] = {name: sc.quick for name, sc in SCENARIOS.items()
+                                          if sc.quick is not None}
+CHECKS: dict[str, Checks] = {name: SCENARIOS[name].checks for name in QUICK}
 
 
 def quick_options(name: str) -> Options:

@@ -4,7 +4,7 @@ Every port, host NIC or switch egress: HTB root 1: at the link rate with a stric
 control class 1:2 and a data class 1:3 (`switch_htb_batch`, `host_htb_batch`). At a switch the
 eBPF data plane (topologies/dataplane/) steers control packets and trimmed headers into 1:2 by
 naming it in skb->priority; at a host the agents' control sockets do, with SO_PRIORITY
-(`CLASS_CONTROL`), so that a SACK never queues behind the host's own data (issue 10, P1). A
+(`CLASS_CONTROL`), so that a SACK never queues behind the host's own data. A
 host's data FIFO is deep: a NIC back-pressures its QPs rather than drop.
 """
 

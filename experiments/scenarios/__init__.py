@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from experiments.flows import TRANSPORTS
-from experiments.scenarios import collective, ecnbalance, failure, incast, permutation
+from experiments.scenarios import collective, ecnbalance, failure, incast, permutation, schema
 from experiments.scenarios.base import Options, Scenario, check
 from topologies.model import FabricError
 
@@ -24,6 +24,17 @@ def scenario(name: str) -> Scenario:
         return SCENARIOS[name]
     except KeyError:
         raise FabricError(f"unknown scenario {name!r}: choose one of {', '.join(SCENARIOS)}") from None
+
+
+def schema_reference(_: object = None) -> str:
+    """The docs' "summary-schema" block: the summary's keys, then each figures type of the
+    registry with the scenarios that record it and, in bold, their headline figures."""
+    groups: dict[type, list[Scenario]] = {}
+    for sc in SCENARIOS.values():
+        groups.setdefault(sc.figures_type, []).append(sc)
+    return schema.reference(
+        schema.Entry(tp, tuple(s.name for s in group), tuple(f for s in group for f in s.figures))
+        for tp, group in groups.items())
 
 
 def parse_transports(text: str | None, default: tuple[str, ...]) -> tuple[str, ...]:
@@ -47,4 +58,4 @@ def default_options(name: str, **overrides: object) -> Options:
 
 
 __all__ = ["SCENARIOS", "Options", "Scenario", "check", "default_options", "parse_transports",
-           "scenario"]
+           "scenario", "schema_reference"]

@@ -10,12 +10,14 @@ relative to its own start. Options are checked against the fabric model before a
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from endpoints.host import overrides
-from experiments import capture
+from experiments import capture, metrics
 from experiments.flows import TRANSPORTS, AgentFlow, Flow
+from experiments.scenarios.schema import DATA_OK, Checks, Figures, Row
 from experiments.testbed import Testbed
 from topologies.model import DEFAULT_DETECT_MS, Fabric, FabricError, FabricParams, check_number
 
@@ -84,7 +86,20 @@ class Scenario:
     fault_at: float | None = None
     fault_end: float | None = None
     transports: tuple[str, ...] = TRANSPORTS
-    figures: tuple[str, ...] = ("data_ok",)  # the headline figures: report columns, validate
+    # Its results (schema.py), declared here so that no command keeps a list of its own:
+    figures_type: type = Figures  # what it records per transport
+    figures: tuple[str, ...] = (DATA_OK,)  # the headline figures: the report's columns
+    brief: tuple[str, ...] = ()  # what a progress line and a plot title show (then data_ok)
+    # Figures whose missing value is news (no recovery came): the words a headline gives it.
+    never: Mapping[str, str] = field(default_factory=dict, compare=False)
+    row: Row | None = None  # its row in the docs' results table
+    # `mrclab validate`'s run of it (options over its defaults) and the figures checked.
+    quick: Mapping[str, object] | None = field(default=None, compare=False)
+    checks: Checks = field(default_factory=dict, compare=False)
+
+    def headline(self, figures: Mapping[str, object], sep: str = " ") -> str:
+        """A transport's brief figures in words, or as `name=value` with `sep="="`."""
+        return metrics.headline(figures, self.brief, sep, self.never)
 
 
 @dataclass(frozen=True)

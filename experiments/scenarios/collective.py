@@ -12,10 +12,26 @@ from experiments import metrics, traffic
 from experiments.flows import BASELINE_PLANE, AgentFlow, finish
 from experiments.scenarios.base import DEFAULT_LINK_MBPS, Kind, Options, Record, Scenario
 from experiments.scenarios.failure import busiest_uplink
+from experiments.scenarios.schema import DATA_OK, Figures, Row, ms
 from experiments.testbed import Testbed
 from topologies.model import Fabric, FabricError, FabricParams
 
 STEP_LIMIT_S = 15.0  # a step not done by then counts as timed out
+
+
+class CollectiveFigures(Figures, total=False):
+    """One transport's figures in the collective: per phase, the fault phase's unsuffixed."""
+    ring: list[str]
+    step_bytes: int
+    cut: str  # the link cut in the fault phase
+    step_time_p50_ms: float | None  # None: no step completed
+    step_time_p99_ms: float | None
+    step_times_ms: list[float | None]  # None: the step timed out
+    steps_timed_out: int
+    step_time_p50_ms_no_fault: float | None
+    step_time_p99_ms_no_fault: float | None
+    step_times_ms_no_fault: list[float | None]
+    steps_timed_out_no_fault: int
 
 
 class Collective(Kind):
@@ -74,7 +90,7 @@ class Collective(Kind):
                             for e in faults.timeline[first:]]
         out: dict = {"ring": names, "step_bytes": opts.step_kb * 1024, "cut": link,
                      # Every ring step moves data over every link of the ring: all must deliver.
-                     "data_ok": all(r.data_ok and r.delivered for r in results)}
+                     DATA_OK: all(r.data_ok and r.delivered for r in results)}
         for phase, times in phases.items():
             ok = sorted(t for t in times if t is not None)
             suffix = "" if phase == "fault" else "_no_fault"
@@ -114,7 +130,11 @@ def _step(ring: list[AgentFlow], target: int, nbytes: int, limit: float = STEP_L
 SCENARIOS = (
     Scenario("collective", Collective(), "ring all-reduce steps, with and without a link cut",
              FabricParams(planes=2, leaves=2, spines=2, hosts_per_leaf=2, link_mbps=DEFAULT_LINK_MBPS), 0.0,
-             transports=("mrc", "roce", "spray"),
+             transports=("mrc", "roce", "spray"), figures_type=CollectiveFigures,
              figures=("step_time_p50_ms_no_fault", "step_time_p99_ms_no_fault", "step_time_p50_ms",
-                      "step_time_p99_ms", "steps_timed_out", "data_ok")),
+                      "step_time_p99_ms", "steps_timed_out", DATA_OK),
+             brief=("step_time_p50_ms", "step_time_p99_ms"),
+             row=Row("collective: step p99 ms, no fault / cut",
+                     lambda t, _: f"{ms(t.get('step_time_p99_ms_no_fault'))} / "
+                                  f"{ms(t.get('step_time_p99_ms'))}")),
 )

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from endpoints.host.agent import SOURCE_ROUTED
 from experiments import fidelity, metrics
@@ -26,6 +26,7 @@ from experiments.scenarios.base import (
     Scenario,
     sleep_until,
 )
+from experiments.scenarios.schema import DATA_OK, IS_TRUE, Figures, Row, at_most, num, within
 from experiments.testbed import Testbed
 from topologies.model import Fabric, FabricError, FabricParams
 
@@ -34,6 +35,24 @@ SETTLE_S = 0.5  # after the force: the first flow's skips have moved its load by
 POLL_S = 0.05  # per-EV load sampling period (two control calls per period)
 # A flow with an EV set to restrict: the source-routed transports.
 AGENT_TRANSPORTS = SOURCE_ROUTED
+
+
+class EcnBalanceFigures(Figures, total=False):
+    """One transport's figures in ecn-balance."""
+    flows: dict[str, list[str]]  # a, b -> [src, dst]
+    goodput_fraction: float  # both flows' goodput after the force over what the fabric carries
+    goodput_fraction_before: float
+    a_mbps_after: float
+    b_mbps_after: float
+    capacity_mbps: dict[str, float]  # before, after
+    a_shared_share_before: float | None  # the first flow's data sent on the shared path
+    a_shared_share_after: float | None
+    shared_ev: dict[str, int]
+    b_kept: list[int]  # the second flow's EVs left after the force
+    forced_at_s: float | None
+    a_sender: dict[str, int]
+    b_sender: dict[str, int]
+    switch_ports: dict[str, Any]
 
 
 class Roles(NamedTuple):
@@ -158,7 +177,7 @@ class EcnBalance(Kind):
             "a_sender": {k: v for k, v in ra.detail.get("sender_stats", {}).items() if v},
             "b_sender": {k: v for k, v in rb.detail.get("sender_stats", {}).items() if v},
             "switch_ports": fidelity.dataplane_totals(em),
-            "data_ok": ra.data_ok and rb.data_ok,
+            DATA_OK: ra.data_ok and rb.data_ok,
         }
         with open(bed.workdir / f"ev-load-{label}.jsonl", "w") as fh:
             for key in ("a", "b"):
@@ -231,7 +250,15 @@ SCENARIOS = (
     Scenario("ecn-balance", EcnBalance(), "a second flow forced onto one of the first flow's "
              "paths: ECN moves the first flow's load off it (the MRC paper's Fig. 14)",
              FabricParams(planes=2, leaves=2, spines=2, hosts_per_leaf=2, link_mbps=DEFAULT_LINK_MBPS), 8.0,
-             3.0, None, transports=("mrc", "spray"),
+             3.0, None, transports=("mrc", "spray"), figures_type=EcnBalanceFigures,
              figures=("goodput_fraction", "goodput_fraction_before", "a_shared_share_after",
-                      "data_ok")),
+                      DATA_OK), brief=("goodput_fraction",),
+             row=Row("ecn-balance: goodput fraction after the force / first flow's share left on "
+                     "the shared path",
+                     lambda t, _: f"{num(t.get('goodput_fraction'))} / {num(t.get('a_shared_share_after'))}"),
+             quick={"transports": ("mrc",), "duration": 6.0, "fault_at": 2.5},
+             # spray, which cannot move its load, leaves 1/4 of it on the shared path (0.80 of
+             # capacity)
+             checks={"mrc": {"goodput_fraction": within(0.04),
+                             "a_shared_share_after": at_most(0.15), DATA_OK: IS_TRUE}}),
 )

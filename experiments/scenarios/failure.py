@@ -10,6 +10,8 @@ Figures: recovery and stall times, goodput before, during and after the fault.
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
+from typing import Any
 
 from experiments import metrics, traffic
 from experiments.flows import BASELINE_PLANE, FlowResult, finish, planes_used
@@ -25,12 +27,87 @@ from experiments.scenarios.base import (
     fault_window,
     sleep_until,
 )
+from experiments.scenarios.schema import (
+    DATA_OK,
+    IS_TRUE,
+    Cells,
+    Figures,
+    Row,
+    at_least,
+    at_most,
+    ms,
+    num,
+)
 from experiments.testbed import Testbed
 from topologies.model import Fabric, FabricError
 
 # The default fabric (scenarios/base.py): one flow at a time over 4 planes, 4 KB payloads.
 SMALL = DEFAULT_FABRIC
-FAILURE_FIGURES = ("recovery_ms", "stall_ms", "goodput_before_mbps", "goodput_during_mbps", "data_ok")
+
+
+class FaultFigures(Figures, total=False):
+    """One transport's figures in a fault scenario (`fault_metrics`, then `Failure.run`)."""
+    src: str
+    dst: str
+    recovery_ms: float | None  # None: goodput never came back to the target
+    recovery_smoothing_ms: int  # the moving average the recovery was judged on
+    stall_ms: float  # the longest run of empty bins from the fault to 1 s after its end
+    delivered: bool
+    goodput_before_mbps: float
+    goodput_during_mbps: float
+    goodput_after_mbps: float | None
+    goodput_fraction: float | None  # during over before
+    recovery_target_mbps: float
+    capacity_mbps: dict[str, float]  # before, during
+    bytes_delivered: int
+    target: str
+    uplink_tx_pkts_before_fault: dict[str, int]
+    # from the agents' flows (experiments/flows.py), beside the kernel's `error`
+    messages_acked: int
+    messages_completed: int
+    sender_stats: dict[str, int]
+    receiver_stats: dict[str, int]
+    ev_states_at_end: dict[str, int]
+    congestion_at_end: dict[str, Any]
+    error: str
+
+
+FAILURE_FIGURES = ("recovery_ms", "stall_ms", "goodput_before_mbps", "goodput_during_mbps", DATA_OK)
+BRIEF = ("recovery_ms", "stall_ms", "goodput_fraction")
+NEVER = {"recovery_ms": "never recovered"}
+
+
+def recovered(t: Mapping[str, Any]) -> bool:
+    return t.get("recovery_ms") is not None
+
+
+def legend(t: Mapping[str, Any]) -> str:
+    """A transport's recovery and stall, for a plot's legend."""
+    rec = t["recovery_ms"]
+    return f"recovery {'never' if rec is None else f'{rec:.0f} ms'}, stall {t['stall_ms']:.0f} ms"
+
+
+TABLE_HEADER = ("recovery ms", "stall ms", "before Mb/s", "during Mb/s", "data ok")
+
+
+def table_cells(t: Mapping[str, Any]) -> tuple[str, ...]:
+    """A transport's cells under TABLE_HEADER (the demo's table)."""
+    rec = "never" if t["recovery_ms"] is None else f"{t['recovery_ms']:.0f}"
+    return (rec, f"{t['stall_ms']:.0f}", f"{t['goodput_before_mbps']:.1f}",
+            f"{t['goodput_during_mbps']:.1f}", "yes" if t[DATA_OK] else "NO")
+
+
+def story(t: Mapping[str, Cells], detect_ms: object) -> str:
+    """What the link-failure run showed, in one sentence (README's account of the demo), from
+    its reference figures per transport."""
+    mrc, roce = t["mrc"], t["roce"]
+    return (f"MRC {num(mrc['goodput_before_mbps'])} Mbit/s before the cut and "
+            f"{num(mrc['goodput_during_mbps'])} during it, recovery {ms(mrc['recovery_ms'])} ms, "
+            f"longest run of empty 10 ms bins {ms(mrc['stall_ms'])} ms; the single-path baseline "
+            f"(roce) stalls "
+            f"{ms(roce['stall_ms'])} ms (the {ms(detect_ms)} ms "
+            f"detection delay plus its retransmission timer), then runs at "
+            f"{num(roce['goodput_after_mbps'])} Mbit/s on a surviving spine.\n")
 
 
 def busiest_uplink(bed: Testbed, src: str, before: dict, after: dict) -> tuple[str, dict[str, int]]:
@@ -168,7 +245,7 @@ def fault_metrics(opts: Options, fabric: Fabric, res: FlowResult, t0: float, eve
         "recovery_ms": metrics.recovery_ms(mbps, fault_i, target, end_i, width) if before > 0 else None,
         "recovery_smoothing_ms": round(width * metrics.BIN_S * 1000),
         "stall_ms": metrics.longest_stall_ms(mbps, fault_i, min(end_i + round(1 / metrics.BIN_S), n)),
-        "data_ok": res.data_ok and res.delivered,  # a long flow that delivered nothing failed
+        DATA_OK: res.data_ok and res.delivered,  # a long flow that delivered nothing failed
         "delivered": res.delivered,
         "goodput_before_mbps": round(before, 2),
         "goodput_during_mbps": round(during, 2),
@@ -183,15 +260,29 @@ def fault_metrics(opts: Options, fabric: Fabric, res: FlowResult, t0: float, eve
 
 
 FAULT = Failure()
+RECOVERY_ROW = ("recovery / stall ms", lambda t, _: f"{ms(t.get('recovery_ms'))} / {ms(t.get('stall_ms'))}")
 SCENARIOS = (
     Scenario("link-failure", FAULT, "T0-T1 link cut during a long transfer, then restored",
-             SMALL, 7.0, 2.5, 5.0, figures=FAILURE_FIGURES),
+             SMALL, 7.0, 2.5, 5.0, figures_type=FaultFigures, figures=FAILURE_FIGURES, brief=BRIEF,
+             never=NEVER, row=Row(f"link-failure: {RECOVERY_ROW[0]}", RECOVERY_ROW[1]),
+             quick={"transports": ("mrc", "roce"), "duration": 5.0, "fault_at": 2.0, "fault_end": 3.5},
+             checks={"mrc": {"recovery_ms": at_most(100.0), "stall_ms": at_most(50.0), DATA_OK: IS_TRUE},
+                     "roce": {"stall_ms": at_least(800.0), DATA_OK: IS_TRUE}}),
     Scenario("switch-failure", FAULT, "a spine (T1) stops forwarding, ports up, then returns",
-             SMALL, 7.0, 2.5, 5.0, figures=FAILURE_FIGURES),
+             SMALL, 7.0, 2.5, 5.0, figures_type=FaultFigures, figures=FAILURE_FIGURES, brief=BRIEF,
+             never=NEVER, row=Row(f"switch-failure: {RECOVERY_ROW[0]}", RECOVERY_ROW[1])),
     Scenario("link-flap", FAULT, "a T0-T1 link flapping at a set rate", SMALL, 8.0, 2.0, 7.0,
+             figures_type=FaultFigures,
              figures=("stall_ms", "goodput_before_mbps", "goodput_during_mbps", "goodput_fraction",
-                      "data_ok")),
+                      DATA_OK), brief=BRIEF, never=NEVER,
+             row=Row("link-flap: goodput fraction / stall ms",
+                     lambda t, _: f"{num(t.get('goodput_fraction'))} / {ms(t.get('stall_ms'))}")),
     Scenario("lossy-link", FAULT, "random drop with probability p on one T0-T1 link",
-             SMALL, 7.0, 2.5, 6.5,
-             figures=("goodput_before_mbps", "goodput_during_mbps", "goodput_fraction", "data_ok")),
+             SMALL, 7.0, 2.5, 6.5, figures_type=FaultFigures,
+             figures=("goodput_before_mbps", "goodput_during_mbps", "goodput_fraction", DATA_OK),
+             brief=BRIEF, never=NEVER,
+             row=Row("lossy-link p=0.2: goodput fraction", lambda t, _: num(t.get("goodput_fraction"))),
+             quick={"transports": ("mrc",), "duration": 5.0, "fault_at": 2.0, "fault_end": 4.8,
+                    "loss": 0.2},
+             checks={"mrc": {"goodput_fraction": at_least(0.93), DATA_OK: IS_TRUE}}),
 )

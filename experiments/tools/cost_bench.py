@@ -43,7 +43,7 @@ WARM_S = 1.5  # after the flow starts: every flow has found its rate (permutatio
 TAIL_S = 0.5  # left out before the flow's end
 CALIBRATE_RATES = (5.0, 10.0)
 CALIBRATE_SECONDS = 5.0
-SEED = 3  # ECMP collides on the default fabric with this seed: the measurements used it
+SEED = 3  # ECMP collides on the default fabric with this seed; the cost reference is measured with it
 # The processes busy (calibration.busy_pids) in the second before a run are the machine's
 # background load (another program, a busy loop): their CPU during the run is not the run's.
 BACKGROUND_WINDOW_S = 1.0

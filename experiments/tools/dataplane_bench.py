@@ -10,8 +10,8 @@ checksums; IPv6-in-IPv6 as the hosts send them, decapsulated by the receiver's k
 last host, on every plane at once, sprayed over every spine (16 EVs per path): each packet
 crosses leaf, spine, leaf, `HOPS` switch hops. Every shape is measured twice: with every plane
 loaded (what a run does, MRC spraying over all of them: the figure runs count on) and with one
-plane loaded (`one_plane`: one plane's leaf, spines and leaf only, the method of issue 9's
-table, which measured one 3-switch path). The two differ where a backend's cost is per plane:
+plane loaded (`one_plane`: one plane's leaf, spines and leaf only, one 3-switch path per
+packet). The two differ where a backend's cost is per plane:
 OVS runs one ovs-vswitchd per plane, and eight of them loaded at once share two cores. The
 frames are prebuilt in Python and sent by a C program (`build/mrcblast`, AF_PACKET, paced)
 because Python could not offer enough; a C sink drains a real UDP socket in the receiver, whose

@@ -14,8 +14,8 @@ attack tests the agents' logic, not the links' capacity.
 
 Asserted, and written to results/fuzz/report.{json,md}:
 * memory: every agent's RSS stays under `RSS_BOUND_MIB` (a receiver holds at most
-  `max_held_bytes` beyond the message it completes; before the fix 8 datagrams took one agent
-  from 20 to 2068 MiB);
+  `max_held_bytes` beyond the message it completes; without that bound 8 datagrams took one
+  agent from 20 to 2068 MiB);
 * completion: every message the MRC and RoCE senders posted completes at the receiver with the
   sender's SHA-256, and nothing the sender saw acknowledged is missing (`data_ok`);
 * no healthy EV benched: no MRC path is marked ASSUMED_BAD during the attack (no path is

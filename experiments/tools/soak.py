@@ -208,7 +208,9 @@ def one_run(index: int, scenario: str, fault: str, out: Path, rng: random.Random
         summary = json.loads(summary_path.read_text())
         rec.figures = {f"{t}.{k}": summary["transports"].get(t, {}).get(k)
                        for t, k in FIGURES[scenario]}
-        rec.figures["data_ok"] = all(t.get("data_ok") for t in summary["transports"].values())
+        from experiments.scenarios.schema import data_ok
+
+        rec.figures["data_ok"] = data_ok(summary)
         rec.figures["faithful"] = summary["fidelity"]["faithful"]
     if session:
         rec.fault = CLI_FAULT_NAMES.get(fault, fault)

@@ -25,7 +25,7 @@ FLOORS = (("topologies/model.py", 0), ("endpoints/", 1), ("topologies/", 2), ("c
 PURE = ("topologies/model.py", "endpoints/protocol/", "controller/tables.py",
         "controller/kernel_tables.py", "controller/routing.py", "experiments/traffic.py",
         "experiments/metrics.py", "experiments/simnet.py", "experiments/shell/text.py",
-        "experiments/capacity.py",
+        "experiments/capacity.py", "experiments/scenarios/schema.py",
         "topologies/dataplane/reference.py", "topologies/dataplane/ports.py",
         "topologies/scale.py")
 IMPURE_MODULES = {"os", "socket", "time", "subprocess", "selectors", "select", "threading", "shutil",

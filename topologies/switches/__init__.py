@@ -21,7 +21,7 @@ from topologies.switches.ovs import OvsBackend
 
 BACKENDS: dict[str, type[SwitchBackend]] = {"ovs": OvsBackend, "linux": LinuxBackend}
 CHOICES = ("auto", *BACKENDS)
-# Measured through the real emulation with HTB + eBPF on every port (issue 9): the kernel's
+# Measured through the real emulation with HTB + eBPF on every port (`make bench`): the kernel's
 # forwarding has no per-port cost and runs on every core; OVS userspace forwards in one thread.
 FASTEST_FIRST = ("linux", "ovs")
 # What `auto` takes first: the fastest. Kernel routers also leave the agents the core an

@@ -55,8 +55,8 @@ RUN_ROOT = Path("/run/mrclab-ovs")
 OF_SOCKET = RUN_ROOT / "of.sock"  # the controller's OpenFlow socket
 NETNS_DIR = Path("/run/netns")
 NETNS_PREFIX = "mrclab-ovs"
-# Switch ports one ovs-vswitchd holds at most when planes share it (see above): the issue's
-# measurements put ~100 ports at 6x the forwarding rate of ~850. The environment variable
+# Switch ports one ovs-vswitchd holds at most when planes share it (see above): ~100 ports
+# forwarded at 6x the rate of ~850 (docs/architecture.md). The environment variable
 # overrides it (the tests use it to give small fabrics several instances).
 PORTS_PER_INSTANCE = 160
 PORTS_PER_INSTANCE_ENV = "MRCLAB_OVS_PORTS_PER_INSTANCE"

@@ -5,7 +5,10 @@ from __future__ import annotations
 
 from experiments import plots
 from experiments.metrics import BIN_S
+from experiments.scenarios import SCENARIOS, failure
 from topologies.model import FabricParams
+
+LINK_FAILURE = SCENARIOS["link-failure"]
 
 FABRIC = FabricParams(planes=2, leaves=3, spines=1, hosts_per_leaf=1, link_mbps=2.5)
 WORDS = "2 planes x 3 leaves x 1 spine, 1 host per leaf, 2.5 Mbit/s links"
@@ -33,8 +36,9 @@ def test_every_scenario_figure_names_the_fabric_alike(tmp_path, figure_texts):
     summary = _summary()
     curve = [5.0] * int(3 / BIN_S)
     plots.plot_scenario(tmp_path, summary, {"mrc": curve}, {"mrc": (0.0, 3.0)},
-                        {"mrc": [[0.5, 0x1C000, "GOOD", "SKIP"]]})
-    plots.plot_recovery(tmp_path / "recovery.png", {"mrc": curve}, BIN_S, summary)
+                        {"mrc": [[0.5, 0x1C000, "GOOD", "SKIP"]]},
+                        LINK_FAILURE.headline)
+    plots.plot_recovery(tmp_path / "recovery.png", {"mrc": curve}, BIN_S, summary, failure.legend)
     plots.plot_session(tmp_path / "session.png", [plots.FlowPanel("1 mrc h0->h1", "mrc", {}, [], [])],
                        0.0, 3.0, [], FABRIC.as_dict())
     for name in ("goodput.png", "recovery.png", "session.png"):
@@ -48,8 +52,9 @@ def test_a_run_that_was_not_faithful_says_so_on_its_figures(tmp_path, figure_tex
     for faithful in (True, False):
         summary = _summary(faithful)
         plots.plot_scenario(tmp_path, summary, {"mrc": curve}, {"mrc": (0.0, 3.0)},
-                            {"mrc": [[0.5, 0x1C000, "GOOD", "SKIP"]]})
-        plots.plot_recovery(tmp_path / "recovery.png", {"mrc": curve}, BIN_S, summary)
+                            {"mrc": [[0.5, 0x1C000, "GOOD", "SKIP"]]},
+                        LINK_FAILURE.headline)
+        plots.plot_recovery(tmp_path / "recovery.png", {"mrc": curve}, BIN_S, summary, failure.legend)
         plots.plot_cdf(tmp_path / "cdf.png", summary, "ms", lambda t: [([1, 2, 3], "-", "steps")])
         for name in ("goodput.png", "path_state.png", "recovery.png", "cdf.png"):
             stamped = "EMULATION NOT FAITHFUL" in figure_texts[name]

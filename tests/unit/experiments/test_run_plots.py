@@ -14,7 +14,10 @@ import pytest
 from experiments import ccplot, plots
 from experiments.metrics import BIN_S
 from experiments.runner import _brief
+from experiments.scenarios import SCENARIOS, failure
 from tests.unit.experiments.test_ccplot import _results
+
+LINK_FAILURE = SCENARIOS["link-failure"]
 
 
 def _run(tmp_path: Path) -> dict:
@@ -42,8 +45,9 @@ def _draw_all(tmp_path: Path, summary: dict) -> None:
     mrc[30] = 1500.0  # a bin 19x what the fabric carries
     curves = {"tcp": [19.0] * n, "mrc": mrc}
     plots.plot_scenario(tmp_path, summary, curves, {"mrc": (0.0, 1.0), "tcp": (0.0, 1.0)},
-                        {"mrc": [[0.5, 0x1C000, "GOOD", "ASSUMED_BAD"]]})
-    plots.plot_recovery(tmp_path / "recovery.png", curves, BIN_S, summary)
+                        {"mrc": [[0.5, 0x1C000, "GOOD", "ASSUMED_BAD"]]},
+                        LINK_FAILURE.headline)
+    plots.plot_recovery(tmp_path / "recovery.png", curves, BIN_S, summary, failure.legend)
     plots.plot_cdf(tmp_path / "cdf.png", summary, "ms", lambda t: [([1, 2, 3], "-", "steps")])
     plots.plot_session(tmp_path / "session.png", [plots.FlowPanel("1 mrc h0->h1", "mrc", {}, [], [])],
                        0.0, 1.0, summary["faults"], summary["fabric"])
@@ -104,8 +108,8 @@ def test_no_figure_says_none(drawn):
         assert "None" not in words, name
     title = figures["goodput.png"].axes[1].get_title(loc="left")
     assert title == "mrc: never recovered, stall ms 0"
-    assert _brief({"recovery_ms": None, "stall_ms": 0.0, "goodput_fraction": None, "data_ok": True}) == \
-        "recovery_ms=never, stall_ms=0, data_ok=True"
+    figs = {"recovery_ms": None, "stall_ms": 0.0, "goodput_fraction": None, "data_ok": True}
+    assert _brief(LINK_FAILURE, figs) == "recovery_ms=never, stall_ms=0, data_ok=True"
 
 
 @pytest.mark.parametrize("name", ["goodput.png", "recovery.png", "session.png"])

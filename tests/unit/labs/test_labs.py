@@ -32,7 +32,7 @@ FAKE_RUN = {  # lab 3's checks read a permutation run: this one stands for it (n
                   "flow_goodput_mbps": [8.1, 8.3, 7.9, 8.2, 8.0, 8.4]}}}
 
 # Lab 8's checks read a capture of its incast: a small one kept as test data stands for it
-# (cut from a real run of the lab's command: 551 frames, data packets cut to their headers).
+# (cut from a real run of the lab's command, data packets cut to their headers: INSTRUCTORS.md).
 LAB8_CAPTURE = ROOT / "tests" / "data" / "lab-08"
 
 

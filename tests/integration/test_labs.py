@@ -88,3 +88,23 @@ def test_make_lab_drops_into_the_fabric_cli() -> None:
     counts = [int(n) for n in re.findall(r"^(\d+)\s*$", res.stdout + res.stderr, re.M)]
     assert counts and counts[-1] >= 1, res.stdout + res.stderr  # h3's plane-1 NIC got it
     assert_nothing_left()
+
+
+def test_mrc_on_the_wire_lab() -> None:
+    """Lab 8 on its own capture: the README's command makes it (an incast's receiver, trimming
+    then drop-tail); the reference solution passes every check on it, counting what that
+    capture holds, and the skeleton fails every TODO's."""
+    run = next(c for c in ALL if c.command.startswith("make experiment-incast"))
+    res = labs_readme.run(run, timeout=300)
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
+    assert_nothing_left()
+    assert (labs_readme.ROOT / "results" / "lab-08" / "h5.pcap").stat().st_size > 0
+    cmd = _command("make check-lab N=8 SOLUTION=1")
+    res = labs_readme.run(cmd, timeout=300)
+    assert res.returncode == 0, res.stdout + res.stderr[-2000:]
+    labs_readme.check_output(cmd, res)
+    res = labs_readme.run(labs_readme.Command(cmd.readme, "make check-lab N=8", ()), timeout=300)
+    assert res.returncode != 0
+    got = labs_readme.checker_lines(res.stdout.splitlines(), loose=True)[:-1]
+    assert got[:2] == ["PASS capture-present", "PASS own-parser"], res.stdout
+    assert got[2:] and all(line.startswith("FAIL ") for line in got[2:]), res.stdout

@@ -106,3 +106,26 @@ def test_no_root_says_the_exact_command(monkeypatch: pytest.MonkeyPatch) -> None
     lab = find("5")
     with pytest.raises(Skipped, match=r"sudo make check-lab N=5 SOLUTION=1"):
         fabric.scenario_run(Context(lab.folder, lab.folder / "solution", True), "incast", {})
+
+
+def test_lab8_reads_its_own_capture_and_says_what_to_run(tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """Lab 8 reads results/lab-08/<receiver>.pcap, which its README's command writes; without
+    it, or with a capture of something else, the failure names that command."""
+    monkeypatch.delenv("LAB_RESULTS", raising=False)
+    lab = find("8")
+    module = sys.modules["lab_check_08"]
+    assert module.OUT == "results/lab-08" and module.RUN.endswith(f'--out {module.OUT}"')
+    assert f"--capture {module.RECEIVER} " in module.RUN
+    readme = (ROOT / "labs" / "08-mrc-on-the-wire" / "README.md").read_text()
+    assert module.RUN.removeprefix("sudo ") in readme
+    monkeypatch.setattr(module, "REPO", tmp_path)
+    present = lab.run(solution=True, emulation=False)[0]
+    assert present.status == FAIL and module.RUN in present.detail and module.RUN in present.hint
+    from labs.checker import pcapfile
+
+    run = tmp_path / "results" / "lab-08"
+    run.mkdir(parents=True)
+    pcapfile.write(run / f"{module.RECEIVER}.pcap", [ip for _, ip in module.made_up_packets()[-6:]])
+    present = lab.run(solution=True, emulation=False)[0]  # no MRC in it: not the lab's incast
+    assert present.status == FAIL and module.RUN in present.detail, present

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -30,6 +31,26 @@ FAKE_RUN = {  # lab 3's checks read a permutation run: this one stands for it (n
         "spray": {"data_ok": True, "capacity_mbps": 60.0,
                   "flow_goodput_mbps": [8.1, 8.3, 7.9, 8.2, 8.0, 8.4]}}}
 
+# Lab 8's checks read a capture of its incast: a small one kept as test data stands for it
+# (cut from a real run of the lab's command, data packets cut to their headers: INSTRUCTORS.md).
+LAB8_CAPTURE = ROOT / "tests" / "data" / "lab-08"
+
+
+def fake_results(folder: Path) -> None:
+    """`folder` as the labs' run: lab 3's summary.json and lab 8's capture."""
+    (folder / "summary.json").write_text(json.dumps(FAKE_RUN))
+    for f in LAB8_CAPTURE.iterdir():
+        shutil.copyfile(f, folder / f.name)
+
+
+def needs_tshark(number: int) -> None:
+    """Lab 8's checks run tshark (make setup installs it)."""
+    if number == 8:
+        from tests.conftest import require_or_skip
+
+        require_or_skip(None if shutil.which("tshark") else "tshark is not installed (make setup)")
+
+
 # What the untouched skeleton gets from each checker, check by check (pure checks only).
 SKELETON = {
     1: {"usid-numbers": FAIL, "segment-lists": SKIP, "carrier-addresses": FAIL, "by-hand": FAIL,
@@ -42,6 +63,9 @@ SKELETON = {
     5: {"receiver-nacks": FAIL, "sender-reacts": FAIL, "incast-simulated": FAIL, "real-incast": SKIP},
     6: {"proportional-increase": FAIL, "fair-increase": FAIL, "multiplicative-decrease": FAIL,
         "ecn-below-target": PASS, "shared-bottleneck-simulated": FAIL, "real-permutation": SKIP},
+    8: {"capture-present": PASS, "own-parser": PASS, "mrc-datagrams": FAIL, "bth-fields": FAIL,
+        "sack-bitmaps": FAIL, "nack-reasons": FAIL, "filter-trimmed-nacks": FAIL,
+        "filter-retransmissions": FAIL, "filter-sack-holes": FAIL},
 }
 # The checks that need the emulation; with the skeleton they are skipped behind the checks
 # they need (`needs`), so CI spends emulation time on the solutions only.
@@ -51,7 +75,7 @@ EMULATED = {1: {"datagrams-on-path"}, 2: {"real-switch"}, 4: {"real-link-cut"},
 
 @pytest.fixture(autouse=True)
 def fake_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    (tmp_path / "summary.json").write_text(json.dumps(FAKE_RUN))
+    fake_results(tmp_path)
     monkeypatch.setenv("LAB_RESULTS", str(tmp_path))
 
 
@@ -63,6 +87,7 @@ def test_every_lab_folder_is_covered() -> None:
 
 @pytest.mark.parametrize("number", sorted(SKELETON))
 def test_solution_passes_every_pure_check(number: int) -> None:
+    needs_tshark(number)
     verdicts = find(str(number)).run(solution=True, emulation=False)
     got = {v.name: v.status for v in verdicts}
     want = {name: SKIP if name in EMULATED.get(number, ()) else PASS for name in SKELETON[number]}
@@ -71,6 +96,7 @@ def test_solution_passes_every_pure_check(number: int) -> None:
 
 @pytest.mark.parametrize("number", sorted(SKELETON))
 def test_skeleton_fails_the_expected_checks(number: int) -> None:
+    needs_tshark(number)
     verdicts = find(str(number)).run(solution=False, emulation=False)
     assert {v.name: v.status for v in verdicts} == SKELETON[number]
     for v in verdicts:
@@ -225,3 +251,38 @@ def test_json_verdict_and_exit_codes(tmp_path: Path) -> None:
     assert [c["status"] for c in verdict["checks"]] == list(SKELETON[2].values())
     res = _cli("check", "2", "--solution", "--no-emulation")
     assert res.returncode == 0 and res.stdout.splitlines()[-1] == "3 of 4 checks pass, 1 skipped"
+
+
+def test_lab8_solution_reads_what_the_products_cores_send() -> None:
+    """Lab 8's parser stands for the product's decoder: on the SACKs and NACKs the product's
+    own receiver sends for a transfer with trimmed and lost packets, the solution reads what
+    `wire.decode` reads."""
+    from endpoints.protocol import wire
+    from endpoints.protocol.config import TransportConfig
+    from endpoints.protocol.receiver import MrcReceiver
+    from endpoints.protocol.sender import MrcSender
+    from experiments.simnet import sim_fabric
+    from labs.checker.student import load
+
+    parser = load(ROOT / "labs/08-mrc-on-the-wire/solution/mrc_parser.py")
+    evs = sim_fabric(2, 2).evs
+    snd = MrcSender(1, 2, evs, TransportConfig(), 1)
+    rcv = MrcReceiver(2, 1, evs, TransportConfig(), 1)
+    snd.send_message(bytes(64 * 4096), 0.0)
+    sent = snd.poll(0.0)
+    assert len(sent) > 8
+    for i, (ev, pkt) in enumerate(sent):
+        if i % 5 == 1:
+            continue  # lost: a hole in the SACKs' bitmaps
+        rcv.on_datagram(wire.trimmed(pkt, last_hop=i % 2 == 0) if i % 7 == 3 else pkt, ev, 0.001)
+    replies = [p for _, p in rcv.poll(0.001)]
+    kinds = {p[0] for p in replies}
+    assert {wire.OP_SACK, wire.OP_NACK} <= kinds, kinds
+    for datagram in [p for _, p in sent] + replies:
+        pkt = wire.decode(datagram)
+        assert tuple(parser.bth(datagram)) == (datagram[0], pkt.qpn, wire.fields(datagram)["psn"])
+        if isinstance(pkt, wire.Sack):
+            assert parser.sack_received(datagram) == [
+                (pkt.base + i) & wire.PSN_MASK for i in range(64) if pkt.bitmap >> i & 1]
+        if isinstance(pkt, wire.Nack):
+            assert parser.nack_reason(datagram) == wire.NACK_REASON_NAMES[pkt.reason]

@@ -5,7 +5,6 @@ in. A mutant that passes means a check to strengthen, not a mutant to drop."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
@@ -13,7 +12,7 @@ import pytest
 from labs.checker import mutants
 from labs.checker.__main__ import find, lab_dirs
 from labs.checker.core import FAIL
-from tests.unit.labs.test_labs import FAKE_RUN
+from tests.unit.labs.test_labs import fake_results, needs_tshark
 
 PER_TODO = 3
 ALL = [(n, m) for n in sorted(lab_dirs()) for m in mutants.load(find(str(n)))]
@@ -23,7 +22,7 @@ ALL = [(n, m) for n in sorted(lab_dirs()) for m in mutants.load(find(str(n)))]
 def fake_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     run = tmp_path / "run"
     run.mkdir()
-    (run / "summary.json").write_text(json.dumps(FAKE_RUN))
+    fake_results(run)
     monkeypatch.setenv("LAB_RESULTS", str(run))
 
 
@@ -44,6 +43,7 @@ def test_every_todo_has_its_mutants(number: int) -> None:
 @pytest.mark.parametrize(("number", "mutant"), ALL, ids=[f"lab{n}-{m.name}" for n, m in ALL])
 def test_mutant_fails_a_check_that_names_its_todo(number: int, mutant: mutants.Mutant,
                                                    tmp_path: Path) -> None:
+    needs_tshark(number)
     lab = find(str(number))
     text = mutant.text(lab)
     assert text != (lab.folder / "solution" / mutant.file).read_text(), "the mutant is the solution"

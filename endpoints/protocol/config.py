@@ -27,6 +27,11 @@ FABRIC_DERIVED = ("target_delay_min", "max_cwnd_pkts", "queue_delay_bound", "sac
 class TransportConfig:
     # Per-path state
     path_state: bool = True  # False: the `spray` transport, no EV ever skipped or benched
+    # NIC-port status: a host stops using the planes whose port is down, its own (the agent
+    # learns them from the kernel) and its peer's (the down mask its SACKs, NACKs and probes
+    # carry, endpoints/protocol/portstatus.py). False: neither, every EV of a dead plane has to
+    # fail on its own (the MRC paper's case without the Port Status Update).
+    port_status: bool = True
     # Packetisation
     mtu_payload: int = 4096  # data bytes per packet, RoCE's 4096 MTU: ~300 pkt/s per 10 Mbit/s link
     # EV set (the MRC paper: 128-256 EVs split evenly over planes, >100 active, rest backups)

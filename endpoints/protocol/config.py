@@ -27,11 +27,6 @@ FABRIC_DERIVED = ("target_delay_min", "max_cwnd_pkts", "queue_delay_bound", "sac
 class TransportConfig:
     # Per-path state
     path_state: bool = True  # False: the `spray` transport, no EV ever skipped or benched
-    # NIC-port status: a host stops using the planes whose port is down, its own (the agent
-    # learns them from the kernel) and its peer's (the down mask its SACKs, NACKs and probes
-    # carry, endpoints/protocol/portstatus.py). False: neither, every EV of a dead plane has to
-    # fail on its own (the MRC paper's case without the Port Status Update).
-    port_status: bool = True
     # Packetisation
     mtu_payload: int = 4096  # data bytes per packet, RoCE's 4096 MTU: ~300 pkt/s per 10 Mbit/s link
     # EV set (the MRC paper: 128-256 EVs split evenly over planes, >100 active, rest backups)
@@ -65,6 +60,10 @@ class TransportConfig:
     probe_timeout: float = 0.050  # an unanswered probe resets its EV's success count
     reverse_evs_per_plane: int = 2  # receiver's reverse EV set for SACKs (>= 1 per plane)
     reverse_probe_interval: float = 0.100  # s: much more often, the reverse EVs' probes cost a plane of data
+    # NIC-port status (endpoints/protocol/portstatus.py): a host stops using the planes whose
+    # port is down, its own (the agent learns them from the kernel) and its peer's (the down
+    # mask its SACKs, NACKs and probes carry).
+    port_status: bool = True  # False: every EV of a dead port's plane fails on its own
     # Acknowledgement cadence
     sack_every: int = 4  # data packets per SACK
     # s: a lone packet is still acknowledged within this; `for_fabric` sets it to

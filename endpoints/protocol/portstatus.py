@@ -81,16 +81,24 @@ class PortSteering:
     events: list[Any]
     _queue_retx: Callable[[Any, float, str], None]
     _drain_changes: Callable[[float], None]
+    # The echoed timestamp (our clock) of the packet whose report last changed the peer's mask:
+    # reports travel on different paths and can arrive out of order, and an older one must not
+    # undo a newer one.
+    _ports_ts: int | None = None
 
     def set_local_ports(self, mask: int, now: float) -> None:
         """This host's NIC ports: bit p set while plane p's port is down."""
         if self.ports.set_local(mask):
             self._steer(now)
 
-    def _peer_ports(self, mask: int, now: float) -> None:
-        """An acceptable SACK, NACK or probe reply carried the peer's mask (`mask` differs
-        from what this QP knew: the caller compares, once per packet)."""
+    def _peer_ports(self, mask: int, echo_ts: int, now: float) -> None:
+        """An acceptable SACK, NACK or probe reply, echoing our timestamp `echo_ts`, carried
+        the peer's mask (`mask` differs from what this QP knew: the caller compares, once per
+        packet). Ignored when it echoes an older packet than the report that set the mask."""
+        if self._ports_ts is not None and (echo_ts - self._ports_ts) & 0xFFFFFFFF >= 0x80000000:
+            return
         if self.ports.set_remote(mask):
+            self._ports_ts = echo_ts
             self._steer(now)
 
     def _steer(self, now: float) -> None:

@@ -127,7 +127,7 @@ class MrcReceiver(CoreBase):
         # The reverse EVs' liveness: answered probes keep them in the SACK rotation.
         self.prober = Prober(peer_qpn, config.reverse_probe_interval, config.probe_timeout,
                              random.Random(self.rng.getrandbits(64)))
-        self.events: list[ReverseEvState | SackCadence] = []
+        self.events: list[ReverseEvState | SackCadence | Ports] = []
         # SACK cadence for the trace, summed over `cadence_interval`: why each SACK left
         # (count / delay / urgent), the packets it covered, the longest gap between two.
         self.cadence_interval: float | None = CADENCE_INTERVAL  # None: no `SackCadence`

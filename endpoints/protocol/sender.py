@@ -237,7 +237,7 @@ class MrcSender(PortSteering, CoreBase):
             return
         self.stats["sacks"] += 1
         if s.ports_down != self.ports.remote:
-            self._peer_ports(s.ports_down, now)
+            self._peer_ports(s.ports_down, s.echo_ts, now)
         ref = self.una
         cack = wire.psn_unwrap(s.cack, ref)
         if cack > self.next_seq:
@@ -358,7 +358,7 @@ class MrcSender(PortSteering, CoreBase):
             return
         self.stats["nacks"] += 1
         if n.ports_down != self.ports.remote:
-            self._peer_ports(n.ports_down, now)
+            self._peer_ports(n.ports_down, n.echo_ts, now)
         if n.reason in (wire.NACK_TRIMMED, wire.NACK_TRIMMED_LASTHOP):
             self.stats["trimmed_nacks"] += 1
             self.outstanding.pop(seq)
@@ -396,7 +396,7 @@ class MrcSender(PortSteering, CoreBase):
             return
         self.stats["probe_replies"] += 1
         if p.ports_down != self.ports.remote:
-            self._peer_ports(p.ports_down, now)
+            self._peer_ports(p.ports_down, p.tsval, now)
         self.proven_ev = ev
         if self.evs.probe_result(ev, True, self.c.probes_to_resurrect):
             self.stats["resurrected"] += 1

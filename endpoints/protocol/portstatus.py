@@ -13,8 +13,8 @@ window each, and be probed back one by one.
 
 Only authenticated packets change the remote mask (a SACK echoing a packet of ours, a NACK of
 one in flight, a reply to a probe of ours): a forged mask would otherwise steer a sender off its
-planes. With every port up the mask is 0 and nothing here runs, so seeded simulations are
-bit-identical to what they were without port status.
+planes. With every port up the mask is 0 and nothing here runs: a seeded simulation with every
+port up is bit-identical to one with port status off.
 """
 
 from __future__ import annotations

@@ -28,52 +28,20 @@ import logging
 import os
 import selectors
 import socket
-import struct
 import time
 from pathlib import Path
 from typing import Any
 
 from controller import kernel_tables as kt
 from controller.routing import Change, Convergence, RoutingPlane, parse_notification
+from endpoints.host.ports import IFF_LOWER_UP, IFF_UP, RTMGRP_LINK, parse_link_events
 from topologies import files, netns
 from topologies.model import DEFAULT_DETECT_MS, Fabric, FabricParams, Switch
 
 LOG = logging.getLogger("mrclab.kernel-controller")
 
-RTMGRP_LINK = 1
-RTM_NEWLINK, RTM_DELLINK = 16, 17
-IFF_UP, IFF_LOWER_UP = 0x1, 0x10000
-IFLA_IFNAME = 3
-NLMSG_HDR = struct.Struct("=IHHII")
-IFINFOMSG = struct.Struct("=BBHiII")
 PARALLEL = 8  # ip -batch processes at once: process start-up overlaps, the kernel's rtnl
 # lock serialises the rest
-
-
-def parse_link_events(data: bytes) -> list[tuple[str, bool]]:
-    """(ifname, usable) for every RTM_NEWLINK / RTM_DELLINK in a netlink datagram; usable = up
-    and with carrier."""
-    out = []
-    off = 0
-    while off + NLMSG_HDR.size <= len(data):
-        length, kind, _flags, _seq, _pid = NLMSG_HDR.unpack_from(data, off)
-        if length < NLMSG_HDR.size:
-            break
-        if kind in (RTM_NEWLINK, RTM_DELLINK):
-            _fam, _pad, _type, _index, flags, _change = IFINFOMSG.unpack_from(data, off + NLMSG_HDR.size)
-            name = ""
-            attr = off + NLMSG_HDR.size + IFINFOMSG.size
-            while attr + 4 <= off + length:
-                alen, atype = struct.unpack_from("=HH", data, attr)
-                if alen < 4:
-                    break
-                if atype & 0x3FFF == IFLA_IFNAME:
-                    name = data[attr + 4:attr + alen].split(b"\0", 1)[0].decode()
-                attr += (alen + 3) & ~3
-            usable = kind == RTM_NEWLINK and bool(flags & IFF_UP) and bool(flags & IFF_LOWER_UP)
-            out.append((name, usable))
-        off += (length + 3) & ~3
-    return out
 
 
 class KernelController:

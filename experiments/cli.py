@@ -152,15 +152,19 @@ def make_parser() -> argparse.ArgumentParser:
     run.add_argument("--fail-switch", default=None, help="switch-failure: spine to fail")
     run.add_argument("--loss", type=probability, default=None,
                      help="lossy-link: drop probability, 0.2 or 20%% (default: 0.2)")
-    run.add_argument("--flaps-per-min", type=float, default=None, help="link-flap (default: 60)")
+    run.add_argument("--flaps-per-min", type=float, default=None, help="link-flap, port-flap (default: 60)")
     run.add_argument("--down-ms", type=float, default=None,
-                     help="link-flap: each flap's down time (default: 300)")
+                     help="link-flap, port-flap: each flap's down time (default: 300)")
     run.add_argument("--senders", type=int, default=None,
                      help="incast: number of senders (default: 7, fewer on a fabric of fewer hosts)")
     run.add_argument("--steps", type=int, default=None, help="collective: ring steps per phase (default: 20)")
     run.add_argument("--step-kb", type=int, default=None,
                      help="collective: chunk per host per step (default: 64)")
     run.add_argument("--seed", type=int, default=1, help="drives every random choice")
+    run.add_argument("--port-status", choices=("on", "off"), default="on",
+                     help="MRC hosts stop using a plane whose NIC port is down, theirs or a "
+                          "peer's (announced in SACKs and probes); off: each EV of it fails on "
+                          "its own (default: on)")
     run.add_argument("--out", default=None, help="default: results/NAME")
     run.add_argument("--capture", default=None, metavar="TARGET[,TARGET...]",
                      help="keep a pcap of the whole run per target in the results, TARGET.pcap: "
@@ -262,7 +266,7 @@ def run_options(args: argparse.Namespace):  # -> experiments.scenarios.Options
     opts = Options(sc, fabric, parse_transports(args.transports, sc.transports), seed=args.seed,
                    datapath=args.datapath, dataplane=args.dataplane, switch_backend=args.switch,
                    capture=capture, packet_log=packet_log, replace=replacements,
-                   given=frozenset(given), **fields)
+                   port_status=args.port_status == "on", given=frozenset(given), **fields)
     if args.link_mbps in (None, "auto"):
         # auto: the fastest rate this machine carries faithfully now (its calibration, the
         # cores free as the run starts); no rate given: the scenario's, or less where that one

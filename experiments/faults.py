@@ -2,7 +2,8 @@
 
 * link cut / restore: as a pulled cable (`Emulation.set_link`: the link's upper end down, the
   other losing its carrier); the switches report the ports down and the baseline's routing
-  plane reacts after its detection delay.
+  plane reacts after its detection delay. A host link is a host's NIC port on one plane: the
+  host's agent sees its NIC lose carrier (port status, endpoints/host/ports.py).
 * switch failure: the switch stops forwarding while its ports stay up (`Emulation.set_switch`),
   the failure no port event reveals. The baseline controller is told, as its BFD sessions over
   that switch would tell it, and reacts after the same detection delay.

@@ -37,10 +37,11 @@ BY_KIND = {
              "msg_len": "mrc.msg_len", "tsval": "mrc.tsval", "immediate": "mrc.immediate"},
     "sack": {"psn": "mrc.sack.cack", "base": "mrc.sack.base", "bitmap": "mrc.sack.bitmap",
              "echo_ev": "mrc.echo_ev", "echo_ts": "mrc.echo_ts", "ecn_count": "mrc.sack.ecn_count",
-             "credit": "mrc.sack.credit"},
+             "credit": "mrc.sack.credit", "ports_down": "mrc.ports_down"},
     "nack": {"reason": "mrc.nack.reason", "cack": "mrc.nack.cack", "echo_ev": "mrc.echo_ev",
-             "echo_ts": "mrc.echo_ts"},
-    "probe": {"probe_id": "mrc.probe.id", "tsval": "mrc.tsval", "probed_ev": "mrc.probe.ev"},
+             "echo_ts": "mrc.echo_ts", "ports_down": "mrc.ports_down"},
+    "probe": {"probe_id": "mrc.probe.id", "tsval": "mrc.tsval", "probed_ev": "mrc.probe.ev",
+              "ports_down": "mrc.ports_down"},
 }
 FLAG_BITS = {"mrc.flags.retransmit": wire.F_RETRANSMIT, "mrc.flags.trimmed": wire.F_TRIMMED,
              "mrc.flags.trimmed_lasthop": wire.F_TRIMMED_LASTHOP,
@@ -63,6 +64,10 @@ def expected_notes(fields: dict) -> list[str]:
                      (" at the last hop" if fields["flags"] & wire.F_TRIMMED_LASTHOP else ""))
     if kind == "nack":
         notes.append(f"NACK {wire.NACK_REASON_NAMES[fields['reason']]}")
+    if kind != "data" and fields.get("ports_down"):
+        down = fields["ports_down"]
+        notes.append("Sender's NIC ports down: planes " +
+                     ",".join(str(p) for p in range(16) if down >> p & 1))
     return notes
 
 
@@ -124,7 +129,7 @@ def check_frame(frame: Frame, exp: dict) -> list[str]:
             bad.append(f"frame {n}: not MRC's, yet decoded {stray[:4]}")
         return bad + _check_carriers(frame, exp["carriers"])
     kind = KIND[want["opcode"]]
-    want = {"icrc": 0, "icrc_status": 0, **want}
+    want = {"icrc": 0, "icrc_status": 0, "ports_down": 0, **want}
     for key, name in {**COMMON, **BY_KIND[kind]}.items():
         got = frame.values(name)
         if len(got) != 1 or number(got[0]) != want[key]:

@@ -50,6 +50,7 @@ from endpoints.host import netio
 from endpoints.host import overrides as replacements_from
 from endpoints.host.control import ControlError, ControlServer
 from endpoints.host.goodput import BIN_S, GoodputBins
+from endpoints.host.ports import PortWatch
 from endpoints.host.qdisc import QdiscReader
 from endpoints.protocol import wire
 from endpoints.protocol.config import TransportConfig, with_overrides
@@ -169,6 +170,8 @@ class Agent:
         self.rx = netio.open_receiver(wire.MRC_PORT, pktinfo=False)
         self.selector = selectors.DefaultSelector()  # the control server's sockets
         self.control = ControlServer(settings["control"], self.selector, self.handle_command)
+        # The NIC ports' state from the kernel, told to every core (endpoints/host/ports.py).
+        self.ports = PortWatch(self.host, self.selector, lambda: [qp.core for qp in self.qps.values()])
         # The loop waits on an epoll of its own holding the receive socket and the control
         # selector's epoll (itself pollable): the common wake-up, a datagram or a timer, then
         # skips the selectors module's per-call bookkeeping.
@@ -366,6 +369,7 @@ class Agent:
             else:
                 receiver = GbnReceiver(qpn, peer_qpn, ev, base, seed, psn)
         core: Core = sender if sender is not None else receiver  # type: ignore[assignment]
+        core.set_local_ports(self.ports.mask, now)
         self.qps[qpn] = Qp(qpn, peer, peer_qpn, transport, core, paths, sender, receiver,
                            msg_seed=_number(req, "data_seed", 0, MAX_SEED, default=seed))
         # The classes at work, so a run can see its replacements are the ones in use.

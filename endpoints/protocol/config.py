@@ -60,6 +60,10 @@ class TransportConfig:
     probe_timeout: float = 0.050  # an unanswered probe resets its EV's success count
     reverse_evs_per_plane: int = 2  # receiver's reverse EV set for SACKs (>= 1 per plane)
     reverse_probe_interval: float = 0.100  # s: much more often, the reverse EVs' probes cost a plane of data
+    # NIC-port status (endpoints/protocol/portstatus.py): a host stops using the planes whose
+    # port is down, its own (the agent learns them from the kernel) and its peer's (the down
+    # mask its SACKs, NACKs and probes carry).
+    port_status: bool = True  # False: every EV of a dead port's plane fails on its own
     # Acknowledgement cadence
     sack_every: int = 4  # data packets per SACK
     # s: a lone packet is still acknowledged within this; `for_fabric` sets it to

@@ -36,6 +36,9 @@ class Core(Protocol):
     def take_events(self) -> list[Event]:
         """What happened since the last call (for the trace)."""
 
+    def set_local_ports(self, mask: int, now: float) -> None:
+        """This host's NIC ports now: bit p set while plane p's port is down."""
+
 
 class SenderCore(Core, Protocol):
     bytes_acked: int
@@ -85,6 +88,10 @@ class CoreBase:
     def take_events(self) -> list[Event]:
         events, self.events = self.events, []
         return events
+
+    def set_local_ports(self, mask: int, now: float) -> None:
+        """Cores that act on port status override it (portstatus.py); the go-back-N baseline,
+        like RoCE, has one path and nothing to steer."""
 
     def on_datagram(self, payload: bytes | memoryview, ev: int, now: float,
                     ecn_ce: bool = False) -> None:

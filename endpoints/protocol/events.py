@@ -146,6 +146,18 @@ class SackCadence(NamedTuple):
     event: Literal["sack_cadence"] = "sack_cadence"
 
 
+class Ports(NamedTuple):
+    """What a core knows of the NIC ports changed: `local` and `remote` are down masks (bit p:
+    plane p's port down, at this host and at the peer), `parked` the planes it now keeps out of
+    use, `resent` the packets in flight there it resent at once (senders)."""
+    t: float
+    local: int
+    remote: int
+    parked: list[int]
+    resent: int = 0
+    event: Literal["ports"] = "ports"
+
+
 class GoBack(NamedTuple):
     """Go-back-N: everything from `psn` was resent."""
     t: float
@@ -154,7 +166,7 @@ class GoBack(NamedTuple):
 
 
 Event = (Complete | Rtt | Retx | EvState | ReverseEvState | Timeout | GoBack | Cc | CwndDec | EvSkip
-         | EvBad | FloorHold | EvLoad | SackCadence)
+         | EvBad | FloorHold | EvLoad | SackCadence | Ports)
 
 
 def as_record(qpn: int, event: Event) -> dict[str, object]:

@@ -7,6 +7,10 @@ ASSUMED_BAD ---(probes_to_resurrect probe replies in a row)--> GOOD (back as a b
     when its plane is short)
 any ---(operator)--> DENIED: never used again
 
+A plane whose NIC port is down (here or at the peer: endpoints/protocol/portstatus.py) is
+parked: its active EVs leave the set with their state kept and no backup takes their place,
+until the port returns and they come back as they were.
+
 Spraying walks the active set in a fresh pseudo-random order each rotation (a shuffled deck), so
 every active EV carries one packet per rotation: an even spread with no coordination, and
 "skip for one rotation" has a precise meaning. With a NIC that paces (`next_ev(plane_ok)`), the
@@ -104,6 +108,7 @@ class EvSet:
         self.probe_ok: dict[int, int] = {}
         self.changes: list[tuple[int, str, str]] = []  # (ev, old, new), drained by the sender
         self.entered: Counter[tuple[int, str]] = Counter()  # (ev, state) -> times it entered it
+        self.parked: dict[int, list[int]] = {}  # plane -> its active EVs while its port is down
 
     # ----- queries --------------------------------------------------------------------------
     def usable(self) -> list[int]:
@@ -282,6 +287,8 @@ class EvSet:
 
     def _rebalance(self, plane: int) -> None:
         """Keep the plane's active share: a resurrected EV fills a slot its failure emptied."""
+        if plane in self.parked:
+            return  # its port is down: nothing of it is active until it returns
         want = self._plane_active_target[plane]
         active = [a for a in self.active if self.plane[a] == plane]
         while len(active) < want and self.backup[plane]:
@@ -295,6 +302,30 @@ class EvSet:
         self._set(ev, DENIED)
         if ev in self.active:
             self.active.remove(ev)
-        for b in self.backup.values():
+        for b in (*self.backup.values(), *self.parked.values()):
             if ev in b:
                 b.remove(ev)
+
+    # ----- NIC ports ------------------------------------------------------------------------
+    def park(self, plane: int) -> bool:
+        """Take `plane` out of use (its port is down): its active EVs leave the set, states
+        kept, no backup in their place; the decks are dealt again without them. False if it
+        was parked already or is no plane of this set."""
+        if plane in self.parked or plane not in self.backup:
+            return False
+        self.parked[plane] = [ev for ev in self.active if self.plane[ev] == plane]
+        self.active = [ev for ev in self.active if self.plane[ev] != plane]
+        self._deck = []
+        self._plane_deck[plane].clear()
+        return True
+
+    def unpark(self, plane: int) -> bool:
+        """`plane`'s port is back: its parked EVs that are still usable return to the active
+        set (those found bad meanwhile stay out, probed), backups fill the rest of its share."""
+        evs = self.parked.pop(plane, None)
+        if evs is None:
+            return False
+        self.active += [ev for ev in evs if self.state[ev] in (GOOD, SKIP)]
+        self._rebalance(plane)
+        self._deck = []
+        return True

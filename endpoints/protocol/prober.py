@@ -43,9 +43,11 @@ class Prober:
                 lost.append(ev)
         return lost
 
-    def due(self, now: float, targets: Callable[[], Iterable[int]]) -> list[tuple[int, bytes]]:
+    def due(self, now: float, targets: Callable[[], Iterable[int]],
+            ports_down: int = 0) -> list[tuple[int, bytes]]:
         """(ev, probe datagram) to send now: one per target without a probe in flight, once per
-        round (`targets` is only asked when a round is due)."""
+        round (`targets` is only asked when a round is due); `ports_down`: the sending host's
+        port status (portstatus.py)."""
         if now < self.next_round:
             return []
         self.next_round = now + self.interval
@@ -59,7 +61,8 @@ class Prober:
             while probe_id in self.pending:
                 probe_id = self.rng.getrandbits(32)
             self.pending[probe_id] = (ev, now, ts)
-            out.append((ev, wire.encode_probe(wire.OP_EV_PROBE, self.peer_qpn, probe_id, ts, ev)))
+            out.append((ev, wire.encode_probe(wire.OP_EV_PROBE, self.peer_qpn, probe_id, ts, ev,
+                                              ports_down)))
         return out
 
     def answered(self, probe_id: int, probed_ev: int, tsval: int) -> int | None:

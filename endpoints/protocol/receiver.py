@@ -14,6 +14,9 @@ used round-robin and kept honest by probes: a reverse EV whose probes go unanswe
 swapped for a spare reverse EV (same plane first) when the fabric offers one, else dropped from the
 rotation until a probe gets through again; when every reverse EV looks dead (a probe reply also
 needs a working forward path), SACKs rotate over all of them rather than sit on one.
+Reverse EVs of a plane whose NIC port is down, here or at the sender (portstatus.py), are left
+out of the rotation and of probing; every control packet carries this host's port status, and a
+change of it goes out at once in a SACK.
 """
 
 from __future__ import annotations
@@ -24,9 +27,10 @@ from collections.abc import Collection, Sequence
 from endpoints.protocol import wire
 from endpoints.protocol.config import TransportConfig
 from endpoints.protocol.core import CoreBase
-from endpoints.protocol.events import ReverseEvState, SackCadence
+from endpoints.protocol.events import Ports, ReverseEvState, SackCadence
 from endpoints.protocol.evset import EvInfo, spread_over_planes
 from endpoints.protocol.placement import BUSY, DUPLICATE, FULL, LATE, PLACED, Placement
+from endpoints.protocol.portstatus import PortStatus
 from endpoints.protocol.prober import Prober
 
 CADENCE_INTERVAL = 0.05  # s summed by one `SackCadence` trace event
@@ -48,12 +52,14 @@ class ReverseEvs:
         self.alive = dict.fromkeys(self.evs, True)
         self.misses = dict.fromkeys(self.evs, 0)
         self._i = 0
+        self.out = 0  # planes whose port is down at either end (bit p), left out of the rotation
 
     def next(self) -> int:
+        out = self.out
         for _ in range(len(self.evs)):
             self._i = (self._i + 1) % len(self.evs)
             ev = self.evs[self._i]
-            if self.alive[ev]:
+            if self.alive[ev] and not (out and out >> self.plane[ev] & 1):
                 return ev
         # All presumed dead: rotate over every one of them rather than go silent or sit on one.
         self._i = (self._i + 1) % len(self.evs)
@@ -73,6 +79,10 @@ class ReverseEvs:
                 self.alive[ev] = False
                 self._swap(ev)
         return (old, self.alive.get(ev, False)) if old != self.alive.get(ev, False) else None
+
+    def probed(self) -> list[int]:
+        """The EVs in use that probes should test: none on a plane whose port is down."""
+        return [ev for ev in self.evs if not self.out >> self.plane[ev] & 1]
 
     def _swap(self, dead: int) -> None:
         """Replace a dead EV with a spare, same plane first; the dead one becomes the last spare."""
@@ -113,10 +123,11 @@ class MrcReceiver(CoreBase):
         self.dup_echo: tuple[int, int] | None = None  # (ev, tsval) of a duplicate to answer
         self.ce_pending = 0
         self.ce_on_trigger = False
+        self.ports = PortStatus(config.port_status)  # NIC ports, ours and the sender's
         # The reverse EVs' liveness: answered probes keep them in the SACK rotation.
         self.prober = Prober(peer_qpn, config.reverse_probe_interval, config.probe_timeout,
                              random.Random(self.rng.getrandbits(64)))
-        self.events: list[ReverseEvState | SackCadence] = []
+        self.events: list[ReverseEvState | SackCadence | Ports] = []
         # SACK cadence for the trace, summed over `cadence_interval`: why each SACK left
         # (count / delay / urgent), the packets it covered, the longest gap between two.
         self.cadence_interval: float | None = CADENCE_INTERVAL  # None: no `SackCadence`
@@ -153,6 +164,20 @@ class MrcReceiver(CoreBase):
             self._probe_reverse(now)
         out, self.out = self.out, []
         return out
+
+    def set_local_ports(self, mask: int, now: float) -> None:
+        """This host's NIC ports (bit p set while plane p's port is down): SACKs leave the
+        dead planes, and a SACK tells the sender at once (once it has sent anything)."""
+        if self.ports.set_local(mask):
+            self._ports_changed(now)
+            if self.stats["packets"]:
+                self.sack_due = now
+                self._sack_why = "urgent"
+
+    def _ports_changed(self, now: float) -> None:
+        self.rev.out = self.ports.down
+        self.events.append(Ports(now, self.ports.local, self.ports.remote,
+                                 [p for p in sorted(set(self.rev.plane.values())) if self.rev.out >> p & 1]))
 
     # ----- data -----------------------------------------------------------------------------
     def _on_data(self, d: wire.Data, ev: int, now: float, ce: bool) -> None:
@@ -275,7 +300,7 @@ class MrcReceiver(CoreBase):
         for echo_ev, echo_ts, flags in echoes:
             self.out.append((self.rev.next(), wire.encode_sack(
                 self.peer_qpn, rcv_nxt, base, bitmap, echo_ev, echo_ts,
-                self.ce_pending if flags else 0, flags=flags)))
+                self.ce_pending if flags else 0, flags=flags, ports_down=self.ports.sent)))
             self.stats["sacks"] += 1
         self.last_sack = now
         self.unacked = 0
@@ -285,7 +310,7 @@ class MrcReceiver(CoreBase):
     def _nack(self, seq: int, reason: int, ev: int, tsval: int) -> None:
         self._cad["nacks"] += 1
         self.out.append((self.rev.next(), wire.encode_nack(
-            self.peer_qpn, seq, reason, ev, tsval, self.place.rcv_nxt)))
+            self.peer_qpn, seq, reason, ev, tsval, self.place.rcv_nxt, ports_down=self.ports.sent)))
         self.stats["nacks"] += 1
 
     # ----- probes ---------------------------------------------------------------------------
@@ -293,12 +318,15 @@ class MrcReceiver(CoreBase):
         if p.opcode == wire.OP_EV_PROBE:
             # The sender tests one of its bad forward EVs: answer over a live reverse EV.
             self.out.append((self.rev.next(), wire.encode_probe(
-                wire.OP_EV_PROBE_REPLY, self.peer_qpn, p.probe_id, p.tsval, p.probed_ev)))
+                wire.OP_EV_PROBE_REPLY, self.peer_qpn, p.probe_id, p.tsval, p.probed_ev,
+                self.ports.sent)))
             return
         ev = self.prober.answered(p.probe_id, p.probed_ev, p.tsval)
         if ev is None:
             return
         self.stats["probe_replies"] += 1
+        if p.ports_down != self.ports.remote and self.ports.set_remote(p.ports_down):
+            self._ports_changed(now)
         self._record_reverse(ev, True, now)
 
     def _record_reverse(self, ev: int, ok: bool, now: float) -> None:
@@ -310,4 +338,5 @@ class MrcReceiver(CoreBase):
     def _probe_reverse(self, now: float) -> None:
         for ev in self.prober.expired(now):
             self._record_reverse(ev, False, now)
-        self.out += self.prober.due(now, lambda: self.rev.evs)
+        self.out += self.prober.due(now, self.rev.probed if self.rev.out else lambda: self.rev.evs,
+                                    self.ports.sent)

@@ -44,6 +44,7 @@ from endpoints.protocol.events import (
 )
 from endpoints.protocol.evset import ASSUMED_BAD, DENIED, GOOD, SKIP, EvInfo, EvReport, EvSet
 from endpoints.protocol.nicpacer import NicPacer
+from endpoints.protocol.portstatus import PortStatus, PortSteering
 from endpoints.protocol.prober import Prober
 from endpoints.protocol.rtt import RttEstimator
 from endpoints.protocol.wire import ts_age, ts_us
@@ -68,7 +69,7 @@ class _Pkt:
         self.ts = 0  # the 32-bit microsecond timestamp it carried (ts_us(sent))
 
 
-class MrcSender(CoreBase):
+class MrcSender(PortSteering, CoreBase):
     # The EV set and congestion control a sender builds: named override points
     # (endpoints/protocol/replaceable.py) set them in a subclass, nothing else does.
     evset_cls: type[EvSet] = EvSet
@@ -85,6 +86,7 @@ class MrcSender(CoreBase):
         # The host's NIC ports (nicpacer.py), shared with its other QPs; None: every packet the
         # window allows goes to the caller at once.
         self.pacer = pacer
+        self.ports = PortStatus(config.port_status)  # NIC ports, ours and the peer's (portstatus.py)
         self._pace_wait: float | None = None  # when a busy port frees, while new data waits
         self._lasthop_marked_until = 0.0  # acks read as ECN-marked until then (lasthop_mark_rtts)
         self._frame_overhead = wire.DATA_OVERHEAD + wire.FRAME_OVERHEAD  # wire bytes besides payload
@@ -234,6 +236,8 @@ class MrcSender(CoreBase):
             self.stats["unacceptable"] += 1  # echoes no packet of ours: forged (or ancient)
             return
         self.stats["sacks"] += 1
+        if s.ports_down != self.ports.remote:
+            self._peer_ports(s.ports_down, s.echo_ts, now)
         ref = self.una
         cack = wire.psn_unwrap(s.cack, ref)
         if cack > self.next_seq:
@@ -353,6 +357,8 @@ class MrcSender(CoreBase):
             self.stats["unacceptable"] += 1
             return
         self.stats["nacks"] += 1
+        if n.ports_down != self.ports.remote:
+            self._peer_ports(n.ports_down, n.echo_ts, now)
         if n.reason in (wire.NACK_TRIMMED, wire.NACK_TRIMMED_LASTHOP):
             self.stats["trimmed_nacks"] += 1
             self.outstanding.pop(seq)
@@ -378,7 +384,7 @@ class MrcSender(CoreBase):
             # The receiver probes its reverse EVs; answer over the forward EV that delivered last:
             # an answer lost on a dead forward path would condemn a good reverse one.
             reply = wire.encode_probe(wire.OP_EV_PROBE_REPLY, self.peer_qpn, p.probe_id, p.tsval,
-                                      p.probed_ev)
+                                      p.probed_ev, self.ports.sent)
             ev = self.proven_ev
             if ev is None or self.evs.state.get(ev, DENIED) == DENIED:
                 ev = self.evs.next_ev()
@@ -389,6 +395,8 @@ class MrcSender(CoreBase):
             self.stats["stale_acks"] += 1
             return
         self.stats["probe_replies"] += 1
+        if p.ports_down != self.ports.remote:
+            self._peer_ports(p.ports_down, p.tsval, now)
         self.proven_ev = ev
         if self.evs.probe_result(ev, True, self.c.probes_to_resurrect):
             self.stats["resurrected"] += 1
@@ -515,7 +523,7 @@ class MrcSender(CoreBase):
     def _probe(self, now: float, out: list[tuple[int, bytes]]) -> None:
         for ev in self.prober.expired(now):
             self.evs.probe_result(ev, False, self.c.probes_to_resurrect)
-        probes = self.prober.due(now, self.evs.bad)
+        probes = self.prober.due(now, self.evs.bad, self.ports.sent)
         self.stats["probes_sent"] += len(probes)
         out += probes
 

@@ -10,7 +10,9 @@ packet Wireshark's own InfiniBand dissector reads:
   0xE0-0xEF, control 0xF0-0xFF (the switch program's split).
 * MRCETH, the MRC extended transport header: flags (retransmit, trimmed, trimmed at the last
   hop, ECN echo) and the MRC version, at the same offset in every packet, so a switch sets the
-  trim flags without decoding the opcode.
+  trim flags without decoding the opcode; in control packets (SACK, NACK, probes) its last 16
+  bits are the sender's port status (the OCP spec's Port Status Update): bit p set when the
+  sending host's NIC port on plane p is down, 0 when every port is up (data packets send 0).
 * One fixed extension per type (data, SACK, NACK, probe): one `struct` call per packet.
 * PadCnt pads a data payload to a 4-byte multiple, as the BTH requires; a 4-byte ICRC field ends
   every packet. Agents and switches send it as zero (not computed): the receiving kernel checks
@@ -88,7 +90,8 @@ MAX_PAYLOAD = 9000
 # ----- layouts -----------------------------------------------------------------------------------
 # BTH: opcode, SE|M|PadCnt|TVer, P_Key, FECN|BECN|resv6 + DestQP (one word), AckReq|resv7 + PSN.
 BTH = struct.Struct("!BBHII")
-MRCETH = struct.Struct("!BBH")  # flags, version, reserved
+MRCETH = struct.Struct("!BBH")  # flags, version, ports down (control) / reserved (data)
+PORTS_DOWN_MASK = 0xFFFF  # one bit per plane (the model's planes: at most 15)
 COMMON = struct.Struct(BTH.format + MRCETH.format[1:])  # 16 bytes, every packet
 # Each extension and its members' names (`fields`, the dissector's field names and offsets).
 DATA_EXT = struct.Struct("!IHHQIII")
@@ -110,6 +113,7 @@ ACKREQ_OFF = 8  # the AckReq bit's byte (ACKREQ_BIT)
 PSN_OFF = 9  # 24-bit PSN: bytes 9..11
 FLAGS_OFF = BTH_LEN  # MRCETH flags byte: where a switch sets F_TRIMMED / F_TRIMMED_LASTHOP
 VERSION_OFF = BTH_LEN + 1
+PORTS_DOWN_OFF = BTH_LEN + 2  # a control packet's 16-bit ports-down mask
 PAYLOAD_LEN_OFF = COMMON.size + 4  # data: after the MSN
 DATA_HDR = COMMON.size + DATA_EXT.size  # 44: the headers before the payload
 DATA_OVERHEAD = DATA_HDR + ICRC_LEN  # 48: a data packet's bytes besides payload and pad
@@ -219,6 +223,7 @@ class Sack(NamedTuple):
     echo_ts: int
     ecn_count: int
     credit: int
+    ports_down: int = 0  # the sending host's NIC ports down, bit p = plane p (MRCETH)
 
 
 class Nack(NamedTuple):
@@ -229,6 +234,7 @@ class Nack(NamedTuple):
     echo_ev: int
     echo_ts: int
     cack: int
+    ports_down: int = 0
 
 
 class Probe(NamedTuple):
@@ -238,6 +244,7 @@ class Probe(NamedTuple):
     probe_id: int
     tsval: int
     probed_ev: int
+    ports_down: int = 0
 
 
 Packet = Data | Sack | Nack | Probe
@@ -258,24 +265,26 @@ def encode_data(opcode: int, flags: int, qpn: int, psn: int, msn: int, offset: i
 
 
 def encode_sack(qpn: int, cack: int, base: int, bitmap: int, echo_ev: int, echo_ts: int,
-                ecn_count: int = 0, credit: int = 0, flags: int = 0) -> bytes:
+                ecn_count: int = 0, credit: int = 0, flags: int = 0, ports_down: int = 0) -> bytes:
     return _SACK.pack(OP_SACK, BTH_TVER, PKEY_DEFAULT, qpn & QPN_MASK,
                       ((flags & F_ACK_REQ) << 24) | (cack & PSN_MASK), flags & ETH_FLAGS_MASK,
-                      VERSION, 0, base & PSN_MASK, bitmap & 0xFFFFFFFFFFFFFFFF,
+                      VERSION, ports_down & PORTS_DOWN_MASK, base & PSN_MASK, bitmap & 0xFFFFFFFFFFFFFFFF,
                       echo_ev & 0xFFFFFFFF, echo_ts & 0xFFFFFFFF, min(ecn_count, 0xFFFF),
                       min(credit, 0xFFFF))
 
 
 def encode_nack(qpn: int, psn: int, reason: int, echo_ev: int = 0, echo_ts: int = 0,
-                cack: int = 0, flags: int = 0) -> bytes:
+                cack: int = 0, flags: int = 0, ports_down: int = 0) -> bytes:
     return _NACK.pack(OP_NACK, BTH_TVER, PKEY_DEFAULT, qpn & QPN_MASK,
                       ((flags & F_ACK_REQ) << 24) | (psn & PSN_MASK), flags & ETH_FLAGS_MASK,
-                      VERSION, 0, ((reason & 0xFF) << 24) | (cack & PSN_MASK),
+                      VERSION, ports_down & PORTS_DOWN_MASK, ((reason & 0xFF) << 24) | (cack & PSN_MASK),
                       echo_ev & 0xFFFFFFFF, echo_ts & 0xFFFFFFFF)
 
 
-def encode_probe(opcode: int, qpn: int, probe_id: int, tsval: int, probed_ev: int) -> bytes:
-    return _PROBE.pack(opcode, BTH_TVER, PKEY_DEFAULT, qpn & QPN_MASK, 0, 0, VERSION, 0,
+def encode_probe(opcode: int, qpn: int, probe_id: int, tsval: int, probed_ev: int,
+                 ports_down: int = 0) -> bytes:
+    return _PROBE.pack(opcode, BTH_TVER, PKEY_DEFAULT, qpn & QPN_MASK, 0, 0, VERSION,
+                       ports_down & PORTS_DOWN_MASK,
                        probe_id & 0xFFFFFFFF, tsval & 0xFFFFFFFF, probed_ev & 0xFFFFFFFF)
 
 
@@ -324,18 +333,19 @@ def decode(buf: bytes | memoryview) -> Packet:
     if opcode == OP_SACK:
         if n != SACK_LEN:
             raise MalformedPacket(f"SACK of {n} bytes, expected {SACK_LEN}")
-        (_, b1, pkey, word1, word2, eflags, version, _r, base, bitmap, echo_ev, echo_ts, ecn,
+        (_, b1, pkey, word1, word2, eflags, version, down, base, bitmap, echo_ev, echo_ts, ecn,
          credit) = _SACK.unpack_from(buf, 0)
         if version != VERSION or pkey != PKEY_DEFAULT or b1 & 0x0F != BTH_TVER:
             _bad_common(b1, pkey, version)
         if base > PSN_MASK:
             raise MalformedPacket("reserved bits set in the SACK bitmap base")
         return _new_tuple(Sack, (eflags | (word2 >> 24 & F_ACK_REQ), word1 & QPN_MASK,
-                                 word2 & PSN_MASK, base, bitmap, echo_ev, echo_ts, ecn, credit))
+                                 word2 & PSN_MASK, base, bitmap, echo_ev, echo_ts, ecn, credit,
+                                 down))
     if opcode == OP_NACK:
         if n != NACK_LEN:
             raise MalformedPacket(f"NACK of {n} bytes, expected {NACK_LEN}")
-        (_, b1, pkey, word1, word2, eflags, version, _r, rc, echo_ev,
+        (_, b1, pkey, word1, word2, eflags, version, down, rc, echo_ev,
          echo_ts) = _NACK.unpack_from(buf, 0)
         if version != VERSION or pkey != PKEY_DEFAULT or b1 & 0x0F != BTH_TVER:
             _bad_common(b1, pkey, version)
@@ -343,15 +353,15 @@ def decode(buf: bytes | memoryview) -> Packet:
         if reason not in NACK_REASONS:
             raise MalformedPacket(f"bad NACK (reason {reason})")
         return Nack(eflags | (word2 >> 24 & F_ACK_REQ), word1 & QPN_MASK, word2 & PSN_MASK,
-                    reason, echo_ev, echo_ts, rc & PSN_MASK)
+                    reason, echo_ev, echo_ts, rc & PSN_MASK, down)
     if opcode in (OP_EV_PROBE, OP_EV_PROBE_REPLY):
         if n != PROBE_LEN:
             raise MalformedPacket(f"probe of {n} bytes, expected {PROBE_LEN}")
-        (_, b1, pkey, word1, _word2, eflags, version, _r, probe_id, tsval,
+        (_, b1, pkey, word1, _word2, eflags, version, down, probe_id, tsval,
          probed_ev) = _PROBE.unpack_from(buf, 0)
         if version != VERSION or pkey != PKEY_DEFAULT or b1 & 0x0F != BTH_TVER:
             _bad_common(b1, pkey, version)
-        return Probe(opcode, eflags, word1 & QPN_MASK, probe_id, tsval, probed_ev)
+        return Probe(opcode, eflags, word1 & QPN_MASK, probe_id, tsval, probed_ev, down)
     if opcode & OPCODE_VENDOR_MASK != OPCODE_VENDOR_MASK:
         raise MalformedPacket(f"opcode {opcode:#04x} is not an MRC (manufacturer-specific) one")
     raise MalformedPacket(f"unknown MRC opcode {opcode:#04x}")
@@ -368,8 +378,9 @@ def _bad_common(b1: int, pkey: int, version: int) -> None:
 def fields(buf: bytes | memoryview) -> dict[str, int]:
     """Every header field of a well-formed datagram by name (the names the Wireshark dissector
     gives them after `mrc.`), for packet logs and tests, not the hot path: the BTH's opcode,
-    qpn, psn, ackreq, padcnt; the MRCETH `flags` byte; the extension's members (`*_EXT_FIELDS`,
-    a NACK's reason and cack apart, reserved ones left out); `len`, the UDP payload length.
+    qpn, psn, ackreq, padcnt; the MRCETH `flags` byte and, in a control packet, `ports_down`;
+    the extension's members (`*_EXT_FIELDS`, a NACK's reason and cack apart, reserved ones left
+    out); `len`, the UDP payload length.
 
     >>> f = fields(encode_nack(7, 5, NACK_TRIMMED, echo_ev=0x1C000, echo_ts=9, cack=4))
     >>> f["opcode"] == OP_NACK, f["psn"], f["reason"], f["cack"], f["len"]
@@ -383,6 +394,8 @@ def fields(buf: bytes | memoryview) -> dict[str, int]:
     ext, names = _EXTENSIONS[buf[OPCODE_OFF]]
     out.update(zip(names, ext.unpack_from(buf, COMMON.size), strict=True))
     out.pop("reserved", None)
+    if not isinstance(pkt, Data):
+        out["ports_down"] = int.from_bytes(buf[PORTS_DOWN_OFF:PORTS_DOWN_OFF + 2], "big")
     if "reason_cack" in out:
         word = out.pop("reason_cack")
         out.update(reason=word >> 24, cack=word & PSN_MASK)

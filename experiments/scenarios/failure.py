@@ -1,9 +1,12 @@
 """Fault scenarios (kind "fault"): one long flow between hosts on different leaves, and a fault
 on its way: a T0-T1 link cut (link-failure), a spine that stops forwarding (switch-failure), a
-link flapping (link-flap), random loss on a link (lossy-link).
+link flapping (link-flap), random loss on a link (lossy-link), a host's NIC port cut
+(port-failure) or flapping (port-flap).
 
 The target is found, not guessed: during the warm-up the source leaf's plane-0 uplink counters
 show which spine the flow's plane-0 traffic uses (`--link` / `--fail-switch` fix it instead).
+A port scenario cuts the receiver's plane-0 NIC link (`--link h0-p0l0`: the sender's); a cut
+or a flap may take any link, host links included (`--link`).
 Figures: recovery and stall times, goodput before, during and after the fault.
 """
 
@@ -124,11 +127,17 @@ def busiest_uplink(bed: Testbed, src: str, before: dict, after: dict) -> tuple[s
     return f"{leaf.name}-{fabric.spine(BASELINE_PLANE, spine).name}", per_spine
 
 
+def receiver_port(fabric: Fabric, dst: str) -> str:
+    """The plane-0 NIC link of host `dst` (a port scenario's default target)."""
+    host = fabric.host(dst)
+    return fabric.link(f"{dst}-{fabric.leaf(BASELINE_PLANE, host.leaf_index).name}").name
+
+
 class Failure(Kind):
     name = "fault"
     options = frozenset({"duration", "fault_at", "fault_end", "detect_ms", "link"})
     OWN = {"switch-failure": {"fail_switch"}, "lossy-link": {"loss"},
-           "link-flap": {"flaps_per_min", "down_ms"}}
+           "link-flap": {"flaps_per_min", "down_ms"}, "port-flap": {"flaps_per_min", "down_ms"}}
 
     def takes(self, scenario: str) -> frozenset[str]:
         return self.options | self.OWN.get(scenario, set())
@@ -136,15 +145,22 @@ class Failure(Kind):
     def check(self, opts: Options, fabric: Fabric) -> None:
         check_fault_window(opts, fabric)
         flap_ok = 0 < opts.flaps_per_min <= 600 and 0 < opts.down_ms < 60_000 / opts.flaps_per_min
-        if opts.scenario.name == "link-flap" and not flap_ok:
+        if opts.scenario.name in FLAPS and not flap_ok:
             raise FabricError("--flaps-per-min must be in (0, 600] and --down-ms shorter than one "
                               "flap period")
+        kind = fabric.link(opts.link).kind if opts.link is not None else None
+        if opts.scenario.name in PORT_SCENARIOS and kind not in (None, "host"):
+            raise FabricError(f"{opts.link} is a T0-T1 link: {opts.scenario.name} cuts a host's "
+                              f"NIC link like h0-p0l0 (link-failure takes T0-T1 links)")
+        if opts.scenario.name == "lossy-link" and kind == "host":
+            raise FabricError(f"{opts.link} is a host link: random loss applies to T0-T1 links "
+                              f"like p0l0-p0s1")
 
     def option_fields(self, opts: Options) -> dict:
         name = opts.scenario.name
         if name == "lossy-link":
             return {"loss": opts.loss}
-        if name == "link-flap":
+        if name in FLAPS:
             return {"flaps_per_min": opts.flaps_per_min, "down_ms": opts.down_ms}
         return {}
 
@@ -168,6 +184,8 @@ class Failure(Kind):
         record.link_rates[label] = round(tx * 8 / rx_dt / 1e6, 2) if rx_dt > 0 else 0.0
         uplink_counts: dict[str, int] = {}
         link = opts.link or record.first_target
+        if link is None and opts.scenario.name in PORT_SCENARIOS:
+            link = receiver_port(fabric, dst)
         if link is None:
             link, uplink_counts = busiest_uplink(bed, src, before, after)
         if opts.same_target:
@@ -188,7 +206,7 @@ class Failure(Kind):
             faults.set_loss(link, opts.loss)
             sleep_until(t0 + fault_end)
             faults.clear_loss(link)
-        elif name == "link-flap":
+        elif name in FLAPS:
             down = frozenset({link})
             period = 60.0 / opts.flaps_per_min
             t = fault_at
@@ -198,7 +216,7 @@ class Failure(Kind):
                 sleep_until(t0 + t + opts.down_ms / 1000)
                 faults.restore_link(link)
                 t += period
-        else:  # link-failure
+        else:  # link-failure, port-failure
             down = frozenset({link})
             sleep_until(t0 + fault_at)
             faults.cut_link(link)
@@ -259,6 +277,8 @@ def fault_metrics(opts: Options, fabric: Fabric, res: FlowResult, t0: float, eve
     }
 
 
+FLAPS = ("link-flap", "port-flap")
+PORT_SCENARIOS = ("port-failure", "port-flap")
 FAULT = Failure()
 RECOVERY_ROW = ("recovery / stall ms", lambda t, _: f"{ms(t.get('recovery_ms'))} / {ms(t.get('stall_ms'))}")
 SCENARIOS = (
@@ -285,4 +305,13 @@ SCENARIOS = (
              quick={"transports": ("mrc",), "duration": 5.0, "fault_at": 2.0, "fault_end": 4.8,
                     "loss": 0.2},
              checks={"mrc": {"goodput_fraction": at_least(0.93), DATA_OK: IS_TRUE}}),
+    Scenario("port-failure", FAULT, "a host's NIC port (its link to the leaf) cut, then restored",
+             SMALL, 7.0, 2.5, 5.0, figures_type=FaultFigures, figures=FAILURE_FIGURES, brief=BRIEF,
+             never=NEVER, row=Row(f"port-failure: {RECOVERY_ROW[0]}", RECOVERY_ROW[1])),
+    Scenario("port-flap", FAULT, "a host's NIC port flapping at a set rate", SMALL, 8.0, 2.0, 7.0,
+             figures_type=FaultFigures,
+             figures=("stall_ms", "goodput_before_mbps", "goodput_during_mbps", "goodput_fraction",
+                      DATA_OK), brief=BRIEF, never=NEVER,
+             row=Row("port-flap: goodput fraction / stall ms",
+                     lambda t, _: f"{num(t.get('goodput_fraction'))} / {ms(t.get('stall_ms'))}")),
 )

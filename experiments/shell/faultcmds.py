@@ -23,7 +23,10 @@ class FaultCommands:
 
     # ----- faults --------------------------------------------------------------------------
     def do_cut(self, line: str) -> None:
-        """cut LINK: take LINK down at both ends, like a pulled cable (p0l0-p0s1, h0-p0l0)."""
+        """cut LINK: take LINK down at both ends, like a pulled cable (p0l0-p0s1, h0-p0l0).
+
+        A host link (h0-p0l0) is that host's NIC port on one plane: its agent sees the port
+        down and MRC peers are told in its SACKs and probes (port status)."""
         (name,) = self._args(line, 1, "cut LINK")
         self.bed.faults.cut_link(self.fabric.link(name).name)
         self._say(f"{name} cut")

@@ -90,6 +90,7 @@ def lua_constants() -> str:
         "ACKREQ_OFF": wire.ACKREQ_OFF, "ACKREQ_BIT": wire.ACKREQ_BIT, "PADCNT_OFF": wire.PADCNT_OFF,
         "PADCNT_MASK": wire.PADCNT_MASK, "PADCNT_SHIFT": wire.PADCNT_SHIFT,
         "FLAGS_OFF": wire.FLAGS_OFF, "VERSION_OFF": wire.VERSION_OFF,
+        "PORTS_DOWN_OFF": wire.PORTS_DOWN_OFF,
         "F_RETRANSMIT": wire.F_RETRANSMIT, "F_TRIMMED": wire.F_TRIMMED,
         "F_TRIMMED_LASTHOP": wire.F_TRIMMED_LASTHOP, "F_ECN_ECHO": wire.F_ECN_ECHO,
         "FLAGS_MASK": wire.ETH_FLAGS_MASK, "DATA_HDR": wire.DATA_HDR, "ICRC_LEN": wire.ICRC_LEN,

@@ -21,6 +21,8 @@ Asserted, and written to results/fuzz/report.{json,md}:
 * no healthy EV benched: no MRC path is marked ASSUMED_BAD during the attack (no path is
   faulty; the control window says how often that happens without any attack);
 * no stall: the MRC flow's longest gap in goodput during the attack is under `STALL_BOUND_MS`;
+* no forged port status: SACKs, NACKs and probes forged with random ports-down masks never
+  make the MRC sender or receiver take a plane out (no `ports` event: every port stays up);
 * tables: per-EV state at the agents holds only the flows' real paths.
 """
 
@@ -93,6 +95,9 @@ class Forger:
         def word() -> int:  # a 32-bit field: timestamps, echoed EVs, probe ids
             return r.getrandbits(32)
 
+        def ports() -> int:  # a forged port status: half the time "every port up"
+            return r.choice([0, r.getrandbits(16)])
+
         if kind == "random":
             return r.randbytes(r.randrange(0, 200))
         if kind == "truncated":
@@ -102,7 +107,7 @@ class Forger:
         if kind == "opcode":  # any opcode, BTH byte 1 (valid half the time), flags, AckReq/PSN
             byte1 = r.choice([r.randrange(256), wire.BTH_TVER])
             return wire.COMMON.pack(r.randrange(256), byte1, wire.PKEY_DEFAULT, qpn, word(),
-                                    r.randrange(256), wire.VERSION, 0) + \
+                                    r.randrange(256), wire.VERSION, r.getrandbits(16)) + \
                 r.randbytes(r.randrange(0, 80))
         if kind == "wrong_qpn":
             return wire.encode_sack(r.randrange(wire.QPN_MASK + 1), psn(), psn(),
@@ -138,12 +143,13 @@ class Forger:
                                     r.randrange(64), self.mtu, 1 << 20, b"", word())
         if kind == "sack":
             return wire.encode_sack(qpn, psn(), psn(), r.getrandbits(64), word(), word(),
-                                    r.randrange(1 << 16), flags=r.choice([0, wire.F_ECN_ECHO]))
+                                    r.randrange(1 << 16), flags=r.choice([0, wire.F_ECN_ECHO]),
+                                    ports_down=ports())
         if kind == "nack":
             return wire.encode_nack(qpn, psn(), r.choice(sorted(wire.NACK_REASONS)), word(),
-                                    word(), psn())
+                                    word(), psn(), ports_down=ports())
         op = wire.OP_EV_PROBE if kind == "probe" else wire.OP_EV_PROBE_REPLY
-        return wire.encode_probe(op, qpn, word(), word(), word())
+        return wire.encode_probe(op, qpn, word(), word(), word(), ports())
 
 
 def run(datagrams: int = 100_000, rate: float = RATE, seed: int = 1, out: Path | None = None,
@@ -228,6 +234,7 @@ def run(datagrams: int = 100_000, rate: float = RATE, seed: int = 1, out: Path |
         receiver_mrc = bed.agents[MRC_PAIR[1]].call("stats", qpn=mrc.qpn)
         agent_counters = {h: bed.agent_counters(h) for h in sorted(pids)}
         bench_events = _why_benched(workdir / f"{MRC_PAIR[0]}-trace.jsonl", mrc.qpn)
+        port_events = sum(_port_events(workdir / f"{host}-trace.jsonl", mrc.qpn) for host in MRC_PAIR)
         # What the fabric itself dropped (switch ports, real queues, OVS, host NICs): a path
         # that really lost a genuine packet was benched for a reason.
         fabric_drops = fidelity.dataplane_totals(bed.em)
@@ -260,6 +267,7 @@ def run(datagrams: int = 100_000, rate: float = RATE, seed: int = 1, out: Path |
         "mrc_ev_states_at_end": collections.Counter(sender_mrc["ev_states"].values()),
         "mrc_bench_events": bench_events, "fabric_drops": fabric_drops,
         "mrc_longest_stall_ms": stall, "stall_bound_ms": STALL_BOUND_MS,
+        "mrc_port_status_changes": port_events,
         "mrc_goodput_mbps": {k: round(metrics.mean(v), 2) for k, v in mbps.items()},
         "cpu_idle_mean_pct": cpu_idle, "ovs_cpu_p90_pct": ovs_busy,
         "per_ev_entries": {"sender": sender_mrc.get("per_ev_entries"),
@@ -275,6 +283,7 @@ def run(datagrams: int = 100_000, rate: float = RATE, seed: int = 1, out: Path |
         "completion": drained and all(r.data_ok and r.delivered for r in results.values()),
         "no_healthy_ev_benched": benched["attack"] == 0,
         "no_stall": stall <= STALL_BOUND_MS,
+        "no_forged_port_status": port_events == 0,
         "tables_bounded": all(isinstance(v, int) and v <= paths
                               for v in (sender_mrc.get("per_ev_entries"),
                                         receiver_mrc.get("per_ev_entries"))),
@@ -285,6 +294,15 @@ def run(datagrams: int = 100_000, rate: float = RATE, seed: int = 1, out: Path |
         files.write_json(out / "report.json", report)
         files.write_text(out / "report.md", _markdown(report))
     return report
+
+
+def _port_events(trace: Path, qpn: int) -> int:
+    """How often the QP's core changed what it knows of the NIC ports (its trace's `ports`)."""
+    try:
+        events = [json.loads(line) for line in trace.read_text().splitlines()]
+    except (OSError, ValueError):
+        return 0
+    return sum(1 for e in events if e.get("qpn") == qpn and e.get("event") == "ports")
 
 
 def _why_benched(trace: Path, qpn: int) -> list[dict]:

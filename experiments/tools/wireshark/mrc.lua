@@ -15,7 +15,8 @@
 -- On any IPv6 packet it also decodes a destination address in the uSID locator block: each
 -- 16-bit uSID named by switch or host from mrclab's numbering plan, no fabric file needed.
 --
--- Layout (docs/wire-format.md): BTH 12 | MRCETH 4 (flags, version, reserved) | extension |
+-- Layout (docs/wire-format.md): BTH 12 | MRCETH 4 (flags, version, reserved in data / the
+-- sender's NIC ports down in control packets) | extension |
 -- payload + pad (data) | ICRC 4 (little-endian CRC-32; 0 = not computed).
 
 -- BEGIN GENERATED CONSTANTS
@@ -42,6 +43,7 @@ local W = {
     PADCNT_SHIFT = 4,
     FLAGS_OFF = 12,
     VERSION_OFF = 13,
+    PORTS_DOWN_OFF = 14,
     F_RETRANSMIT = 0x01,
     F_TRIMMED = 0x02,
     F_TRIMMED_LASTHOP = 0x04,
@@ -101,6 +103,7 @@ local pf = {
     f_resv = ProtoField.uint8("mrc.flags.reserved", "Reserved", base.HEX, nil, RESERVED_FLAGS),
     version = ProtoField.uint8("mrc.version", "Version", base.DEC),
     reserved = ProtoField.uint16("mrc.reserved", "Reserved", base.HEX),
+    ports_down = ProtoField.uint16("mrc.ports_down", "Ports down (bit p: plane p)", base.HEX),
     -- data
     msn = ProtoField.uint32("mrc.msn", "Message sequence number (MSN)", base.DEC),
     payload_len = ProtoField.uint16("mrc.payload_len", "Payload length", base.DEC),
@@ -164,13 +167,15 @@ local ex = {
     trimmed = ProtoExpert.new("mrc.trimmed", "Payload trimmed by a switch",
         expert.group.SEQUENCE, expert.severity.NOTE),
     nack = ProtoExpert.new("mrc.nack", "NACK", expert.group.SEQUENCE, expert.severity.NOTE),
+    ports_down = ProtoExpert.new("mrc.ports_down.set", "Sender's NIC ports down",
+        expert.group.PROTOCOL, expert.severity.NOTE),
     bad_usid = ProtoExpert.new("mrc.usid.invalid", "uSID outside the mrclab numbering plan",
         expert.group.PROTOCOL, expert.severity.WARN),
     mixed_planes = ProtoExpert.new("mrc.usid.mixed_planes", "uSIDs of different planes",
         expert.group.PROTOCOL, expert.severity.WARN),
 }
 mrc.experts = { ex.malformed, ex.unknown_op, ex.bad_icrc, ex.reserved, ex.retransmission,
-                ex.trimmed, ex.nack, ex.bad_usid, ex.mixed_planes }
+                ex.trimmed, ex.nack, ex.bad_usid, ex.mixed_planes, ex.ports_down }
 
 mrc.prefs.block = Pref.string("uSID locator block", W.USID_BLOCK,
     "The 32-bit locator block of micro-SID carriers, as two hex groups")
@@ -320,6 +325,14 @@ local function highest_bit(hi, lo)
     return -1
 end
 
+local function plane_list(mask)  -- "1,3" for the planes a ports-down mask names
+    local out = {}
+    for p = 0, 15 do
+        if band(mask, lshift(1, p)) ~= 0 then out[#out + 1] = tostring(p) end
+    end
+    return table.concat(out, ",")
+end
+
 local function malformed(item, msg)
     item:add_proto_expert_info(ex.malformed, msg)
 end
@@ -400,7 +413,19 @@ local function dissect_mrc(tvb, pinfo, tree, bth_fi)
     local ft = et:add(pf.flags, t(W.FLAGS_OFF, 1))
     add_fields(ft, t, FLAG_FIELDS)
     et:add(pf.version, t(W.VERSION_OFF, 1))
-    et:add(pf.reserved, t(W.VERSION_OFF + 1, 2))
+    -- the last 16 bits: reserved in data, the sender's port status in control packets
+    local ports_down = 0
+    if DATA_OPCODES[opcode] then
+        et:add(pf.reserved, t(W.PORTS_DOWN_OFF, 2))
+    else
+        ports_down = u16(h, W.PORTS_DOWN_OFF)
+        local pi = et:add(pf.ports_down, t(W.PORTS_DOWN_OFF, 2))
+        if ports_down ~= 0 then
+            pi:append_text(" (planes " .. plane_list(ports_down) .. ")")
+            root:add_proto_expert_info(ex.ports_down, "Sender's NIC ports down: planes " ..
+                plane_list(ports_down))
+        end
+    end
     if band(flags, RESERVED_FLAGS) ~= 0 then ft:add_proto_expert_info(ex.reserved) end
     -- the notes a trace reader looks for (Analyze > Expert Information), before anything a
     -- short capture may lack
@@ -502,6 +527,7 @@ local function dissect_mrc(tvb, pinfo, tree, bth_fi)
 
     if band(flags, W.F_RETRANSMIT) ~= 0 then info = info .. " [RETX]" end
     if ackreq then info = info .. " [A]" end
+    if ports_down ~= 0 then info = info .. " [PORTS DOWN " .. plane_list(ports_down) .. "]" end
 
     -- ICRC
     if cut then

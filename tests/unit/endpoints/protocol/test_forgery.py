@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from endpoints.protocol import wire
 from endpoints.protocol.config import TransportConfig
-from endpoints.protocol.events import EvState
+from endpoints.protocol.events import EvState, Ports
 from endpoints.protocol.evset import ASSUMED_BAD
 from endpoints.protocol.gobackn import GbnReceiver, GbnSender
 from endpoints.protocol.receiver import MrcReceiver
@@ -221,7 +221,8 @@ def test_forgeries_with_the_real_qpn_never_corrupt_stall_or_bench(psn0, seed, co
     """Data packets forged with the real QPN, plausible MSNs and packetisation, but PSNs drawn
     without knowing the random initial PSN, plus forged SACKs and NACKs to the sender: every
     genuine message completes exactly, no EV is benched, nothing completes at the sender that
-    the receiver did not get."""
+    the receiver did not get; forged port status (in those SACKs and NACKs, and in probe
+    replies to both ends) takes no plane out."""
     rng = random.Random(seed)
     msgs = [rng.randbytes(n) for n in sizes]
     fab = sim_fabric(2, 2)
@@ -243,9 +244,15 @@ def test_forgeries_with_the_real_qpn_never_corrupt_stall_or_bench(psn0, seed, co
                                          b"F" * min(MTU, length - index * MTU)),
                         rng.choice(fab.evs).ev, now)
         snd.on_datagram(wire.encode_sack(1, psn(), psn(), rng.getrandbits(64),
-                                         rng.choice(fab.evs).ev, rng.getrandbits(32)), 0, now)
+                                         rng.choice(fab.evs).ev, rng.getrandbits(32),
+                                         ports_down=rng.getrandbits(16)), 0, now)
         snd.on_datagram(wire.encode_nack(1, psn(), rng.choice(FORGED_NACK_REASONS),
-                                         rng.choice(fab.evs).ev, rng.getrandbits(32)), 0, now)
+                                         rng.choice(fab.evs).ev, rng.getrandbits(32),
+                                         ports_down=rng.getrandbits(16)), 0, now)
+        for core, qpn in ((snd, 1), (rcv, 2)):
+            core.on_datagram(wire.encode_probe(wire.OP_EV_PROBE_REPLY, qpn, rng.getrandbits(32),
+                                               rng.getrandbits(32), rng.choice(fab.evs).ev,
+                                               rng.getrandbits(16)), 0, now)
 
     sim.add_pair(snd, rcv, fab.fwd, fab.rev)
     for m in msgs:
@@ -264,3 +271,5 @@ def test_forgeries_with_the_real_qpn_never_corrupt_stall_or_bench(psn0, seed, co
     assert got == list(enumerate(msgs))
     assert acked == list(range(len(msgs)))
     assert not [e for e in events if isinstance(e, EvState) and e.new == ASSUMED_BAD]
+    assert not [e for e in [*events, *rcv.events] if isinstance(e, Ports)]
+    assert snd.ports.remote == rcv.ports.remote == 0

@@ -14,7 +14,8 @@ from topologies.model import FabricError, FabricParams
 
 def test_every_scenario_has_a_kind_headline_figures_and_valid_defaults():
     assert list(SCENARIOS) == ["link-failure", "switch-failure", "link-flap", "lossy-link",
-                               "permutation", "incast", "ecn-balance", "collective"]
+                               "port-failure", "port-flap", "permutation", "incast", "ecn-balance",
+                               "collective"]
     for name, sc in SCENARIOS.items():
         assert isinstance(sc.kind, Kind) and sc.kind.name
         assert sc.figures[-1] == "data_ok"
@@ -30,6 +31,9 @@ def test_each_kind_records_its_own_options():
     assert {"steps", "step_kb"} <= set(default_options("collective").as_dict())
     assert "loss" not in default_options("link-failure").as_dict()
     assert "capture" not in default_options("link-failure").as_dict()
+    assert {"flaps_per_min", "down_ms"} <= set(default_options("port-flap").as_dict())
+    assert "port_status" not in default_options("port-failure").as_dict()  # on: as before
+    assert default_options("port-failure", port_status=False).as_dict()["port_status"] is False
     captured = default_options("link-failure", capture=("h1", "p0l0-eth2"), packet_log=5).as_dict()
     assert (captured["capture"], captured["packet_log"]) == (["h1", "p0l0-eth2"], 5)
 
@@ -38,7 +42,9 @@ def test_each_kind_records_its_own_options():
     ("lossy-link", {"loss": 1.5}, "--loss must be a finite number in [0, 1], got 1.5"),
     ("incast", {"senders": 40}, "at most"),
     ("link-failure", {"link": "p0l0-p0s9"}, "no link named"),
-    ("link-failure", {"link": "h0-p0l0"}, "is a host link"),
+    ("lossy-link", {"link": "h0-p0l0"}, "is a host link: random loss applies to T0-T1 links"),
+    ("port-failure", {"link": "p0l0-p0s1"}, "is a T0-T1 link: port-failure cuts a host's NIC link"),
+    ("port-flap", {"down_ms": 2000.0}, "--down-ms shorter than one flap period"),
     ("switch-failure", {"fail_switch": "p0l0"}, "is a leaf"),
     ("link-failure", {"fault_at": 5.0, "fault_end": 4.0}, "--fault-at < --fault-end"),
     ("collective", {"transports": ("tcp",)}, "agents' transports only"),

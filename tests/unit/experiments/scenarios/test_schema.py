@@ -23,7 +23,9 @@ def test_every_figure_a_scenario_names_is_declared_in_its_type(name):
     assert named <= declared, sorted(named - declared)
 
 
-@pytest.mark.parametrize("name", list(SCENARIOS))
+# A scenario added since the last full run has no entry until `make experiment` and `mrclab docs
+# --from results` (the docs table leaves it out until then).
+@pytest.mark.parametrize("name", [n for n in SCENARIOS if n in REFERENCE])
 def test_the_committed_reference_holds_only_declared_figures_and_every_headline_one(name):
     """What a full run recorded (experiments/reference/full.json: every scalar figure) is what
     the type says, and each transport has every headline figure."""

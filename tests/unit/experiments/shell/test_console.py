@@ -210,3 +210,18 @@ def test_a_command_that_fails_makes_no_results_folder(tmp_path, capsys, monkeypa
     _, _, err = _run(tmp_path, capsys, "plot", "capture h9")
     assert "no flow to plot yet" in err and "cannot capture 'h9'" in err
     assert not (tmp_path / "results").exists()
+
+
+def test_mininets_link_command_cuts_and_restores_a_hosts_nic_port(tmp_path, capsys, monkeypatch):
+    """`link h0 p0l0 down` as in Mininet's CLI: the host's plane-0 NIC link, either order of
+    the two nodes; `flap` takes host links too."""
+    calls = []
+    for name in ("cut_link", "restore_link", "flap_link"):
+        monkeypatch.setattr(testbed.FaultInjector, name,
+                            lambda self, *args, name=name: calls.append((name, *args)))
+    cli, out, err = _run(tmp_path, capsys, "link h0 p0l0 down", "link p1l1 h1 up",
+                         "cut h1-p1l1", "flap h0-p1l0 100 500 2")
+    assert not err and cli.failures == 0
+    assert calls == [("cut_link", "h0-p0l0"), ("restore_link", "h1-p1l1"), ("cut_link", "h1-p1l1"),
+                     ("flap_link", "h0-p1l0", 0.1, 0.5, 2)]
+    assert "h0-p0l0 cut" in out and "h1-p1l1 restored" in out

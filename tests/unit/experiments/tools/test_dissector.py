@@ -139,6 +139,10 @@ def inventory(fabric: Fabric) -> list[dict]:
     control(rev, wire.encode_sack(S_QP, 0xFFFFFE, 0xFFFFFE, 1 << 63 | 0b101, fwd.ev, 9), hops=3,
             opcode=wire.OP_SACK, qpn=S_QP, psn=0xFFFFFE, flags=0, base=0xFFFFFE,
             bitmap=1 << 63 | 0b101, echo_ev=fwd.ev, echo_ts=9, ecn_count=0, credit=0)  # PSN wrap
+    # The receiver's NIC ports on planes 1 and 3 down (its port status, in the MRCETH)
+    control(rev, wire.encode_sack(S_QP, 0x1A, 0x1A, 0, fwd.ev, 11, ports_down=0b1010),
+            opcode=wire.OP_SACK, qpn=S_QP, psn=0x1A, flags=0, base=0x1A, bitmap=0,
+            echo_ev=fwd.ev, echo_ts=11, ecn_count=0, credit=0, ports_down=0b1010)
     for reason in sorted(wire.NACK_REASONS):
         psn = 0x16 + reason
         control(rev, wire.encode_nack(S_QP, psn, reason, fwd.ev, TS0 + 8 * psn, 0x11), hops=reason % 4,
@@ -150,6 +154,9 @@ def inventory(fabric: Fabric) -> list[dict]:
     control(rev, wire.encode_probe(wire.OP_EV_PROBE_REPLY, S_QP, 7, TS0 + 5000, fwd.ev), hops=3,
             opcode=wire.OP_EV_PROBE_REPLY, qpn=S_QP, psn=0, flags=0, probe_id=7, tsval=TS0 + 5000,
             probed_ev=fwd.ev)
+    control(fwd, wire.encode_probe(wire.OP_EV_PROBE, R_QP, 8, TS0 + 6000, fwd.ev, 0b1),
+            opcode=wire.OP_EV_PROBE, qpn=R_QP, psn=0, flags=0, probe_id=8, tsval=TS0 + 6000,
+            probed_ev=fwd.ev, ports_down=0b1)
     return items
 
 
@@ -213,7 +220,7 @@ def decoded(tshark, tmp_path_factory):
 
 def test_every_packet_type_decodes_as_sent(decoded):
     _, cases, frames = decoded
-    assert len(frames) == len(cases) == 2 * 23 + 1
+    assert len(frames) == len(cases) == 2 * 25 + 1
     problems = [p for frame, (_, exp) in zip(frames, cases, strict=True) for p in check_frame(frame, exp)]
     assert problems == []
     # Wireshark's own view of the vendor opcodes: the BTH, and no expert of its own.
@@ -221,6 +228,8 @@ def test_every_packet_type_decodes_as_sent(decoded):
     notes = [m for f in frames for _, m in f.experts]
     assert notes.count("Retransmission") == 2 * 2 and notes.count("NACK TRIMMED_LASTHOP") == 2
     assert notes.count("Payload trimmed by a switch at the last hop") == 2
+    assert notes.count("Sender's NIC ports down: planes 1,3") == 2
+    assert notes.count("Sender's NIC ports down: planes 0") == 2
 
 
 @pytest.mark.parametrize("damage, expected", [

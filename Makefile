@@ -7,7 +7,7 @@ MRCLAB := $(PY) -m experiments.cli
 NEED_LAB = if [ -z "$(N)" ]; then echo "make $@: N is missing: make $@ N=NUMBER, one of these labs:" >&2; \
 	$(PY) -m labs.checker list >&2; exit 2; fi
 
-.PHONY: setup demo cli test unit integration lint experiment check-fabric bench report validate docs clean lab check-lab \
+.PHONY: setup demo cli test unit integration lint experiment paper check-fabric bench report validate docs clean lab check-lab \
 	soak fuzz
 
 setup:
@@ -66,6 +66,11 @@ experiment-%: setup
 # left, about how long), then the report page. SEEDS="1 2 3 4 5": each scenario once per seed
 # (the first seed's in results/NAME, the others' in results/spread/), which `make docs
 # ARGS="--from results"` shows as median (min-max). ARGS: `mrclab run` options for every run.
+# The MRC paper's figures (experiments/paper/): `make paper`, `make paper ARGS="--quick"`,
+# `make paper ARGS="fig11 fig20"`; results/paper/index.md and index.html list every figure.
+paper: setup
+	$(MRCLAB) paper $(ARGS)
+
 experiment: setup
 	$(PY) -m experiments.sweep $(if $(SEEDS),--seeds "$(SEEDS)") $(if $(ARGS),-- $(ARGS))
 	$(MRCLAB) report

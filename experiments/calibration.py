@@ -30,6 +30,9 @@ from experiments.outdir import REPO, RESULTS
 from topologies import files
 
 CALIBRATION = RESULTS / "calibration.json"
+# The cost benchmark's committed result (`make bench` on the 2-core VM kind this project is
+# tested on): what a machine without a calibration of its own counts on for that backend.
+REFERENCE = REPO / "experiments" / "reference" / "cost.json"
 # The code whose speed the figures measure: the agents, the cores they run, the data plane.
 COST_CODE = ("endpoints", "topologies/dataplane", "topologies/hostnet.py", "topologies/shaping.py")
 FREE_WINDOW_S = 0.5  # how long `free_cores` watches the machine
@@ -71,6 +74,18 @@ def load(backend: str, path: Path = CALIBRATION) -> dict[str, Any] | None:
     if not data or data.get("fingerprint") != fingerprint(backend):
         return None
     return data
+
+
+def effective(backend: str, path: Path = CALIBRATION, reference: Path = REFERENCE) -> dict[str, Any] | None:
+    """This machine's calibration for `backend` (`load`), or else the committed reference of
+    that backend marked `"reference": True`: measured on this VM kind, not on this machine,
+    and far closer to it than the per-core figures (capacity.py) the project started with. None
+    for a backend with neither."""
+    own = load(backend, path)
+    if own is not None:
+        return own
+    ref = files.read_json(reference)
+    return {**ref, "reference": True} if ref and ref.get("backend") == backend else None
 
 
 def stale(backend: str, path: Path = CALIBRATION) -> bool:

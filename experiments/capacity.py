@@ -151,7 +151,9 @@ def assess(backend: str, params: FabricParams, busy_senders: int, mtu_payload: i
             needed = fixed + marginal * agents_need
             agents_faithful = round(max(allowed - fixed, 0.0) / marginal)
             out.update({"calibrated": True, "cores_needed": round(needed, 2),
-                        "cores_allowed": round(allowed, 2), "agents_within": needed <= allowed})
+                        "cores_allowed": round(allowed, 2), "agents_within": needed <= allowed,
+                        # the committed reference (calibration.effective), not this machine's own
+                        "calibration_is_reference": bool(calibration.get("reference"))})
         else:
             agents_faithful = round(agent_pps_per_core(backend) * cores)
             out.update({"calibrated": False, "agents_within": agents_need <= agents_faithful})
@@ -180,9 +182,11 @@ def describe(a: dict[str, Any]) -> str:
     """One line: what the run needs against what its backend carries (or, where the switches
     would carry it, against what the agents send faithfully)."""
     if a.get("agents_within") is False and a.get("switches_within", True) and a.get("calibrated"):
+        whose = "the committed cost reference: this machine has no calibration of its own, " \
+            "`make setup` makes one" if a.get("calibration_is_reference") else "this machine's calibration"
         return (f"needs about {a['cores_needed']:g} cores of this machine for its agents and "
-                f"switches ({a['agent_data_pps_needed']:,} data packets/s, by this machine's "
-                f"calibration); {a['cores_allowed']:g} is what a faithful run may take of the "
+                f"switches ({a['agent_data_pps_needed']:,} data packets/s, by {whose}); "
+                f"{a['cores_allowed']:g} is what a faithful run may take of the "
                 f"{a['agent_cores']:g} free")
     if a.get("agents_within") is False and a.get("switches_within", True):
         return (f"has its agents send up to {a['agent_data_pps_needed']:,} data packets/s; "

@@ -194,6 +194,9 @@ def make_parser() -> argparse.ArgumentParser:
     sub.add_parser("bench", help="the agent's packet rate per CPU core (results/bench/agent.json)")
     clean = sub.add_parser("clean", help="remove bridges, interfaces and processes left by a killed run")
     clean.add_argument("--json", action="store_true", help="print what was removed and left as JSON")
+    # (its options are its own: main hands `mrclab paper ...` to experiments.paper.command)
+    sub.add_parser("paper", help="the MRC paper's figures, each run, plotted and judged against the "
+                                 "paper's claim (`mrclab paper --help`)")
     plan = sub.add_parser("plan", help="the paper's scale arithmetic: tiers, switches and optics of "
                                        "a multi-plane two-tier fabric against a single plane")
     plan.add_argument("--planes", type=int, default=8)
@@ -319,6 +322,13 @@ def main(argv: list[str] | None = None) -> int:
     global _interrupted
     _interrupted = False
     signal.signal(signal.SIGTERM, _on_interrupt)
+    raw = list(sys.argv[1:] if argv is None else argv)
+    if raw[:1] == ["paper"]:  # its runs are `mrclab run`s, which check root and the backend
+        from experiments.paper import command
+        # Ctrl-C reaches the running `mrclab run` too, which tears its fabric down and exits 130;
+        # this process waits for that (the paper command then stops) rather than kill it midway.
+        signal.signal(signal.SIGINT, lambda signum, frame: None)
+        return command.main(raw[1:])
     try:
         args = make_parser().parse_args(argv)
         if args.command != "cli":  # the console's Ctrl-C stops a command, not the session

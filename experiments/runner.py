@@ -49,14 +49,15 @@ def assess_load(opts: Options, backend: str, free_cores: float | None = None) ->
     has them, the committed reference otherwise; the agents count on `free_cores` (default:
     every core)."""
     senders = opts.scenario.kind.busy_senders(opts, Fabric(opts.fabric))
-    cal = calibration.load(backend)
+    cal = calibration.effective(backend)
     out = capacity.assess(backend, opts.fabric, senders, TransportConfig().mtu_payload,
                           files.read_json(MEASURED_CAPACITY), files.read_json(REFERENCE_CAPACITY),
                           agent_cores=os.cpu_count() or 1 if free_cores is None else free_cores,
                           calibration=cal)
     # which calibration the figures came from (the summary records it)
     out["calibration"] = None if cal is None else {
-        k: cal[k] for k in ("fixed_cores", "marginal_us_per_packet", "fingerprint", "fabric", "seed")}
+        k: cal.get(k) for k in ("fixed_cores", "marginal_us_per_packet", "fingerprint", "fabric", "seed",
+                                "reference")}
     return out
 
 
@@ -68,7 +69,7 @@ def faithful_link_mbps(opts: Options, backend: str, free_cores: float | None = N
     return capacity.faithful_rate(backend, opts.fabric, senders, TransportConfig().mtu_payload,
                                   files.read_json(MEASURED_CAPACITY), files.read_json(REFERENCE_CAPACITY),
                                   agent_cores=os.cpu_count() or 1 if free_cores is None else free_cores,
-                                  calibration=calibration.load(backend), ceiling=ceiling)
+                                  calibration=calibration.effective(backend), ceiling=ceiling)
 
 
 def execute(opts: Options, workdir: Path, say: Progress) -> tuple[Record, dict]:

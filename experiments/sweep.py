@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 from experiments.outdir import RESULTS
 from experiments.scenarios import SCENARIOS
@@ -58,7 +59,14 @@ def expected_seconds(scenario: str) -> float:
     return SETUP_S + per_transport * len(sc.transports)
 
 
-def remaining_seconds(steps: Sequence[Step], done: int, elapsed: float) -> float:
+class Timed(Protocol):
+    """A step whose time is estimated by its scenario's (`expected_seconds`)."""
+
+    @property
+    def scenario(self) -> str: ...
+
+
+def remaining_seconds(steps: Sequence[Timed], done: int, elapsed: float) -> float:
     """The time left after `done` steps took `elapsed` seconds: what is left at the pace seen
     so far (the expected times scaled by how the finished runs compared with theirs)."""
     expected_done = sum(expected_seconds(s.scenario) for s in steps[:done])
@@ -66,7 +74,7 @@ def remaining_seconds(steps: Sequence[Step], done: int, elapsed: float) -> float
     return pace * sum(expected_seconds(s.scenario) for s in steps[done:])
 
 
-def _duration(seconds: float) -> str:
+def duration_text(seconds: float) -> str:
     minutes = round(seconds / 60)
     return f"{seconds:.0f} s" if seconds < 90 else f"{minutes // 60} h {minutes % 60:02d} min" \
         if minutes >= 60 else f"{minutes} min"
@@ -81,7 +89,7 @@ def progress_line(steps: Sequence[Step], index: int, elapsed: float, failed: int
     fails = f", {failed} failed" if failed else ""
     return (f"=== [{index + 1}/{len(steps)}] {step.scenario}{seed} -> results/{step.out}: "
             f"{index} done{fails}, {left} after this one, about "
-            f"{_duration(remaining_seconds(steps, index, elapsed))} left")
+            f"{duration_text(remaining_seconds(steps, index, elapsed))} left")
 
 
 Runner = Callable[[list[str]], int]
@@ -115,7 +123,7 @@ def sweep(steps: Sequence[Step], results: Path, extra: Sequence[str] = (), run: 
         if status != 0:
             failed += 1
     bad = [f"{r['scenario']} seed {r['seed']}" for r in records if r["status"] != 0]
-    say(f"=== {len(steps)} runs in {_duration(clock() - t0)}"
+    say(f"=== {len(steps)} runs in {duration_text(clock() - t0)}"
         + (f"; failed: {', '.join(bad)}" if bad else ", every one ok"))
     return 1 if bad else 0
 

@@ -45,7 +45,8 @@ def _assert_faithful(summary):
     fault of the product itself: its link rate was chosen for this machine (the scenario's rate,
     or less where this machine's calibration and the cores free at the start said so)."""
     fid, cap = summary["fidelity"], summary.get("capacity", {})
-    how = "this machine's calibration" if cap.get("calibrated") else "the committed per-core figures"
+    how = ("the committed cost reference" if cap.get("calibration_is_reference") else
+           "this machine's calibration") if cap.get("calibrated") else "the committed per-core figures"
     assert fid["faithful"], (
         f"not faithful at {summary['fabric']['link_mbps']:g} Mbit/s, the rate {how} chose "
         f"(free cores {cap.get('agent_cores')}, needed {cap.get('cores_needed')} of "

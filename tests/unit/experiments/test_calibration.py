@@ -71,3 +71,15 @@ def test_a_busy_program_is_told_apart_from_the_run(monkeypatch):
     monkeypatch.setattr(calibration, "process_ticks", lambda: next(readings))
     monkeypatch.setattr(cost_bench.time, "sleep", lambda s: None)
     assert cost_bench.background() == {7}  # the benchmark's own process is never its load
+
+
+def test_without_its_own_calibration_a_machine_counts_on_the_committed_reference(tmp_path):
+    own, ref = tmp_path / "calibration.json", tmp_path / "cost.json"
+    calibration.save({"backend": "linux", "fixed_cores": 0.5, "marginal_us_per_packet": 180.0}, ref)
+    got = calibration.effective("linux", own, ref)
+    assert got is not None and got["reference"] is True and got["fixed_cores"] == 0.5
+    assert calibration.effective("ovs", own, ref) is None  # the reference is another backend's
+    calibration.save({"fingerprint": calibration.fingerprint("linux"), "backend": "linux",
+                      "fixed_cores": 0.3, "marginal_us_per_packet": 150.0}, own)
+    got = calibration.effective("linux", own, ref)
+    assert got is not None and "reference" not in got and got["fixed_cores"] == 0.3  # its own first

@@ -1,0 +1,204 @@
+"""The paper's figures as the testbed reproduces them: the claim, the runs, the judgement.
+
+Each `Figure` names what the paper showed (/work/shared/MRC-NOTES.md lists them), the scenario
+runs that show the same shape at emulation scale (with a shorter `--quick` form), and `judge`,
+which reads the runs' summaries and says what was measured and whether the paper's shape holds,
+by thresholds that are the paper's own claim, stated in `claim`. A figure whose runs are not
+faithful gets no verdict on its shape (page.py says so). Figures the testbed cannot express yet
+have no runs and say what they need.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+Summary = dict[str, Any]
+
+# The shape thresholds, each the paper's claim in numbers (the figure's `claim` says which).
+STEADY_FRACTION = 0.95  # "no steady-state loss": MRC keeps this much of its goodput
+VICTIM_FRACTION = 0.95  # "leaves the victim untouched"
+CEILING_FRACTION = 0.95  # 390 of 400 Gb/s per flow is 0.975 of line rate: 0.95 of the payload ceiling
+SHARED_LEFT = 0.03  # ECN balancing: what A may leave on the path B was forced onto
+PAIR_FRACTION = 0.95  # ... while the pair gets this share of what the fabric carries
+BIN_S = 0.2  # the paper's bandwidth samples (Fig. 9c): every time series is drawn in these bins
+
+
+@dataclass(frozen=True)
+class Run:
+    """One `mrclab run`: its scenario and options, full and `--quick` (added to `args`), and
+    what it is called on the figure (its transports' names when empty)."""
+
+    scenario: str
+    args: tuple[str, ...] = ()
+    quick: tuple[str, ...] = ()
+    label: str = ""
+
+
+@dataclass(frozen=True)
+class Verdict:
+    measured: str  # what the runs showed, in one sentence
+    holds: bool  # the paper's shape, by the figure's claim
+    figures: dict[str, Any] = field(default_factory=dict)  # the numbers behind it
+
+
+Judge = Callable[[list[Summary]], Verdict]
+
+
+@dataclass(frozen=True)
+class Figure:
+    key: str  # "fig11": the folder results/paper/<key>/ and the name on the command line
+    title: str
+    paper: str  # what the paper showed (its setup in brief)
+    claim: str  # the shape checked here, in numbers
+    setup: str  # what runs here and why it differs from the paper's setup
+    runs: tuple[Run, ...] = ()
+    judge: Judge | None = None
+    plot: str = "timeseries"  # "timeseries" (goodput in BIN_S bins, faults marked) or "flows"
+    needs: str = ""  # for a figure with no runs: what the testbed lacks
+
+    @property
+    def expressible(self) -> bool:
+        return bool(self.runs) and self.judge is not None
+
+
+def _t(summary: Summary, transport: str) -> dict[str, Any]:
+    out: dict[str, Any] = summary["transports"][transport]
+    return out
+
+
+SENDER_STALL_MS, RECEIVER_STALL_MS = 50.0, 100.0  # Fig. 9a: "each step interrupts briefly"
+
+
+def _fig9a(s: list[Summary]) -> Verdict:
+    """Runs: receiver side with and without port status, then sender side with and without."""
+    recv, recv_off, send, send_off = (_t(x, "mrc") for x in s)
+    holds = send["stall_ms"] <= SENDER_STALL_MS and recv["stall_ms"] <= RECEIVER_STALL_MS
+    return Verdict(f"with port status a NIC port down stalled MRC {send['stall_ms']:g} ms on the "
+                   f"sender's side and {recv['stall_ms']:g} ms on the receiver's (without: "
+                   f"{send_off['stall_ms']:g} and {recv_off['stall_ms']:g} ms); goodput while down "
+                   f"{send['goodput_during_mbps']:g} / {recv['goodput_during_mbps']:g} Mbit/s (without: "
+                   f"{send_off['goodput_during_mbps']:g} / {recv_off['goodput_during_mbps']:g})", holds,
+                   {"sender_stall_ms": send["stall_ms"], "receiver_stall_ms": recv["stall_ms"],
+                    "sender_stall_ms_without": send_off["stall_ms"],
+                    "receiver_stall_ms_without": recv_off["stall_ms"]})
+
+
+def _fig11(s: list[Summary]) -> Verdict:
+    mrc, roce = _t(s[0], "mrc"), _t(s[0], "roce")
+    frac = mrc["goodput_during_mbps"] / mrc["goodput_before_mbps"] if mrc["goodput_before_mbps"] else 0.0
+    return Verdict(f"MRC carried {mrc['goodput_during_mbps']:g} of its {mrc['goodput_before_mbps']:g} "
+                   f"Mbit/s while a spine was down ({frac:.0%}), longest stall {mrc['stall_ms']:g} ms; "
+                   f"RoCE stalled {roce['stall_ms']:g} ms", frac >= STEADY_FRACTION,
+                   {"mrc_during_fraction": round(frac, 3), "mrc_stall_ms": mrc["stall_ms"],
+                    "roce_stall_ms": roce["stall_ms"]})
+
+
+def _fig14(s: list[Summary]) -> Verdict:
+    mrc = _t(s[0], "mrc")
+    left, pair = mrc["a_shared_share_after"], mrc["goodput_fraction"]
+    return Verdict(f"after B was forced onto A's path, A left {left:.3f} of its data on it and the pair "
+                   f"got {pair:.3f} of what the fabric carries (A {mrc['a_mbps_after']:g}, B "
+                   f"{mrc['b_mbps_after']:g} Mbit/s)", left <= SHARED_LEFT and pair >= PAIR_FRACTION,
+                   {"a_shared_share_after": left, "pair_goodput_fraction": pair})
+
+
+def _fig18(s: list[Summary]) -> Verdict:
+    mrc, roce = _t(s[0], "mrc"), _t(s[0], "roce")
+    return Verdict(f"the victim kept {mrc['victim_goodput_fraction']:.2f} of its goodput beside MRC's "
+                   f"incast ({roce['victim_goodput_fraction']:.2f} beside RoCE's); the incast got "
+                   f"{mrc['incast_fraction_of_receiver_link']:.2f} of the receiver's link with MRC, "
+                   f"{roce['incast_fraction_of_receiver_link']:.2f} with RoCE",
+                   mrc["victim_goodput_fraction"] >= VICTIM_FRACTION,
+                   {"mrc_victim_fraction": mrc["victim_goodput_fraction"],
+                    "roce_victim_fraction": roce["victim_goodput_fraction"]})
+
+
+def _fig20(s: list[Summary]) -> Verdict:
+    mrc, roce = _t(s[0], "mrc"), _t(s[0], "roce")
+    return Verdict(f"MRC {mrc['throughput_of_ceiling']:.3f} of the payload ceiling (every flow at least "
+                   f"{mrc['flow_fraction_min']:.2f} of its fair share), RoCE "
+                   f"{roce['throughput_fraction']:.3f} of capacity (its weakest flow "
+                   f"{roce['flow_fraction_min']:.2f})",
+                   mrc["throughput_of_ceiling"] >= CEILING_FRACTION
+                   and roce["throughput_fraction"] < mrc["throughput_fraction"],
+                   {"mrc_of_ceiling": mrc["throughput_of_ceiling"],
+                    "mrc_flow_min": mrc["flow_fraction_min"], "roce_fraction": roce["throughput_fraction"]})
+
+
+_SHORT_FAULT = ("--duration", "5", "--fault-at", "1.5", "--fault-end", "3.5")
+NIC_PORTS = "several NIC ports failing together (a T0's every host port at once)"
+SCHEDULES = "fault schedules (several faults at set times from one description)"
+
+FIGURES: tuple[Figure, ...] = (
+    Figure("fig9a", "a NIC port down and up",
+           "Cluster B, 8 x 100G planes, NIC-T0 links down and up one after another: each step "
+           "interrupts for less than a second; a failed port is announced to peers in SACKs",
+           f"with port status, a NIC port down stalls MRC at most {SENDER_STALL_MS:g} ms on the "
+           f"sender's side and {RECEIVER_STALL_MS:g} ms on the receiver's",
+           "port-failure on the default fabric (4 planes: one port is a quarter of a host's "
+           "bandwidth, the paper's one of 8), the receiver's port then the sender's, each with port "
+           "status and without (--port-status off)",
+           tuple(Run("port-failure", (*side, *status, "--transports", "mrc"), _SHORT_FAULT, label)
+                 for side, side_name in (((), "receiver"), (("--link", "h0-p0l0"), "sender"))
+                 for status, label in (((), f"{side_name}'s port, port status"),
+                                       (("--port-status", "off"), f"{side_name}'s port, no port status"))),
+           _fig9a),
+    Figure("fig9b", "4 of 8 NIC links flapping",
+           "bandwidth settles near half by about 5 s and recovers fully",
+           "goodput settles at about half and recovers fully", "",
+           needs="several NIC ports of one host flapping together (fault schedules)"),
+    Figure("fig9c", "20 T0-T1 links down, one per second",
+           "bandwidth sampled every 200 ms: minimal impact",
+           "MRC within 10% of the remaining capacity in every 200 ms bin", "", needs=SCHEDULES),
+    Figure("fig9d", "8 T0-T1 links flapping together", "negligible impact",
+           "MRC within 10% of the remaining capacity in every 200 ms bin", "", needs=SCHEDULES),
+    Figure("fig10", "a T0 down", "steady state drops by about one NIC port (100 of 800 Gb/s)",
+           "MRC loses about 1/planes of its goodput", "", needs=NIC_PORTS),
+    Figure("fig11", "a T1 (spine) down", "Cluster B: no steady-state loss while a T1 is down",
+           f"MRC keeps at least {STEADY_FRACTION:.0%} of its goodput while the spine is down",
+           "switch-failure on the default fabric (4 planes x 2 leaves x 3 spines, one host per leaf: "
+           "12 paths per host pair; the paper: 8 planes of 100G), MRC against single-path RoCE",
+           (Run("switch-failure", ("--transports", "mrc,roce"), _SHORT_FAULT),),
+           _fig11),
+    Figure("fig12", "one EV dropping 20% in a 16-EV set",
+           "EV set of 2 per plane x 8 planes; the lossy EV goes inactive, a backup of its plane "
+           "takes over, line rate holds",
+           "the lossy EV ASSUMED_BAD within 3 RTTs, goodput >= 0.95 of before", "",
+           needs="loss on one chosen EV and a small EV set from `mrclab run`"),
+    Figure("fig14", "ECN load balancing", "a second flow forced onto the first one's EV: the first "
+           "moves to another EV with no visible dip",
+           f"A leaves at most {SHARED_LEFT} of its data on the shared path and the pair gets at least "
+           f"{PAIR_FRACTION} of what the fabric carries",
+           "ecn-balance on 2 planes x 2 leaves x 2 spines x 2 hosts per leaf: the smallest fabric with a "
+           "path to share and another to move to",
+           (Run("ecn-balance", ("--transports", "mrc")),), _fig14),
+    Figure("fig16", "ring all-reduce under loss at every NIC",
+           "64 GPUs, 4 MB-16 GB messages, loss 0 / 0.1% / 1%: at 1% MRC keeps about a third, RoCE "
+           "is unusable; one MRC QP beats 16 RoCE QPs",
+           "at 1% loss MRC >= 1/4 of its no-loss bandwidth and above every RoCE QP count", "",
+           needs="random loss at every host NIC, RoCE with N QPs, a message-size sweep"),
+    Figure("fig17", "all-to-all", "MRC wins at every message size, most at small messages under loss",
+           "MRC above RoCE at every message size", "", needs="an all-to-all workload and RoCE with N QPs"),
+    Figure("fig18", "incast beside a victim flow",
+           "7 senders into one receiver plus a victim in the same rack: DCQCN costs the victim; MRC "
+           "leaves it untouched",
+           f"the victim keeps at least {VICTIM_FRACTION:.0%} of its goodput beside MRC's incast",
+           "incast on 2 planes x 2 leaves x 5 spines x 5 hosts per leaf (the paper's 7 senders "
+           "across the spine, at emulation scale), MRC against RoCE",
+           (Run("incast", ("--transports", "mrc,roce"),
+                ("--duration", "5", "--fault-at", "1.5", "--fault-end", "4.5")),), _fig18),
+    Figure("fig19", "progressive uplink failures", "3 of 4 T0-T1 uplinks failed in turn: "
+           "throughput tracks the remaining capacity", "MRC within 10% of the remaining capacity "
+           "after each failure", "", needs=SCHEDULES),
+    Figure("fig20", "permutation", "two racks send to the other two: single-QP RoCE flows get 1/2 or "
+           "1/3 of line rate; MRC 390 of 400 Gb/s on every flow",
+           f"MRC at least {CEILING_FRACTION} of its payload ceiling, above RoCE",
+           "permutation on 2 planes x 4 leaves x 2 spines x 2 hosts per leaf, seed 3 (ECMP collides "
+           "on it, as the paper's RoCE flows did)",
+           (Run("permutation", ("--transports", "mrc,roce", "--seed", "3"), ("--duration", "5")),),
+           _fig20, plot="flows"),
+)
+
+BY_KEY = {f.key: f for f in FIGURES}

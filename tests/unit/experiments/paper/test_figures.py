@@ -1,0 +1,76 @@
+"""Each figure's judgement: the paper's shape holds for a result that shows it, and not for the
+plausible results that do not (a dip, a victim hurt, RoCE ahead, a slow port reaction)."""
+
+from __future__ import annotations
+
+from experiments.paper.figures import BY_KEY, FIGURES
+
+
+def _summary(**transports: dict) -> dict:
+    return {"transports": transports, "fidelity": {"faithful": True, "problems": []}}
+
+
+def _fault(before: float, during: float, stall: float) -> dict:
+    return {"goodput_before_mbps": before, "goodput_during_mbps": during, "stall_ms": stall}
+
+
+def _judge(key: str, *summaries: dict):
+    judge = BY_KEY[key].judge
+    assert judge is not None
+    return judge(list(summaries))
+
+
+def test_every_figure_either_runs_or_says_what_it_needs():
+    for figure in FIGURES:
+        assert figure.expressible != bool(figure.needs), figure.key
+        assert figure.paper and figure.claim, figure.key
+        assert all(r.scenario for r in figure.runs)
+        if figure.expressible:
+            assert figure.setup, f"{figure.key}: what runs here and why"
+    assert len(BY_KEY) == len(FIGURES)
+
+
+def test_fig11_a_spine_down_costs_mrc_nothing_in_steady_state():
+    roce = _fault(19.5, 11.0, 1010)
+    ok = _judge("fig11", _summary(mrc=_fault(76.9, 76.8, 10), roce=roce))
+    assert ok.holds and ok.figures["roce_stall_ms"] == 1010
+    dip = _judge("fig11", _summary(mrc=_fault(76.9, 70.0, 10), roce=roce))  # lost 9%
+    assert not dip.holds and "91%" in dip.measured
+
+
+def test_fig9a_port_status_keeps_each_side_within_its_stall():
+    def run(stall: float) -> dict:
+        return _summary(mrc={**_fault(75.0, 57.0, stall)})
+
+    ok = _judge("fig9a", run(0), run(40), run(10), run(60))  # recv, recv off, send, send off
+    assert ok.holds and ok.figures["sender_stall_ms_without"] == 60
+    assert not _judge("fig9a", run(0), run(0), run(60), run(0)).holds  # the sender's side too slow
+    assert not _judge("fig9a", run(120), run(0), run(0), run(0)).holds  # the receiver's
+
+
+def test_fig14_the_first_flow_must_leave_the_shared_path_without_a_dip():
+    def ecn(left: float, pair: float) -> dict:
+        return _summary(mrc={"a_shared_share_after": left, "goodput_fraction": pair,
+                             "a_mbps_after": 38.0, "b_mbps_after": 18.0})
+
+    assert _judge("fig14", ecn(0.02, 0.97)).holds
+    assert not _judge("fig14", ecn(0.086, 0.97)).holds  # A stayed on B's path
+    assert not _judge("fig14", ecn(0.01, 0.90)).holds  # moved, with a dip
+
+
+def test_fig18_the_victim_is_untouched_by_mrc_whatever_roce_does():
+    def incast(victim: float) -> dict:
+        return {"victim_goodput_fraction": victim, "incast_fraction_of_receiver_link": 0.9}
+
+    assert _judge("fig18", _summary(mrc=incast(1.0), roce=incast(0.7))).holds
+    assert not _judge("fig18", _summary(mrc=incast(0.9), roce=incast(1.0))).holds
+
+
+def test_fig20_mrc_fills_its_ceiling_and_beats_single_path_roce():
+    def perm(of_ceiling: float, fraction: float) -> dict:
+        return {"throughput_of_ceiling": of_ceiling, "throughput_fraction": fraction,
+                "flow_fraction_min": fraction}
+
+    assert _judge("fig20", _summary(mrc=perm(0.99, 0.95), roce=perm(0.5, 0.46))).holds
+    assert not _judge("fig20", _summary(mrc=perm(0.90, 0.86), roce=perm(0.5, 0.46))).holds
+    assert not _judge("fig20", _summary(mrc=perm(0.99, 0.95), roce=perm(1.0, 0.96))).holds

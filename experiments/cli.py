@@ -153,6 +153,11 @@ def make_parser() -> argparse.ArgumentParser:
     run.add_argument("--loss", type=probability, default=None,
                      help="lossy-link: drop probability, 0.2 or 20%% (default: 0.2)")
     run.add_argument("--flaps-per-min", type=float, default=None, help="link-flap, port-flap (default: 60)")
+    run.add_argument("--fault-count", type=int, default=None,
+                     help="link-cascade, flap-together, uplink-failures: how many links (default: "
+                          "the scenario's)")
+    run.add_argument("--fault-every", type=float, default=None,
+                     help="link-cascade, uplink-failures: seconds between steps (default: 1)")
     run.add_argument("--down-ms", type=float, default=None,
                      help="link-flap, port-flap: each flap's down time (default: 300)")
     run.add_argument("--senders", type=int, default=None,
@@ -232,7 +237,7 @@ def _check_workdir(text: str) -> Path:
 
 # `mrclab run` flags that set one Options field each (None: not given, the default applies).
 RUN_FIELDS = ("duration", "fault_at", "fault_end", "detect_ms", "link", "fail_switch", "loss",
-              "flaps_per_min", "down_ms", "senders", "steps", "step_kb")
+              "flaps_per_min", "down_ms", "senders", "steps", "step_kb", "fault_count", "fault_every")
 
 
 def run_options(args: argparse.Namespace):  # -> experiments.scenarios.Options

@@ -76,6 +76,10 @@ def write_data_and_plot(figure: Figure, folder: Path, runs: list[tuple[Run, Path
         series: dict[str, list[float]] = {}
         for run, path, summary in runs:
             series.update(_series(path, run))
+            for transport, t in summary["transports"].items():  # a fault schedule's capacity left
+                if isinstance(t.get("capacity_mbps"), list) and t.get("efficiency"):
+                    series[f"{transport}: capacity left x {t['efficiency']}"] = \
+                        [round(c * t["efficiency"], 3) for c in t["capacity_mbps"]]
             for t in _fault_times(summary):
                 ax.axvline(t, color="grey", linestyle=":", linewidth=1)
         n = max((len(v) for v in series.values()), default=0)

@@ -118,6 +118,8 @@ class Options:
     loss: float = 0.2
     flaps_per_min: float = 60.0
     down_ms: float = 300.0
+    fault_count: int = 0  # a fault schedule's links (0: the scenario's default; schedule.py)
+    fault_every: float = 1.0  # s between a fault schedule's steps
     senders: int = 7  # incast: the paper's 7:1
     steps: int = 20
     step_kb: int = 64

@@ -74,3 +74,13 @@ def test_fig20_mrc_fills_its_ceiling_and_beats_single_path_roce():
     assert _judge("fig20", _summary(mrc=perm(0.99, 0.95), roce=perm(0.5, 0.46))).holds
     assert not _judge("fig20", _summary(mrc=perm(0.90, 0.86), roce=perm(0.5, 0.46))).holds
     assert not _judge("fig20", _summary(mrc=perm(0.99, 0.95), roce=perm(1.0, 0.96))).holds
+
+
+def test_fault_schedules_hold_only_when_every_bin_keeps_within_10_percent_of_what_is_left():
+    def sched(worst: float) -> dict:
+        return {"worst_bin_fraction": worst, "bins_within": 1.0 if worst >= 0.9 else 0.8,
+                "faults_applied": 16, "stall_ms": 0}
+
+    for key in ("fig9c", "fig9d", "fig19"):
+        assert _judge(key, _summary(mrc=sched(0.95), roce=sched(0.0))).holds
+        assert not _judge(key, _summary(mrc=sched(0.77), roce=sched(0.0))).holds  # a dip at each flap

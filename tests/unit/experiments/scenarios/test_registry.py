@@ -14,8 +14,8 @@ from topologies.model import FabricError, FabricParams
 
 def test_every_scenario_has_a_kind_headline_figures_and_valid_defaults():
     assert list(SCENARIOS) == ["link-failure", "switch-failure", "link-flap", "lossy-link",
-                               "port-failure", "port-flap", "permutation", "incast", "ecn-balance",
-                               "collective"]
+                               "port-failure", "port-flap", "link-cascade", "flap-together",
+                               "uplink-failures", "permutation", "incast", "ecn-balance", "collective"]
     for name, sc in SCENARIOS.items():
         assert isinstance(sc.kind, Kind) and sc.kind.name
         assert sc.figures[-1] == "data_ok"
@@ -29,6 +29,9 @@ def test_each_kind_records_its_own_options():
     assert {"flaps_per_min", "down_ms"} <= set(default_options("link-flap").as_dict())
     assert default_options("incast", senders=5).as_dict()["senders"] == 5
     assert {"steps", "step_kb"} <= set(default_options("collective").as_dict())
+    assert default_options("link-cascade").as_dict()["fault_count"] == 20
+    assert default_options("uplink-failures").as_dict()["fault_count"] == 6  # two planes' uplinks
+    assert "fault_count" not in default_options("link-failure").as_dict()
     assert "loss" not in default_options("link-failure").as_dict()
     assert "capture" not in default_options("link-failure").as_dict()
     assert {"flaps_per_min", "down_ms"} <= set(default_options("port-flap").as_dict())

@@ -196,6 +196,8 @@ def make_parser() -> argparse.ArgumentParser:
     docs.add_argument("--cost", type=Path, default=None, metavar="FILE",
                       help="first take the cost figures from this cost benchmark result "
                            "(results/bench/cost.json, `make bench`)")
+    docs.add_argument("--paper", type=Path, default=None, metavar="FOLDER",
+                      help="first take the paper's figures from a `mrclab paper` run (results/paper)")
     sub.add_parser("bench", help="the agent's packet rate per CPU core (results/bench/agent.json)")
     clean = sub.add_parser("clean", help="remove bridges, interfaces and processes left by a killed run")
     clean.add_argument("--json", action="store_true", help="print what was removed and left as JSON")
@@ -397,7 +399,9 @@ def _dispatch(args: argparse.Namespace) -> int:
         return 0 if data_ok(summary) and not failed else 1
     if args.command == "docs":
         from experiments.docs_gen import update
-        for path in update(args.results, cost=args.cost):
+        if args.paper is not None and not (args.paper / "index.md").is_file():
+            raise CliError(f"--paper {args.paper}: no `mrclab paper` run there (no index.md)")
+        for path in update(args.results, cost=args.cost, paper=args.paper):
             print(f"rewrote {path}")
         return 0
     if args.command == "validate":

@@ -219,6 +219,11 @@ def cost_profile(_: dict[str, Any] | None = None) -> str:
     return "\n".join(rows) + "\n"
 
 
+def paper_table(_: dict[str, Any] | None = None) -> str:
+    from experiments.paper import page
+    return page.table(files.read_json(page.REFERENCE))
+
+
 def _fabric(opts: Any) -> Any:
     from topologies.model import Fabric
     return Fabric(opts.fabric)
@@ -228,6 +233,7 @@ BLOCKS: dict[str, Callable[[dict[str, Any]], str]] = {"cost": cost_section, "cos
                                                       "results": results_table,
                                                       "demo": demo_sentence,
                                                       "summary-schema": schema_reference,
+                                                      "paper": paper_table,
                                                       "transport-parameters": parameters_table}
 
 
@@ -247,10 +253,14 @@ def load_reference(path: Path = REFERENCE) -> dict[str, Any]:
 
 
 def update(results: Path | None = None, reference_path: Path = REFERENCE,
-           documents: tuple[Path, ...] = DOCUMENTS, cost: Path | None = None) -> list[Path]:
-    """Rewrite the reference from `results` (if given) and the cost reference from `cost` (a
-    cost benchmark's result, if given), then every generated block; returns the documents that
-    changed."""
+           documents: tuple[Path, ...] = DOCUMENTS, cost: Path | None = None,
+           paper: Path | None = None) -> list[Path]:
+    """Rewrite the reference from `results` (if given), the cost reference from `cost` (a
+    cost benchmark's result, if given) and the paper's from `paper` (a `mrclab paper` folder, if
+    given), then every generated block; returns the documents that changed."""
+    if paper is not None:
+        from experiments.paper import page
+        files.write_json(page.REFERENCE, page.reference_from(paper))
     if cost is not None:
         files.write_json(COST_REFERENCE, json.loads(cost.read_text()))
     if results is not None:

@@ -1,6 +1,6 @@
 """The paper's figures as the testbed reproduces them: the claim, the runs, the judgement.
 
-Each `Figure` names what the paper showed (/work/shared/MRC-NOTES.md lists them), the scenario
+Each `Figure` names what the paper showed (arXiv 2605.04333, section 6), the scenario
 runs that show the same shape at emulation scale (with a shorter `--quick` form), and `judge`,
 which reads the runs' summaries and says what was measured and whether the paper's shape holds,
 by thresholds that are the paper's own claim, stated in `claim`. A figure whose runs are not

@@ -15,8 +15,11 @@ import html
 from pathlib import Path
 from typing import Any
 
+from experiments.outdir import REPO
 from experiments.paper.figures import BIN_S, FIGURES, Figure, Run, Summary
 from topologies import files
+
+REFERENCE = REPO / "experiments" / "reference" / "paper.json"  # `mrclab docs --paper`
 
 REPRODUCED, NOT_REPRODUCED = "reproduced", "not reproduced"
 NOT_FAITHFUL, DID_NOT_RUN, NOT_YET = "not faithful", "did not run", "not expressible yet"
@@ -172,3 +175,33 @@ def index(results: Path, settled: dict[str, dict[str, Any]]) -> tuple[Path, Path
     html_path.write_text("<!doctype html><meta charset='utf-8'><title>mrclab paper</title>\n"
                          + "\n".join(body) + "\n")
     return md_path, html_path
+
+
+def reference_from(results: Path) -> dict[str, Any]:
+    """The committed reference from a `mrclab paper` run's folder: every figure's summary (those
+    not expressible yet with what they need)."""
+    out = []
+    for figure in FIGURES:
+        s = files.read_json(results / figure.key / "summary.json") if figure.expressible else \
+            settle(figure, results / figure.key)
+        out.append(s or {"figure": figure.key, "title": figure.title, "verdict": DID_NOT_RUN,
+                         "measured": "not in this run"})
+    return {"figures": out}
+
+
+def table(reference: dict[str, Any]) -> str:
+    """README's table of the paper's figures from the committed reference."""
+    rows = ["| figure | the paper | measured here | verdict |", "|---|---|---|---|"]
+    for s in reference.get("figures", []):
+        figure = next((f for f in FIGURES if f.key == s.get("figure")), None)
+        if figure is None:
+            continue
+        runs = s.get("runs") or []
+        where = ""
+        if runs:
+            fab, r0 = runs[0]["fabric"], runs[0]
+            where = (f" ({fab['planes']}x{fab['leaves']}x{fab['spines']}x{fab['hosts_per_leaf']}, "
+                     f"{fab['link_mbps']:g} Mbit/s, {r0.get('switch_backend')}, seed {r0.get('seed')})")
+        rows.append(f"| {figure.key}: {figure.title} | {figure.paper} | {s['measured']}{where} | "
+                    f"**{s['verdict']}** |")
+    return "\n".join(rows) + "\n"

@@ -7,7 +7,9 @@ the fabric could still carry.
 * flap-together: `--fault-count` T0-T1 links (default 8) flap together, `--flaps-per-min` times
   a minute for `--down-ms` each, from `--fault-at` to `--fault-end` (Fig. 9d);
 * uplink-failures: the sending leaf's uplinks go down one every `--fault-every` s, plane by
-  plane, then come back one by one in the same order (Fig. 19).
+  plane, then come back one by one in the same order (Fig. 19);
+* port-flaps: the sender's NIC ports on half its planes (`--fault-count` ports) flap together,
+  as `flap-together`'s links do, from `--fault-at` to `--fault-end` (Fig. 9b: 4 of 8).
 
 The schedule (`plan`) is made from the fabric model before the flow starts and recorded, each
 fault as applied, in the summary's `faults`. Figures: the goodput in 200 ms bins (the paper's
@@ -47,6 +49,7 @@ WITHIN = 0.9  # "within 10% of the remaining capacity"
 # --fault-count 0 means these; uplink-failures: two planes' uplinks of the sending leaf (as the
 # paper took 3 of a T0's 4 uplinks: the capacity steps down twice, then back up twice).
 DEFAULT_COUNT = {"link-cascade": 20, "flap-together": 8}
+FLAPPING = ("flap-together", "port-flaps")
 
 
 def _count(opts: Options, fabric: Fabric) -> int:
@@ -86,7 +89,7 @@ def _receiver(fabric: Fabric) -> str:
 def plan(opts: Options, fabric: Fabric, src: str) -> list[Fault]:
     """The schedule of `opts.scenario` on `fabric`, for a flow from `src`."""
     name, start = opts.scenario.name, opts.fault_at or 0.0
-    end = fault_window(opts)[1] if name == "flap-together" else opts.duration
+    end = fault_window(opts)[1] if name in FLAPPING else opts.duration
     count, every = _count(opts, fabric), opts.fault_every
     if name == "uplink-failures":
         leaf_of = {fabric.leaf(p, fabric.host(src).leaf_index).name for p in range(fabric.params.planes)}
@@ -108,8 +111,12 @@ def plan(opts: Options, fabric: Fabric, src: str) -> list[Fault]:
             if len(chosen) < count and fabric.path_capacity_mbps(src, dst, cut, planes=(plane,)) > 0:
                 chosen.append(link)
         return [Fault(start + i * every, "cut", link) for i, link in enumerate(chosen)]
-    # flap-together
-    chosen = links[:count]
+    # flap-together, port-flaps
+    if name == "port-flaps":
+        ports = [ln.name for ln in fabric.links_of(src) if ln.kind == "host"]
+        chosen = ports[:opts.fault_count or max(len(ports) // 2, 1)]
+    else:
+        chosen = links[:count]
     period, down = 60.0 / opts.flaps_per_min, opts.down_ms / 1000
     out: list[Fault] = []
     t = start
@@ -157,13 +164,13 @@ def judge_bins(goodput: list[float], capacity: list[float], efficiency: float,
 class Schedule(Kind):
     name = "schedule"
     options = frozenset({"duration", "fault_at", "fault_end", "fault_count", "fault_every", "detect_ms"})
-    OWN = {"flap-together": {"flaps_per_min", "down_ms"}}
+    OWN = {"flap-together": {"flaps_per_min", "down_ms"}, "port-flaps": {"flaps_per_min", "down_ms"}}
 
     def takes(self, scenario: str) -> frozenset[str]:
         return self.options | self.OWN.get(scenario, set())
 
     def check(self, opts: Options, fabric: Fabric) -> None:
-        if opts.scenario.name == "flap-together":
+        if opts.scenario.name in FLAPPING:
             check_fault_window(opts, fabric)
         elif fabric.params.leaves < 2 or fabric.params.spines < 2:
             check_fault_window(opts, fabric)  # its words: somewhere to reroute
@@ -174,7 +181,7 @@ class Schedule(Kind):
                               f"one another every --fault-every s from --fault-at")
         check_number("--fault-every", opts.fault_every, 0.05, 60)
         check_number("--fault-count", opts.fault_count, 0, len(t0t1_links(fabric)), integral=True)
-        if opts.scenario.name == "flap-together" and not opts.down_ms < 60_000 / opts.flaps_per_min:
+        if opts.scenario.name in FLAPPING and not opts.down_ms < 60_000 / opts.flaps_per_min:
             raise FabricError("--down-ms must be shorter than one flap period (60000 / --flaps-per-min)")
         src, _ = traffic.cross_leaf_pair(fabric)
         last = max((f.t for f in plan(opts, fabric, src)), default=0.0)
@@ -184,7 +191,7 @@ class Schedule(Kind):
 
     def option_fields(self, opts: Options) -> dict:
         out = {"fault_count": _count(opts, Fabric(opts.fabric)), "fault_every": opts.fault_every}
-        if opts.scenario.name == "flap-together":
+        if opts.scenario.name in FLAPPING:
             out.update({"flaps_per_min": opts.flaps_per_min, "down_ms": opts.down_ms})
         return out
 
@@ -243,6 +250,9 @@ SCENARIOS = (
     Scenario("flap-together", KIND, "T0-T1 links flapping together", DEFAULT_FABRIC, 9.0, 2.0, 8.0,
              ("mrc", "roce"), figures_type=ScheduleFigures, figures=FIGURES, brief=BRIEF,
              row=Row(f"flap-together: {ROW[0]}", ROW[1])),
+    Scenario("port-flaps", KIND, "the sender's NIC ports on half its planes flapping together",
+             DEFAULT_FABRIC, 9.0, 2.0, 8.0, ("mrc", "roce"), figures_type=ScheduleFigures,
+             figures=FIGURES, brief=BRIEF, row=Row(f"port-flaps: {ROW[0]}", ROW[1])),
     Scenario("uplink-failures", KIND, "the sending leaf's uplinks down one by one, then back one by one",
              DEFAULT_FABRIC, 15.0, 1.5, None, ("mrc", "roce"), figures_type=ScheduleFigures,
              figures=FIGURES, brief=BRIEF, row=Row(f"uplink-failures: {ROW[0]}", ROW[1])),

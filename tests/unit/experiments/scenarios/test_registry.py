@@ -15,7 +15,8 @@ from topologies.model import FabricError, FabricParams
 def test_every_scenario_has_a_kind_headline_figures_and_valid_defaults():
     assert list(SCENARIOS) == ["link-failure", "switch-failure", "link-flap", "lossy-link",
                                "port-failure", "port-flap", "link-cascade", "flap-together",
-                               "uplink-failures", "permutation", "incast", "ecn-balance", "collective"]
+                               "port-flaps", "uplink-failures", "permutation", "incast", "ecn-balance",
+                               "collective"]
     for name, sc in SCENARIOS.items():
         assert isinstance(sc.kind, Kind) and sc.kind.name
         assert sc.figures[-1] == "data_ok"

@@ -47,6 +47,13 @@ def test_links_flapping_together_go_down_and_up_at_the_same_instants():
     assert times[:2] == [(2.0, "cut"), (2.3, "restore")] and len(plan) == 3 * 2 * len(times) // 2
 
 
+def test_half_the_senders_ports_flap_together():
+    opts = _opts("port-flaps")
+    plan = schedule.plan(opts, Fabric(opts.fabric), "h0")
+    assert sorted({f.link for f in plan}) == ["h0-p0l0", "h0-p1l0"]  # 2 of its 4 planes
+    assert {(f.t, f.action) for f in plan if f.t < 3} == {(2.0, "cut"), (2.3, "restore")}
+
+
 def test_the_capacity_left_is_time_weighted_within_a_bin():
     fabric = Fabric(_opts("uplink-failures").fabric)
     planes = (0, 1, 2, 3)

@@ -11,6 +11,7 @@ import time
 import pytest
 
 from endpoints.host.control import AgentClient, ControlError
+from endpoints.protocol.config import TransportConfig
 from experiments import testbed
 from experiments.flows import AgentFlow
 from tests.integration.helpers import assert_nothing_left
@@ -100,7 +101,10 @@ def _set_nic(bed, host: str, ifname: str, up: bool) -> None:
 
 
 def test_one_unroutable_path_does_not_stall_the_agent(bed):
-    flow = bed.flow("mrc", "h0", "h2")
+    # Port status off for this QP: with it, the agent learns that its NIC went down and stops
+    # using the plane before any send fails (tests/integration/test_port_status.py); without it
+    # the sends fail, which is what this test is about.
+    flow = bed.flow("mrc", "h0", "h2", config=TransportConfig(port_status=False))
     assert isinstance(flow, AgentFlow)
     flow.start(6.0)
     time.sleep(1.0)

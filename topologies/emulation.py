@@ -24,7 +24,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from endpoints.protocol.config import TransportConfig
-from topologies import cleanup, files, hostnet, netns, preflight, shaping, switches
+from topologies import cleanup, files, hostnet, netns, placement, preflight, shaping, switches
 from topologies.dataplane import encap as host_encap
 from topologies.dataplane.attach import DataPlane
 from topologies.dataplane.ports import PortSpec, switch_ports
@@ -50,12 +50,13 @@ class Emulation:
     """A running fabric. Use as a context manager; `stop()` is idempotent.
 
     switch: the switch backend, `auto` (the fastest this machine runs), `ovs` or `linux`;
-    datapath: OVS's datapath (auto, kernel, user), for the ovs backend."""
+    datapath: OVS's datapath (auto, kernel, user), for the ovs backend; servers: the machines
+    the fabric is split over, the head (this one) first (topologies/placement.py)."""
 
     def __init__(self, fabric: Fabric, workdir: Path, datapath: str = "auto",
                  detect_ms: float = DEFAULT_DETECT_MS, shape_links: bool = True,
                  dataplane_mode: str = "auto", transport: TransportConfig | None = None,
-                 switch: str = "auto") -> None:
+                 switch: str = "auto", servers: Sequence[str] | None = None) -> None:
         if dataplane_mode not in ("auto", "ebpf", "droptail"):
             raise preflight.PreflightError(
                 f"unknown data plane {dataplane_mode!r}: use auto, ebpf or droptail")
@@ -64,6 +65,8 @@ class Emulation:
                                            f"{', '.join(switches.CHOICES)}")
         self.fabric = fabric
         self.switch_requested = switch
+        # Which machine runs which plane (`servers`: the head first; None: all on this one).
+        self.placement = placement.place(fabric, tuple(servers)) if servers else placement.local(fabric)
         # Switch-side interface -> the switch it belongs to (where its namespace is asked).
         self._port_owner = {link.b_ifname: link.b for link in fabric.links}
         self._port_owner.update({link.a_ifname: link.a for link in fabric.links if link.kind == "fabric"})
@@ -112,7 +115,8 @@ class Emulation:
 
     def switch_info(self) -> dict:
         """What a summary records about the switches: the backend's info and why it was chosen."""
-        return {**self.backend.info(), "switch_choice": self.switch_choice}
+        return {**self.backend.info(), "switch_choice": self.switch_choice,
+                "placement": self.placement.as_dict()}
 
     @property
     def backend(self) -> SwitchBackend:

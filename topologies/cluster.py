@@ -33,7 +33,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from topologies import placement
+from topologies import cleanup, placement
 from topologies.dataplane.ports import PortSpec
 from topologies.emulation import Emulation, existing_link_class
 from topologies.model import LINK_MTU, Fabric
@@ -58,8 +58,8 @@ def ssh_options() -> list[str]:
 
 def ssh_command(server_ip: str, remote: str, tty: bool = False) -> list[str]:
     """argv running the shell command `remote` as root on a server."""
-    return ["ssh", "-o", "BatchMode=yes", *ssh_options(), *(["-tt"] if tty else []),
-            f"root@{server_ip}", remote]
+    return ["ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=10", *ssh_options(),
+            *(["-tt"] if tty else []), f"root@{server_ip}", remote]
 
 
 def server_run(server_ip: str, remote: str, stdin: str | None = None,
@@ -102,6 +102,17 @@ def check_servers(p: placement.Placement) -> dict[str, str]:
                                  f"there, in a checkout at {CHECKOUT}")
         ips[server] = ip
     return ips
+
+
+def clean_server(address: str, folder: str) -> bool:
+    """What a killed run left on a server: its leftovers as `mrclab clean` sees them there,
+    and its folder. True when the server answered."""
+    command = (f"cd {shlex.quote(str(CHECKOUT))} && {shlex.quote(sys.executable)} -c "
+               f"'from topologies import cleanup; cleanup.clean_all()'; rm -rf {shlex.quote(folder)}")
+    try:
+        return server_run(address, command, timeout=60).returncode == 0
+    except subprocess.TimeoutExpired:
+        return False
 
 
 # ----- the cluster edition's nodes and links, for kernel routers ---------------------------------
@@ -180,6 +191,7 @@ class SplitLinuxBackend(LinuxBackend):
 
     def start_instances(self) -> None:
         for server in self.servers:
+            cleanup.track_server(self.server_ips[server], str(self.folders[server]))
             folder = shlex.quote(str(self.folders[server]))
             result = server_run(self.server_ips[server], f"rm -rf {folder} && mkdir -p -m 700 {folder}")
             if result.returncode != 0:
@@ -329,9 +341,20 @@ class SplitEmulation(Emulation):
 
         servers = ["localhost", *self.split_backend.servers]
         ips = {"localhost": "127.0.0.1", **self._server_ips}
-        return MininetCluster(controller=None, build=False, autoSetMacs=False, autoStaticArp=False,
-                              waitConnected=False, servers=servers, serverIP=ips, user="root",
-                              precheck=False, host=functools.partial(RemoteHost, user="root"))
+        # It makes $HOME/.ssh/mn for ssh control sockets it never uses here: in the run's
+        # folder, not in root's home, where a killed run would leave it.
+        home = os.environ.get("HOME")
+        os.environ["HOME"] = str(self.workdir)
+        try:
+            return MininetCluster(controller=None, build=False, autoSetMacs=False,
+                                  autoStaticArp=False, waitConnected=False, servers=servers,
+                                  serverIP=ips, user="root", precheck=False,
+                                  host=functools.partial(RemoteHost, user="root"))
+        finally:
+            if home is None:
+                os.environ.pop("HOME", None)
+            else:
+                os.environ["HOME"] = home
 
     def _create_links(self) -> None:
         """T0-T1 links: one `ip -batch` per server, veths made in their routers' namespaces

@@ -183,6 +183,7 @@ def make_parser() -> argparse.ArgumentParser:
                      help="MRC hosts stop using a plane whose NIC port is down, theirs or a "
                           "peer's (announced in SACKs and probes); off: each EV of it fails on "
                           "its own (default: on)")
+    _servers_arg(run)
     run.add_argument("--out", default=None, help="default: results/NAME")
     run.add_argument("--capture", default=None, metavar="TARGET[,TARGET...]",
                      help="keep a pcap of the whole run per target in the results, TARGET.pcap: "
@@ -289,7 +290,8 @@ def run_options(args: argparse.Namespace):  # -> experiments.scenarios.Options
     opts = Options(sc, fabric, parse_transports(args.transports, sc.transports), seed=args.seed,
                    datapath=args.datapath, dataplane=args.dataplane, switch_backend=args.switch,
                    capture=capture, packet_log=packet_log, replace=replacements,
-                   port_status=args.port_status == "on", given=frozenset(given), **fields)
+                   port_status=args.port_status == "on", servers=_servers(args) or (),
+                   given=frozenset(given), **fields)
     if args.link_mbps in (None, "auto"):
         # auto: the fastest rate this machine carries faithfully now (its calibration, the
         # cores free as the run starts); no rate given: the scenario's, or less where that one

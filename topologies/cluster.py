@@ -272,7 +272,12 @@ class SplitLinuxBackend(LinuxBackend):
                              f"on this machine")
 
     def port_counters(self, switch: str) -> dict[int, dict[str, int]]:
-        return {}  # not read from remote servers yet
+        return self.net_dev_counters(switch, self.net[switch].cmd("cat /proc/net/dev"))
+
+    def port_command(self, switch: str) -> list[str]:
+        """argv prefix running a command in `switch`'s namespace, on its server."""
+        return ssh_command(self.server_ips[self.server_of(switch)],
+                           f"nsenter --target {self.pids[switch]} --net")
 
     def link_state(self, switch: str, ifname: str) -> str:
         status = self.read_status(self.server_of(switch))
@@ -435,6 +440,9 @@ class SplitEmulation(Emulation):
         backend = self.split_backend
         backend.set_port(link.b, link.b_ifname, up)
         return time.monotonic()
+
+    def port_command(self, ifname: str) -> list[str]:
+        return self.split_backend.port_command(self._port_owner[ifname])
 
     def pid(self, node: str) -> int:
         if node in self._pids:

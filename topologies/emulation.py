@@ -273,6 +273,11 @@ class Emulation:
             groups.setdefault(self.port_namespace(name), []).append(name)
         return groups
 
+    def port_command(self, ifname: str) -> list[str]:
+        """argv prefix running a command where the switch-side interface `ifname` lives."""
+        pid = self.port_namespace(ifname)
+        return netns.command(pid, []) if pid is not None else []
+
     def port_namespace(self, ifname: str) -> int | None:
         """Where the switch-side interface `ifname` lives (see SwitchBackend.port_namespace)."""
         return self.backend.port_namespace(self._port_owner[ifname])

@@ -414,7 +414,7 @@ def cleanup_leftovers(registry: Path | None = None, teardown: bool = False) -> d
 
 def _clean_servers(servers: list[dict]) -> int:
     """Every server a dead run registered, cleaned over ssh; how many answered."""
-    from topologies.cluster import clean_server
+    from topologies.servers import clean_server
 
     return sum(clean_server(s["address"], s["folder"]) for s in servers)
 

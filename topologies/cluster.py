@@ -38,34 +38,17 @@ from topologies.dataplane.ports import PortSpec
 from topologies.emulation import Emulation, existing_link_class
 from topologies.model import LINK_MTU, Fabric
 from topologies.preflight import EmulationError, PreflightError
+from topologies.servers import CHECKOUT, SSH_CONFIG_ENV, server_run, ssh_command, ssh_options
 from topologies.switches.base import NOTIFY_FILE, STATUS_FILE
 from topologies.switches.linux import LinuxBackend
 
-SSH_CONFIG_ENV = "MRCLAB_SSH_CONFIG"  # an ssh_config for every connection to a server
-CHECKOUT = Path(__file__).resolve().parent.parent  # the same path on every server
 VXLAN_PORT = 4789
 # VXLAN over IPv4 adds 50 bytes (outer IPv4 20, UDP 8, VXLAN 8, inner Ethernet 14): a tunnel
 # carries LINK_MTU frames unfragmented where the network between the servers carries
 # LINK_MTU + TUNNEL_OVERHEAD; the outer packets are fragmented where it carries less.
 TUNNEL_OVERHEAD = 50
+PARALLEL_SSH = 8  # ssh sessions at once for per-router batches (see docs/cluster.md on MaxSessions)
 SERVER_TOOLS = ("mnexec", "sudo", "ip", "tc", "nsenter")
-
-
-def ssh_options() -> list[str]:
-    config = os.environ.get(SSH_CONFIG_ENV)
-    return ["-F", config] if config else []
-
-
-def ssh_command(server_ip: str, remote: str, tty: bool = False) -> list[str]:
-    """argv running the shell command `remote` as root on a server."""
-    return ["ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=10", *ssh_options(),
-            *(["-tt"] if tty else []), f"root@{server_ip}", remote]
-
-
-def server_run(server_ip: str, remote: str, stdin: str | None = None,
-               timeout: float = 60) -> subprocess.CompletedProcess:
-    return subprocess.run(ssh_command(server_ip, remote), input=stdin, capture_output=True,
-                          text=True, timeout=timeout)
 
 
 def resolve(server: str) -> str:
@@ -102,17 +85,6 @@ def check_servers(p: placement.Placement) -> dict[str, str]:
                                  f"there, in a checkout at {CHECKOUT}")
         ips[server] = ip
     return ips
-
-
-def clean_server(address: str, folder: str) -> bool:
-    """What a killed run left on a server: its leftovers as `mrclab clean` sees them there,
-    and its folder. True when the server answered."""
-    command = (f"cd {shlex.quote(str(CHECKOUT))} && {shlex.quote(sys.executable)} -c "
-               f"'from topologies import cleanup; cleanup.clean_all()'; rm -rf {shlex.quote(folder)}")
-    try:
-        return server_run(address, command, timeout=60).returncode == 0
-    except subprocess.TimeoutExpired:
-        return False
 
 
 # ----- the cluster edition's nodes and links, for kernel routers ---------------------------------
@@ -243,13 +215,23 @@ class SplitLinuxBackend(LinuxBackend):
             self.pids[router.name] = router.pid  # the server's pid
             router.cmd(f"sysctl -qw {sysctls}")
 
-    def run_in(self, switch: str, argv: list[str], stdin: str) -> None:
-        """Run argv with `stdin` in the namespace of `switch`, on its server."""
-        ip = self.server_ips[self.server_of(switch)]
-        command = f"nsenter --target {self.pids[switch]} --net {shlex.join(argv)}"
-        result = server_run(ip, command, stdin=stdin)
-        if result.returncode != 0:
-            raise EmulationError(f"{switch}: {argv[0]}: {result.stderr.strip()[:300]}")
+    def run_in(self, jobs: list[tuple[str, list[str], str]]) -> None:
+        """Run each (switch, argv, stdin) in the namespace of that switch, on its server,
+        PARALLEL_SSH at a time (one ssh session each, over the server's shared connection)."""
+        for start in range(0, len(jobs), PARALLEL_SSH):
+            procs = []
+            for switch, argv, _ in jobs[start:start + PARALLEL_SSH]:
+                remote = f"nsenter --target {self.pids[switch]} --net {shlex.join(argv)}"
+                procs.append(subprocess.Popen(ssh_command(self.server_ips[self.server_of(switch)], remote),
+                                              stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                              stderr=subprocess.PIPE, text=True))
+            failed = []
+            for (switch, argv, stdin), proc in zip(jobs[start:start + PARALLEL_SSH], procs, strict=True):
+                _, err = proc.communicate(stdin, timeout=60)
+                if proc.returncode != 0:
+                    failed.append(f"{switch}: {argv[0]}: {err.strip()[:200]}")
+            if failed:
+                raise EmulationError("; ".join(failed[:3]))
 
     def server_batch(self, server: str, argv: list[str], stdin: str) -> None:
         """Run argv with `stdin` in a server's own namespace."""
@@ -258,10 +240,12 @@ class SplitLinuxBackend(LinuxBackend):
             raise EmulationError(f"{server}: {argv[0]}: {result.stderr.strip()[:300]}")
 
     def start_switches(self) -> None:
+        jobs = []
         for sw in self.fabric.switches:
             lines = ["link set dev lo up"] + [
                 f"link set dev {self.fabric.port_ifname(sw.name, p)} up" for p in self.fabric.ports(sw.name)]
-            self.run_in(sw.name, ["ip", "-batch", "-"], "\n".join(lines) + "\n")
+            jobs.append((sw.name, ["ip", "-batch", "-"], "\n".join(lines) + "\n"))
+        self.run_in(jobs)
         for server in self.servers:  # the control plane over there waits for this
             pids = {sw.name: self.pids[sw.name] for sw in self.fabric.switches
                     if self.server_of(sw.name) == server}
@@ -304,7 +288,8 @@ class SplitLinuxBackend(LinuxBackend):
         for server in self.servers:
             folder = shlex.quote(str(self.folders[server]))
             # The control plane exits when its parent goes; the folder after it.
-            config = shlex.quote(str(self.folders[server] / "controller.json"))
+            # "[c]": the pattern must not match this very command line.
+            config = shlex.quote(f"[c]ontroller.run .*{self.folders[server] / 'controller.json'}")
             server_run(self.server_ips[server], f"for i in $(seq 50); do pgrep -f {config} >/dev/null"
                        f" || break; sleep 0.1; done; rm -rf {folder}", timeout=30)
 
@@ -396,8 +381,8 @@ class SplitEmulation(Emulation):
         by_switch: dict[str, list[str]] = {}
         for name in names:
             by_switch.setdefault(self._port_owner[name], []).append(name)
-        for switch, group in by_switch.items():
-            backend.run_in(switch, ["tc", "-batch", "-"], script(group))
+        backend.run_in([(switch, ["tc", "-batch", "-"], script(group))
+                        for switch, group in by_switch.items()])
 
     def switch_port_specs(self) -> list[PortSpec]:
         return self._port_specs()  # no local namespaces: the servers' pids go with each spec

@@ -15,7 +15,7 @@ import pytest
 from tests.conftest import require_or_skip
 from tests.integration.helpers import REPO, assert_nothing_left
 from topologies import cluster_lab
-from topologies.cluster import SSH_CONFIG_ENV
+from topologies.servers import SSH_CONFIG_ENV
 
 pytestmark = pytest.mark.usefixtures("emulation_ready")
 LAB_NUMBER = 7  # not the 1 `python -m topologies.cluster_lab up` makes by hand

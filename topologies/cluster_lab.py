@@ -10,7 +10,7 @@ leftovers are its own. The file system is otherwise shared: the same checkout an
 there, as `make setup` puts them on every real server.
 
     python -m topologies.cluster_lab up      # prints the server's address and the ssh config
-    python -m topologies.cluster_lab down
+    python -m topologies.cluster_lab down      (--number N: the Nth such server, 10.252.N.2)
 
 `down` (or `stop()`) kills the server's init (its sshd): the kernel kills every process of its
 PID namespace with it, so nothing it ran survives; then the namespace, the veth and the folder go.
@@ -35,7 +35,7 @@ from pathlib import Path
 from topologies import cleanup
 
 LAB_PREFIX = "mrcsrv-"  # not cleanup.NETNS_PREFIX: a run's teardown must not take the server
-STATE = cleanup.RUN_DIR / "cluster-lab.json"  # where `down` finds what `up` made
+STATE = str(cleanup.RUN_DIR / "cluster-lab-{n}.json")  # where `down` finds what `up` made
 SUBNET = "10.252.{n}.{host}"  # root side .1, server .2 (/30)
 UNDERLAY_MTU = 9000  # the veth between the machines: a jumbo-frame network
 
@@ -131,7 +131,7 @@ def start(number: int = 1) -> LabServer:
             start_new_session=True, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
             stderr=open(folder / "server.log", "w"))
         server.pid = proc.pid
-        cleanup.files.write_json(STATE, asdict(server))
+        cleanup.files.write_json(STATE.format(n=number), asdict(server))
         _wait_ssh(server, proc)
         return server
     except BaseException:
@@ -152,11 +152,12 @@ def _wait_ssh(server: LabServer, proc: subprocess.Popen, timeout: float = 15) ->
     raise LabError(f"ssh to the lab server {server.address} did not answer within {timeout:.0f} s")
 
 
-def stop(server: LabServer | None = None) -> None:
-    """Everything `start` made, gone (idempotent; without `server`, what STATE records)."""
+def stop(server: LabServer | None = None, number: int = 1) -> None:
+    """Everything `start` made, gone (idempotent; without `server`, what server `number`'s
+    STATE records)."""
     if server is None:
         try:
-            server = LabServer(**json.loads(STATE.read_text()))
+            server = LabServer(**json.loads(Path(STATE.format(n=number)).read_text()))
         except (OSError, ValueError, TypeError):
             return
     if server.pid:
@@ -168,7 +169,7 @@ def stop(server: LabServer | None = None) -> None:
     subprocess.run(["ip", "link", "del", server.veth], capture_output=True)
     subprocess.run(["ip", "netns", "delete", server.netns], capture_output=True)
     shutil.rmtree(server.folder, ignore_errors=True)
-    STATE.unlink(missing_ok=True)
+    Path(STATE.format(n=server.number)).unlink(missing_ok=True)
 
 
 def _wait_gone(pid: int, timeout: float = 5) -> None:
@@ -197,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"server {server.address}: MRCLAB_SSH_CONFIG={server.ssh_config} "
                   f"mrclab check-fabric --servers head,{server.address} ...")
         else:
-            stop()
+            stop(number=args.number)
     except LabError as exc:
         print(f"cluster_lab: {exc}", file=sys.stderr)
         return 2

@@ -1,7 +1,8 @@
 """A fabric split over two servers on this one machine: the second "server" is a network, PID
 and mount namespace with its own sshd (topologies/cluster_lab.py), reached over ssh as a real
 machine would be. check-fabric through the real CLI, nothing left on either side after a normal
-end and after a kill -9 of the head and `mrclab clean`; bad --servers refused in one line."""
+end, after a Ctrl-C, and after a kill -9 of the head and `mrclab clean`; bad --servers refused in
+one line."""
 
 import json
 import os
@@ -80,15 +81,36 @@ def test_split_fabric_proves_every_path_and_leaves_nothing(server):
     assert_nothing_left()
 
 
-def test_killed_head_then_clean_leaves_nothing_on_either(server):
+def _started_on_server(server) -> subprocess.Popen:
+    """A split check-fabric, returned once its control plane runs on the server."""
     head = subprocess.Popen(_argv(f"head,{server.address}"), cwd=REPO, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, env=_env(server))
+                            stderr=subprocess.PIPE, text=True, env=_env(server))
+    deadline = time.monotonic() + 120
+    while not any("controller.run" in line for line in _server_left(server)):
+        if head.poll() is not None or time.monotonic() > deadline:
+            head.kill()
+            pytest.fail(f"no control plane on the server: {head.communicate()[1][-1000:]}")
+        time.sleep(0.2)
+    return head
+
+
+def test_interrupted_head_leaves_nothing_on_either(server):
+    head = _started_on_server(server)
+    head.send_signal(signal.SIGINT)  # Ctrl-C
     try:
-        deadline = time.monotonic() + 120
-        while not any("controller.run" in line for line in _server_left(server)):
-            assert head.poll() is None, "the run ended before its control plane started on the server"
-            assert time.monotonic() < deadline, "no control plane on the server within 120 s"
-            time.sleep(0.2)
+        _, err = head.communicate(timeout=120)
+    finally:
+        if head.poll() is None:
+            head.kill()
+            head.wait()
+    assert head.returncode != 0 and "interrupted" in err.lower(), err[-1000:]
+    assert _server_left(server) == []
+    assert_nothing_left()
+
+
+def test_killed_head_then_clean_leaves_nothing_on_either(server):
+    head = _started_on_server(server)
+    try:
         head.send_signal(signal.SIGKILL)
         head.wait(timeout=10)
         assert _server_left(server), "the server's part should outlive a killed head until a clean"

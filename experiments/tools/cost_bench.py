@@ -65,6 +65,10 @@ def _procs() -> dict[int, tuple[str, int, int]]:
     return out
 
 
+def _ticks(procs: dict[int, tuple[str, int, int]]) -> dict[int, int]:
+    return {pid: user + system for pid, (_cmd, user, system) in procs.items()}
+
+
 def _role(cmd: str) -> str:
     if "endpoints.host.agent" in cmd:
         return "agents"
@@ -115,14 +119,13 @@ def measure(rate: float, seconds: float, seed: int, backend: str, out: Path,
         if "mrc: running" in line and not reading:
             time.sleep(WARM_S)
             m0, p0, t0 = calibration.machine_times(), _procs(), time.monotonic()
-            b0 = calibration.process_ticks()
             time.sleep(max(seconds - WARM_S - TAIL_S, 1.0))
             m1, p1, t1 = calibration.machine_times(), _procs(), time.monotonic()
-            b1 = calibration.process_ticks()
             busy, steal = calibration.busy_fraction(m0, m1)
             d = [b - a for a, b in zip(m0, m1, strict=True)]
             cores = os.cpu_count() or 1
-            other = calibration.cores_used(busy_before, b0, b1, t1 - t0)
+            # the background's CPU from the same readings as the roles' (no second /proc scan)
+            other = calibration.cores_used(busy_before, _ticks(p0), _ticks(p1), t1 - t0)
             reading = {"window_s": round(t1 - t0, 2),
                        "busy_cores": round(max(busy * cores - other, 0.0), 3),
                        "background_cores": round(other, 3),

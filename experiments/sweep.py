@@ -138,11 +138,16 @@ def _seeds(text: str) -> list[int]:
     return seeds
 
 
+def split_run_options(argv: Sequence[str]) -> tuple[list[str], list[str]]:
+    """(this command's arguments, the `mrclab run` options after `--` for every run)."""
+    args = list(argv)
+    if "--" not in args:
+        return args, []
+    return args[:args.index("--")], args[args.index("--") + 1:]
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args = list(sys.argv[1:] if argv is None else argv)
-    extra: list[str] = []
-    if "--" in args:
-        extra, args = args[args.index("--") + 1:], args[:args.index("--")]
+    args, extra = split_run_options(sys.argv[1:] if argv is None else argv)
     parser = argparse.ArgumentParser(prog="python -m experiments.sweep", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seeds", type=_seeds, default=[1], help="seeds, e.g. \"1 2 3 4 5\" (default: 1)")

@@ -113,10 +113,7 @@ def run(figures: Sequence[Figure], results: Path, quick: bool, extra: Sequence[s
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = list(sys.argv[1:] if argv is None else argv)
-    extra: list[str] = []
-    if "--" in args:
-        extra, args = args[args.index("--") + 1:], args[:args.index("--")]
+    args, extra = sweep.split_run_options(sys.argv[1:] if argv is None else argv)
     parser = argparse.ArgumentParser(prog="mrclab paper", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("figures", nargs="*", metavar="FIG", help="fig9a, fig11, ... (default: every "

@@ -30,6 +30,12 @@ when it starts (`agent_cores`). In the default permutation, 52% of the cores bus
 the 10th percentile of idle at 37%, and 65% busy left it at 15%, near the fidelity floor (10%):
 60% keeps a run above the floor on a machine up to about 15% slower than when it was calibrated.
 
+A committed figure (the per-core figures, the committed cost reference) was measured on one VM of
+the kind this project is tested on, and VMs of that kind differ by a third in speed: it counts on
+one `SPREAD` times slower, so that a default it picks holds on any of them (CI's OVS runs at the
+rate the per-core figures picked for a faster VM filled 86% of a link, and idled 7.7% at p10).
+This machine's own calibration needs no such margin: `AUTO_CPU_SHARE` covers its own noise.
+
 Backends are only names here: any backend the benchmark measured (`--switch` names) plugs in.
 """
 
@@ -55,6 +61,8 @@ MIN_AGENT_CORES = 0.25
 # forwarding_cores (their handler and revalidator threads, ovsdb-server, the controller). A
 # backend not listed gets the lowest figure.
 AGENT_DATA_PPS_PER_CORE = {"linux": 4800, "ovs": 2350}
+# How much slower than the VM a committed figure was measured on another VM of its kind may be.
+SPREAD = 4 / 3
 # With a calibration: the share of the free cores the predicted whole-machine CPU may take.
 AUTO_CPU_SHARE = 0.6
 # Rates `--link-mbps auto` chooses from (Mbit/s), fastest first.
@@ -62,8 +70,9 @@ LADDER = (1000.0, 400.0, 200.0, 100.0, 50.0, 20.0, 10.0, 5.0, 2.0, 1.0)
 
 
 def agent_pps_per_core(backend: str) -> int:
-    """What `backend`'s agents send faithfully per core they have (`AGENT_DATA_PPS_PER_CORE`)."""
-    return AGENT_DATA_PPS_PER_CORE.get(backend, min(AGENT_DATA_PPS_PER_CORE.values()))
+    """What `backend`'s agents send faithfully per core they have on any VM of the kind
+    (`AGENT_DATA_PPS_PER_CORE`, measured on one of them, over `SPREAD`)."""
+    return round(AGENT_DATA_PPS_PER_CORE.get(backend, min(AGENT_DATA_PPS_PER_CORE.values())) / SPREAD)
 
 
 def _frames_per_s(params: FabricParams, busy_senders: int, mtu_payload: int) -> float:
@@ -90,11 +99,14 @@ def calibrated_cost(cal: dict[str, Any], params: FabricParams) -> tuple[float, f
     """(cores, cores per data packet/s) the whole machine spends on a run of `params` by this
     machine's calibration: its fixed cores scaled by host NIC ports, and its marginal cost per
     delivered data packet (where the fit's fixed part came out negative, none fixed and the
-    dearest packet it measured)."""
+    dearest packet it measured). The committed reference (`"reference"`, measured on another VM)
+    costs `SPREAD` times more."""
     fixed, marginal = float(cal["fixed_cores"]), float(cal["marginal_us_per_packet"]) * 1e-6
     if fixed < 0 or marginal <= 0:
         fixed, marginal = 0.0, max(r["busy_cores"] / r["delivered_data_pps"] for r in cal["runs"])
-    return fixed * host_ports(params) / host_ports(FabricParams.from_dict(cal["fabric"])), marginal
+    slower = SPREAD if cal.get("reference") else 1.0
+    return (slower * fixed * host_ports(params) / host_ports(FabricParams.from_dict(cal["fabric"])),
+            slower * marginal)
 
 
 def switch_ports(params: FabricParams) -> int:

@@ -46,6 +46,10 @@ from topologies.model import Fabric, FabricError
 
 # The default fabric (scenarios/base.py): one flow at a time over 4 planes, 4 KB payloads.
 SMALL = DEFAULT_FABRIC
+# The links' rate before the fault is read over at most its last `RATE_WINDOW_S`, from
+# `RATE_START_S` at the earliest: past the transport's ramp where the fault comes late enough
+# (a window from 0.3 s to a fault at 1.5 s counted MRC's ramp and read 84-88% of a full link).
+RATE_START_S, RATE_WINDOW_S = 0.3, 1.0
 
 
 class FaultFigures(Figures, total=False):
@@ -174,7 +178,7 @@ class Failure(Kind):
         dst_port = fabric.host(dst).nics[BASELINE_PLANE].leaf_port
         t0 = time.monotonic()
         flow.start(opts.duration)
-        sleep_until(t0 + 0.3)
+        sleep_until(t0 + max(RATE_START_S, fault_at - 0.1 - RATE_WINDOW_S))
         before = bed.em.port_counters(leaf)
         rx_before, rx_t = bed.em.port_counters(dst_leaf), time.monotonic()
         sleep_until(t0 + fault_at - 0.1)

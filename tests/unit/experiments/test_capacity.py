@@ -145,14 +145,16 @@ def test_the_agents_are_a_bound_of_their_own():
     assert capacity.assess("linux", fast, 8, MTU, ample, {})["within"] is True
     a = capacity.assess("linux", fast, 8, MTU, ample, {}, agent_cores=2)
     assert a["switches_within"] is True and a["agents_within"] is False and a["within"] is False
-    assert a["agent_data_pps_faithful"] == 2 * capacity.AGENT_DATA_PPS_PER_CORE["linux"]
+    # The committed figure counts on a VM a third slower than the one it was measured on.
+    assert a["agent_data_pps_faithful"] == round(2 * capacity.AGENT_DATA_PPS_PER_CORE["linux"] * 3 / 4)
     assert "agents send" in capacity.describe(a) and "data packets/s" in capacity.describe(a)
-    # What the permutation measured on kernel routers: faithful at 20 Mbit/s, not at 40 (the
-    # ladder's next step, 50, is out of reach on 2 cores); twice the cores, twice the packets.
-    assert capacity.faithful_rate("linux", p, 8, MTU, ample, {}, agent_cores=2) == 20.0
-    assert capacity.faithful_rate("linux", p, 8, MTU, ample, {}, agent_cores=1) == 10.0
+    # What the permutation measured on kernel routers: faithful at 20 Mbit/s, not at 40, on the
+    # VM it was measured on; on one a third slower the figure keeps it at 10 (20 is out of
+    # reach: 9.5k data packets/s against 7.2k); twice the cores, twice the packets.
+    assert capacity.faithful_rate("linux", p, 8, MTU, ample, {}, agent_cores=2) == 10.0
+    assert capacity.faithful_rate("linux", p, 8, MTU, ample, {}, agent_cores=1) == 5.0
     per_20 = capacity.agent_load(FabricParams(**{**p.as_dict(), "link_mbps": 20.0}), 8, MTU)
-    assert per_20 <= 2 * capacity.AGENT_DATA_PPS_PER_CORE["linux"] < 2 * per_20
+    assert 2 * capacity.agent_pps_per_core("linux") < per_20 <= 2 * capacity.AGENT_DATA_PPS_PER_CORE["linux"]
     assert capacity.faithful_rate("linux", p, 8, MTU, ample, {}) == capacity.LADDER[0]
 
 
@@ -166,15 +168,17 @@ def test_the_agents_get_the_cores_a_userspace_switch_leaves():
     linux = capacity.assess("linux", p, 8, MTU, bench, {}, agent_cores=2)
     assert ovs["forwarding_cores"] == 0.98 and linux["forwarding_cores"] == 0.0
     assert ovs["agent_cores"] == 1.02 and linux["agent_cores"] == 2
-    assert ovs["agent_data_pps_faithful"] == round(1.02 * capacity.AGENT_DATA_PPS_PER_CORE["ovs"])
+    assert ovs["agent_data_pps_faithful"] == round(1.02 * capacity.agent_pps_per_core("ovs"))
+    assert capacity.agent_pps_per_core("ovs") == round(capacity.AGENT_DATA_PPS_PER_CORE["ovs"] * 3 / 4)
     # A backend nothing was measured for: the lowest figure.
-    assert capacity.agent_pps_per_core("other") == min(capacity.AGENT_DATA_PPS_PER_CORE.values())
+    assert capacity.agent_pps_per_core("other") == capacity.agent_pps_per_core("ovs")
     # What the default permutation measured: on OVS not faithful at 10 Mbit/s (CPU idle p10 4%),
-    # on kernel routers faithful at 20; each backend's `auto` rate follows.
+    # faithful at 5; on kernel routers faithful at 20. Counting on a VM a third slower, each
+    # backend's `auto` rate is the ladder's next step down.
     assert not ovs["agents_within"] and linux["agents_within"]
     assert "1.02 cores the ovs switches leave them" in capacity.describe(ovs)
-    assert capacity.faithful_rate("ovs", p, 8, MTU, bench, {}, agent_cores=2) == 5.0
-    assert capacity.faithful_rate("linux", p, 8, MTU, bench, {}, agent_cores=2) == 20.0
+    assert capacity.faithful_rate("ovs", p, 8, MTU, bench, {}, agent_cores=2) == 2.0
+    assert capacity.faithful_rate("linux", p, 8, MTU, bench, {}, agent_cores=2) == 10.0
     # However many cores the benchmark saw the switches take, the agents keep a floor.
     greedy = {"ovs": {"16x4": {**bench["ovs"]["16x4"], "forwarding_cores": 5.0}}}
     floor = capacity.assess("ovs", p, 8, MTU, greedy, {}, agent_cores=2)
@@ -200,6 +204,10 @@ def test_a_calibration_replaces_the_per_core_figures_for_its_backend():
     assert a["cores_allowed"] == pytest.approx(2 * capacity.AUTO_CPU_SHARE)
     assert a["agents_within"] is (a["cores_needed"] <= a["cores_allowed"])
     assert "calibration" in capacity.describe({**a, "agents_within": False})
+    # The committed reference (another VM of the kind) counts on one a third slower.
+    ref = capacity.assess("linux", p, 8, MTU, {}, {}, agent_cores=2, calibration={**cal, "reference": True})
+    assert ref["cores_needed"] == pytest.approx(4 / 3 * (0.2 + 200e-6 * need), abs=0.01)
+    assert ref["calibration_is_reference"] is True and a["calibration_is_reference"] is False
     # Another backend's calibration does not apply: the committed figures count.
     other = capacity.assess("ovs", p, 8, MTU, {}, {}, agent_cores=2, calibration=cal)
     assert other["calibrated"] is False

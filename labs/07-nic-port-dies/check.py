@@ -84,7 +84,7 @@ def reports_in_order(ctx: Context) -> str:
         for _ in range(6):
             ts = (ts + rng.randrange(1, 1_000_000)) % TS_MOD
             reports.append((rng.randrange(8), ts))
-        wrapped += any(b < a for (_, a), (_, b) in zip(reports, reports[1:]))
+        wrapped += any(b < a for (_, a), (_, b) in zip(reports, reports[1:], strict=False))
         order = rng.sample(range(6), 6)
         known, known_ts, steered = 0, None, 0
         for k in order:
@@ -121,7 +121,9 @@ def _walk(rng: random.Random, steps: int) -> list[tuple[str, int]]:
     masks = {"local": 0, "remote": 0}
     while len(out) < steps:
         end = rng.choice(("local", "remote"))
-        mask = 0 if rng.random() < 0.3 else sum(1 << p for p in rng.sample(range(PLANES), rng.choice((1, 1, 2))))
+        mask = 0  # every port of that end back, else one plane's port down, sometimes two
+        if rng.random() >= 0.3:
+            mask = sum(1 << p for p in rng.sample(range(PLANES), rng.choice((1, 1, 2))))
         other = masks["remote" if end == "local" else "local"]
         if mask | other == (1 << PLANES) - 1 or mask == masks[end]:
             continue
@@ -265,8 +267,8 @@ def port_down_simulated(ctx: Context) -> str:
         for name in (("nic_d", "rnic_d") if side == "receiver" else ("nic_s", "rnic_s")):
             fab.links[(name, DEAD)].down.append((DOWN_AT, UP_AT))
         host = rcv if side == "receiver" else snd
-        sim.schedule(DOWN_AT, lambda h=host: h.set_local_ports(1 << DEAD, sim.now))
-        sim.schedule(UP_AT, lambda h=host: h.set_local_ports(0, sim.now))
+        sim.schedule(DOWN_AT, lambda h=host, c=sim: h.set_local_ports(1 << DEAD, c.now))
+        sim.schedule(UP_AT, lambda h=host, c=sim: h.set_local_ports(0, c.now))
         msgs = [random.Random(1).randbytes(256 * 1024)] * 40
         res = run_transfer(sim, snd, rcv, fab.fwd, fab.rev, msgs, 10.0)
         cut = f"with the {side}'s plane-{DEAD} port down from {DOWN_AT} s to {UP_AT} s"
@@ -298,11 +300,12 @@ def port_down_simulated(ctx: Context) -> str:
 
 
 # ----- the real emulation: a host's NIC link cut -----------------------------------------------
-# The port-failure scenario on the smallest fabric with two planes, h0 -> h1, the receiver's
+# The port-failure scenario on the smallest fabric it takes (2 planes x 2 leaves x 2 spines,
+# one host per leaf), h0 -> h1, the receiver's
 # plane-0 NIC link cut at FAULT[0] s and restored at FAULT[1] s: the sender learns it from the
 # receiver's SACKs. The solution (seed 1, 2-core VM): see the README's output. Bounds with room
 # for a busy machine: the news takes an RTT or two; a stall would be a loss timer's.
-EMULATED = FabricParams(planes=2, leaves=2, spines=1, hosts_per_leaf=1, link_mbps=10.0)
+EMULATED = FabricParams(planes=2, leaves=2, spines=2, hosts_per_leaf=1, link_mbps=10.0)
 DURATION, FAULT = 4.0, (1.5, 3.0)
 EMU_STALL_MS = 100.0
 EMU_PARK_WITHIN = 0.150  # s after the cut

@@ -50,8 +50,8 @@ def _switch_args(parser: argparse.ArgumentParser) -> None:
 def _replace_arg(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--replace", action="append", default=[], metavar="POINT=FILE:NAME",
                         help="run NAME from FILE in every agent in place of the product's POINT "
-                             "(evset, nscc, trim_nack_reason, trim_reaction: a lab's student "
-                             "code); a run records it in its summary")
+                             "(evset, nscc, trim_nack_reason, trim_reaction, port_steering: a "
+                             "lab's student code); a run records it in its summary")
 
 
 def _replacements(args: argparse.Namespace):  # -> tuple[overrides.Replacement, ...]

@@ -8,6 +8,8 @@ replacement meets; nothing else of the product can be replaced. Off unless a run
                       reason for a trimmed packet (NACK_TRIMMED, NACK_TRIMMED_LASTHOP) or None
     trim_reaction     the sender's decision on a trimmed NACK: reason -> an object with the
                       booleans resend, skip_ev, slow_down, bench_ev
+    port_steering     the sender's reaction to NIC-port status (which planes to park, when to
+                      resume them, what to resend): a subclass of PortSteering (portstatus.py)
 
 `cores(objects)` gives the sender and receiver classes carrying the replacements out: the
 host agent (endpoints/host/overrides.py loads them from files) and the simulated Clos
@@ -25,6 +27,7 @@ from endpoints.protocol import wire
 from endpoints.protocol.congestion import Nscc
 from endpoints.protocol.events import EvBad
 from endpoints.protocol.evset import EvSet
+from endpoints.protocol.portstatus import PortSteering
 from endpoints.protocol.receiver import MrcReceiver
 from endpoints.protocol.sender import MrcSender
 
@@ -47,6 +50,8 @@ POINTS: dict[str, Point] = {p.name: p for p in (
           "flags -> NACK_TRIMMED, NACK_TRIMMED_LASTHOP or None"),
     Point("trim_reaction", None, "the sender's reaction to a trimmed NACK: reason -> an object "
           "with resend, skip_ev, slow_down, bench_ev"),
+    Point("port_steering", PortSteering, "the sender's reaction to NIC-port status, a subclass "
+          "of PortSteering"),
 )}
 
 # MRC's reaction to a trimmed packet, as the product's sender carries it out (a drift test
@@ -93,6 +98,9 @@ def cores(objects: Mapping[str, Any]) -> tuple[type[MrcSender], type[MrcReceiver
                          objects.get("trim_reaction"))
     if "trim_nack_reason" in objects:
         receiver = _receiver(objects["trim_nack_reason"])
+    if "port_steering" in objects:
+        # First in the order of bases: its methods stand before MrcSender's own PortSteering.
+        sender = type("SteeredSender", (objects["port_steering"], sender), {})
     return sender, receiver
 
 

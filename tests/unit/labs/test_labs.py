@@ -63,6 +63,8 @@ SKELETON = {
     5: {"receiver-nacks": FAIL, "sender-reacts": FAIL, "incast-simulated": FAIL, "real-incast": SKIP},
     6: {"proportional-increase": FAIL, "fair-increase": FAIL, "multiplicative-decrease": FAIL,
         "ecn-below-target": PASS, "shared-bottleneck-simulated": FAIL, "real-permutation": SKIP},
+    7: {"reports-in-order": FAIL, "follows-the-ports": FAIL, "resend-stranded": SKIP,
+        "port-down-simulated": SKIP, "real-port-failure": SKIP},
     8: {"capture-present": PASS, "own-parser": PASS, "mrc-datagrams": FAIL, "bth-fields": FAIL,
         "sack-bitmaps": FAIL, "nack-reasons": FAIL, "filter-trimmed-nacks": FAIL,
         "filter-retransmissions": FAIL, "filter-sack-holes": FAIL},
@@ -70,7 +72,7 @@ SKELETON = {
 # The checks that need the emulation; with the skeleton they are skipped behind the checks
 # they need (`needs`), so CI spends emulation time on the solutions only.
 EMULATED = {1: {"datagrams-on-path"}, 2: {"real-switch"}, 4: {"real-link-cut"},
-            5: {"real-incast"}, 6: {"real-permutation"}}
+            5: {"real-incast"}, 6: {"real-permutation"}, 7: {"real-port-failure"}}
 
 
 @pytest.fixture(autouse=True)
@@ -152,6 +154,9 @@ PRODUCT_TESTS = {
     4: ("endpoints.protocol.evset:EvSet", "labs/04-ev-state-machine/{}ev_states.py:LabEvSet",
         ("tests/unit/endpoints/protocol/test_evset.py",
          "tests/unit/endpoints/protocol/test_transport.py")),
+    7: ("endpoints.protocol.portstatus:PortSteering",
+        "labs/07-nic-port-dies/{}port_steering.py:LabPortSteering",
+        ("tests/unit/endpoints/protocol/test_portstatus.py",)),
 }
 
 

@@ -21,8 +21,8 @@ LABS = ROOT / "labs"
 _BLOCK = re.compile(r"^[ \t]*```console\n(.*?)^[ \t]*```", re.M | re.S)
 _VERDICT = re.compile(r"^  (PASS|FAIL|SKIP)  ([\w-]+): ")
 _SUMMARY = re.compile(r"^(all \d+ checks pass|\d+ of \d+ checks pass.*)$")
-# Emulated checks whose lines carry numbers measured on the real fabric (labs 4-6).
-MEASURED = frozenset({"real-link-cut", "real-incast", "real-permutation"})
+# Emulated checks whose lines carry numbers measured on the real fabric (labs 4-7).
+MEASURED = frozenset({"real-link-cut", "real-incast", "real-permutation", "real-port-failure"})
 UNFAITHFUL = "was not faithful"  # what a check skipped for the machine's load says
 
 

@@ -89,9 +89,9 @@ def category(state: str, active: bool) -> str:
 
 
 def choose_ev(rows: Sequence[Mapping[str, Any]], routes: Sequence[Route], plane: int) -> Route | None:
-    """The route of the first active, GOOD EV of `plane` in a sender's `evs` rows (the lowest
-    spine first); None when the plane has none."""
-    active = {r["ev"] for r in rows if r["active"] and r["state"] == "GOOD"}
+    """The route of the first active EV of `plane` in use (GOOD, or skipped for an ECN echo) in
+    a sender's `evs` rows, the lowest spine first; None when the plane has none."""
+    active = {r["ev"] for r in rows if r["active"] and r["state"] in ("GOOD", "SKIP")}
     return next((r for r in sorted(routes, key=lambda r: (r.plane, r.spine or 0))
                  if r.plane == plane and r.ev in active), None)
 
@@ -186,7 +186,7 @@ class EvLoss(Kind):
                     srtt_ms = reply.get("congestion", {}).get("srtt_ms")
                     chosen = choose_ev(reply["rows"], routes, LOSSY_PLANE)
                     if chosen is None:
-                        raise RuntimeError(f"{transport} has no active GOOD EV on plane {LOSSY_PLANE}")
+                        raise RuntimeError(f"{transport} has no active EV in use on plane {LOSSY_PLANE}")
                     link = chosen.links[1]  # the source leaf's uplink to the EV's spine
                     loss_t = faults.set_loss(link, opts.loss, from_switch=link.split("-")[0]) - t0
                 elif chosen is not None:

@@ -28,7 +28,7 @@ def _rows(active: dict[int, bool], state: dict[int, str] | None = None) -> list[
     return [{"ev": ev, "active": a, "state": (state or {}).get(ev, "GOOD")} for ev, a in active.items()]
 
 
-def test_the_lossy_ev_is_an_active_good_ev_of_the_chosen_plane():
+def test_the_lossy_ev_is_an_active_ev_in_use_on_the_chosen_plane():
     fabric = Fabric(FABRIC)
     routes = fabric.routes("h0", "h1")
     p0 = [r for r in routes if r.plane == 0]
@@ -42,6 +42,8 @@ def test_the_lossy_ev_is_an_active_good_ev_of_the_chosen_plane():
     assert choose_ev(rows, routes, 1).label == "p1/s0"  # type: ignore[union-attr]
     benched = _rows({p0[0].ev: False, p0[1].ev: True}, {p0[1].ev: "ASSUMED_BAD"})
     assert choose_ev(benched, routes, 0) is None
+    skipped = _rows({p0[0].ev: False, p0[1].ev: True}, {p0[1].ev: "SKIP"})  # an ECN echo: still in use
+    assert choose_ev(skipped, routes, 0).label == "p0/s1"  # type: ignore[union-attr]
 
 
 def test_the_16_ev_set_of_fig12_keeps_one_active_and_one_backup_per_plane():

@@ -13,10 +13,10 @@ from topologies.model import FabricError, FabricParams
 
 
 def test_every_scenario_has_a_kind_headline_figures_and_valid_defaults():
-    assert list(SCENARIOS) == ["link-failure", "switch-failure", "link-flap", "lossy-link",
-                               "port-failure", "port-flap", "link-cascade", "flap-together",
-                               "port-flaps", "uplink-failures", "permutation", "incast", "ecn-balance",
-                               "collective"]
+    assert list(SCENARIOS) == ["link-failure", "switch-failure", "t0-failure", "link-flap",
+                               "lossy-link", "port-failure", "port-flap", "link-cascade",
+                               "flap-together", "port-flaps", "uplink-failures", "permutation",
+                               "incast", "ecn-balance", "ev-loss", "collective"]
     for name, sc in SCENARIOS.items():
         assert isinstance(sc.kind, Kind) and sc.kind.name
         assert sc.figures[-1] == "data_ok"
@@ -52,7 +52,7 @@ def test_each_kind_records_its_own_options():
     ("switch-failure", {"fail_switch": "p0l0"}, "is a leaf"),
     ("t0-failure", {"fail_switch": "p0s1"}, "is a spine (T1): t0-failure takes a leaf"),
     ("t0-failure", {"link": "h0-p0l0"}, "--link does not apply to t0-failure"),
-    ("t0-failure", {"params": (("ev_set_size", 0.5),)}, "--param"),
+    ("t0-failure", {"params": (("ev_sets", 16),)}, "--param unknown transport parameter(s) ev_sets"),
     ("link-failure", {"fault_at": 5.0, "fault_end": 4.0}, "--fault-at < --fault-end"),
     ("collective", {"transports": ("tcp",)}, "agents' transports only"),
     ("link-flap", {"down_ms": 2000.0}, "--down-ms shorter than one flap period"),

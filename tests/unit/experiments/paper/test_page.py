@@ -71,7 +71,8 @@ def test_the_index_lists_every_figure_of_the_paper_with_its_verdict(tmp_path):
 def test_fig12s_page_draws_each_evs_state_and_writes_its_spans(tmp_path):
     fig = BY_KEY["fig12"]
     folder = tmp_path / "fig12"
-    mrc = {"ev_label": "p0/s1", "ev": 0x10001, "bad_after_rtts": 1.2, "bad_after_ms": 9.6, "srtt_ms": 8.0,
+    mrc = {"ev_label": "p0/s1", "ev": 0x10001, "bench_rtts": 1.2, "lost_age_ms": 9.6, "srtt_ms": 8.0,
+           "ev_gap_ms": 6.0, "bad_after_ms": 30.0,
            "backup_label": "p0/s0", "backup_bytes_before": 0, "backup_bytes_during": 800_000,
            "goodput_fraction": 0.99, "goodput_before_mbps": 76.0, "goodput_during_mbps": 75.2,
            "dropped": 30, "evs": {"0x10000": "p0/s0", "0x10001": "p0/s1"},

@@ -19,6 +19,8 @@ from experiments.scenarios.evloss import (
     category,
     choose_ev,
     first_bad,
+    first_bench,
+    packet_gap_ms,
     sent_between,
 )
 from topologies.model import Fabric, FabricError
@@ -103,3 +105,15 @@ def test_first_bad_is_the_first_bench_after_the_loss_began():
 def test_ev_loss_refuses_what_it_cannot_measure(overrides, words):
     with pytest.raises(FabricError, match=words):
         default_options("ev-loss", **overrides)
+
+
+def test_the_bench_is_timed_from_the_lost_packet_and_the_evs_packet_spacing_is_measured():
+    records = [{"event": "ev_bad", "t": 0.9, "ev": 1, "rule": "sack", "age": 0.004},
+               {"event": "rtt", "t": 1.1, "ev": 1, "rtt": 0.001},
+               {"event": "ev_bad", "t": 1.3, "ev": 2, "rule": "sack", "age": 0.002},
+               {"event": "ev_bad", "t": 1.2, "ev": 1, "rule": "dark", "age": 0.010}]
+    assert first_bench(records, 1, 1.0) == records[3]  # after the loss began, this EV's
+    assert first_bench(records, 3, 0.0) is None
+    # EV 1 sent 1000 bytes in the 0.5 s between the samples at 0.0 and 0.5: ten 100-byte packets
+    assert packet_gap_ms(SAMPLES, 1, 0.0, 0.6, 100) == 50.0
+    assert packet_gap_ms(SAMPLES, 2, 0.0, 0.6, 100) is None  # a backup sends nothing

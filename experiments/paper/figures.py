@@ -257,8 +257,9 @@ FIGURES: tuple[Figure, ...] = (
            f"judged lost, a "
            f"backup of its plane carrying its share, goodput >= {STEADY_FRACTION} of before",
            "ev-loss on 8 planes x 2 leaves x 2 spines, one host per leaf (the fewest hosts, 2 EVs per "
-           "plane as the paper's 16; 10 Mbit/s links, so the host's 8 ports carry what the default "
-           "fabric's 4 do at 20), EV set --param active_fraction=0.5 backup_min_paths=2: the sender's "
+           "plane as the paper's 16; links at 10 Mbit/s, so the host's 8 ports carry what the default "
+           "fabric's 4 do at 20, or slower where `mrclab run` finds that not faithful on this VM), "
+           "EV set --param active_fraction=0.5 backup_min_paths=2: the sender's "
            "active plane-0 EV drops 20% (an nftables rule on its leaf's uplink, that way only)",
            (Run("ev-loss", ("--transports", "mrc", *EV_SET), ("--duration", "5", "--fault-at", "2",
                                                              "--fault-end", "4")),),

@@ -2,7 +2,8 @@
 
 results/paper/<fig>/ holds its runs (run-N-<scenario>/, each a `mrclab run` result), `data.csv`
 (goodput in the paper's 200 ms bins per series, or each flow's goodput), `plot.png` shaped like
-the paper's (same axes and series, fault times marked) and `summary.json`: the paper's claim, the
+the paper's (same axes and series, fault times marked; Fig. 12's with every EV's state below,
+as the paper's Fig. 13, and those states in `ev_states.csv`) and `summary.json`: the paper's claim, the
 setup here, what was measured and the verdict. `index.md` and `index.html` (plots inline) list
 every figure of the paper, those not expressible yet included.
 """

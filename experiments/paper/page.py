@@ -102,6 +102,7 @@ def write_data_and_plot(figure: Figure, folder: Path, runs: list[tuple[Run, Path
 
         banded = [t for _, _, summary in runs for t in summary["transports"].values()
                   if t.get("ev_bands")]
+        ax.set_ylim(bottom=0)  # "line rate holds": the goodput against zero, not its own noise
         for t in banded[:1]:
             draw_ev_bands(ev_ax, t)
             ev_ax.set_xlim(ax.get_xlim())

@@ -184,6 +184,9 @@ def make_parser() -> argparse.ArgumentParser:
                           "peer's (announced in SACKs and probes); off: each EV of it fails on "
                           "its own (default: on)")
     _servers_arg(run)
+    run.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
+                     help="a transport parameter for the run's agents, e.g. active_fraction=0.5 "
+                          "(repeatable; the EV set: ev_set_size, active_fraction, backup_min_paths)")
     run.add_argument("--out", default=None, help="default: results/NAME")
     run.add_argument("--capture", default=None, metavar="TARGET[,TARGET...]",
                      help="keep a pcap of the whole run per target in the results, TARGET.pcap: "
@@ -287,11 +290,16 @@ def run_options(args: argparse.Namespace):  # -> experiments.scenarios.Options
     packet_log = args.packet_log if args.packet_log is not None else \
         (PACKET_LOG_WITH_CAPTURE if capture else 0)
     replacements = _replacements(args)
+    from endpoints.protocol.config import parse_overrides
+    try:
+        params = tuple(parse_overrides(args.param).items())
+    except ValueError as exc:
+        raise CliError(f"--param {exc}") from None
     opts = Options(sc, fabric, parse_transports(args.transports, sc.transports), seed=args.seed,
                    datapath=args.datapath, dataplane=args.dataplane, switch_backend=args.switch,
                    capture=capture, packet_log=packet_log, replace=replacements,
                    port_status=args.port_status == "on", servers=_servers(args) or (),
-                   given=frozenset(given), **fields)
+                   params=params, given=frozenset(given), **fields)
     if args.link_mbps in (None, "auto"):
         # auto: the fastest rate this machine carries faithfully now (its calibration, the
         # cores free as the run starts); no rate given: the scenario's, or less where that one

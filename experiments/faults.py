@@ -7,8 +7,9 @@
 * switch failure: the switch stops forwarding while its ports stay up (`Emulation.set_switch`),
   the failure no port event reveals. The baseline controller is told, as its BFD sessions over
   that switch would tell it, and reacts after the same detection delay.
-* lossy link: random drop with probability p on both directions of a link, with an nftables
-  netdev egress rule (`numgen random`), which works on kernels without netem.
+* lossy link: random drop with probability p on both directions of a link (or one: the egress
+  of its end on one switch, as loss on one EV's path), with an nftables netdev egress rule
+  (`numgen random`), which works on kernels without netem.
 * flapping link: cut and restored on a period, in a background thread, until stopped.
 """
 
@@ -119,14 +120,17 @@ class FaultInjector:
         return stamp
 
     # ----- random loss ----------------------------------------------------------------------
-    def set_loss(self, name: str, probability: float) -> float:
+    def set_loss(self, name: str, probability: float, from_switch: str | None = None) -> float:
+        """Drop with `probability` what link `name` carries, both ways, or only what switch
+        `from_switch` (one of its ends) sends into it."""
         if not 0.0 <= probability <= 1.0:
             raise FabricError(f"loss probability must be in [0, 1], got {probability}")
         link = self.em.fabric.link(name)
         if link.kind != "fabric":
             raise FabricError(f"{name} is a host link: random loss applies to T0-T1 links")
+        ends = loss_ends(link.a, link.a_ifname, link.b, link.b_ifname, from_switch)
         threshold = round(probability * LOSS_SCALE)
-        for ifname in (link.a_ifname, link.b_ifname):  # each end in its switch's namespace
+        for ifname in ends:  # each end in its switch's namespace
             chain = f"loss_{ifname.replace('-', '_')}"
             _nft(self._where(ifname), "\n".join([
                 f"add table netdev {NFT_TABLE}",
@@ -137,7 +141,10 @@ class FaultInjector:
                 f"counter drop"]))
         with self._lock:
             self._lossy[name] = probability
-        return self._record("loss", name, probability=probability)
+        extra: dict[str, object] = {"probability": probability}
+        if from_switch is not None:
+            extra["from"] = from_switch
+        return self._record("loss", name, None, **extra)
 
     def clear_loss(self, name: str | None = None) -> None:
         """Remove the loss rules of link `name` (all by default); the timeline records what
@@ -210,6 +217,19 @@ class _Flapper(threading.Thread):
                 self.halt.wait(max(start + self.flaps * self.period_s - time.monotonic(), 0.0))
         except Exception as exc:  # noqa: BLE001 - the emulation went away under it: say so, end
             self.error = exc
+
+
+def loss_ends(a: str, a_ifname: str, b: str, b_ifname: str, from_switch: str | None) -> tuple[str, ...]:
+    """The switch ports whose egress drops: both ends of link a-b, or `from_switch`'s only.
+
+    >>> loss_ends("p0l0", "p0l0-eth2", "p0s1", "p0s1-eth1", "p0l0")
+    ('p0l0-eth2',)
+    """
+    if from_switch is None:
+        return a_ifname, b_ifname
+    if from_switch not in (a, b):
+        raise FabricError(f"{from_switch} is not an end of link {a}-{b}: loss one way is sent by {a} or {b}")
+    return (a_ifname,) if from_switch == a else (b_ifname,)
 
 
 def _nft(prefix: tuple[str, ...], script: str, check: bool = True) -> None:

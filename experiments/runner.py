@@ -21,7 +21,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from endpoints.protocol.config import TransportConfig
 from experiments import calibration, capacity, fidelity, metrics, outdir
 from experiments.flows import ev_timeline
 from experiments.outdir import REPO, RESULTS
@@ -50,7 +49,7 @@ def assess_load(opts: Options, backend: str, free_cores: float | None = None) ->
     every core)."""
     senders = opts.scenario.kind.busy_senders(opts, Fabric(opts.fabric))
     cal = calibration.effective(backend)
-    out = capacity.assess(backend, opts.fabric, senders, TransportConfig().mtu_payload,
+    out = capacity.assess(backend, opts.fabric, senders, opts.transport().mtu_payload,
                           files.read_json(MEASURED_CAPACITY), files.read_json(REFERENCE_CAPACITY),
                           agent_cores=os.cpu_count() or 1 if free_cores is None else free_cores,
                           calibration=cal)
@@ -66,7 +65,7 @@ def faithful_link_mbps(opts: Options, backend: str, free_cores: float | None = N
     """The fastest link rate (at most `ceiling`) at which the run fits what this machine carries
     faithfully (`--link-mbps auto`; the scenario's own rate as `ceiling` when none is given)."""
     senders = opts.scenario.kind.busy_senders(opts, Fabric(opts.fabric))
-    return capacity.faithful_rate(backend, opts.fabric, senders, TransportConfig().mtu_payload,
+    return capacity.faithful_rate(backend, opts.fabric, senders, opts.transport().mtu_payload,
                                   files.read_json(MEASURED_CAPACITY), files.read_json(REFERENCE_CAPACITY),
                                   agent_cores=os.cpu_count() or 1 if free_cores is None else free_cores,
                                   calibration=calibration.effective(backend), ceiling=ceiling)
@@ -86,7 +85,7 @@ def execute(opts: Options, workdir: Path, say: Progress) -> tuple[Record, dict]:
     with Testbed(fabric, workdir, seed=opts.seed, datapath=opts.datapath, detect_ms=opts.detect_ms,
                  dataplane=opts.dataplane, switch=opts.switch_backend,
                  packet_log=opts.packet_log, replace=opts.replace, servers=opts.servers,
-                 transport=TransportConfig(port_status=opts.port_status)) as bed:
+                 transport=opts.transport()) as bed:
         em = bed.em
         say(f"fabric up in {em.setup_seconds:.1f} s ({len(fabric.switches)} switches, "
             f"{describe_switches(em)})")

@@ -55,7 +55,9 @@ class Figure:
     setup: str  # what runs here and why it differs from the paper's setup
     runs: tuple[Run, ...] = ()
     judge: Judge | None = None
-    plot: str = "timeseries"  # "timeseries" (goodput in BIN_S bins, faults marked) or "flows"
+    # "timeseries" (goodput in BIN_S bins, faults marked), "flows", or "ev_states" (the
+    # timeseries above every EV's state over time, as the paper's Fig. 13)
+    plot: str = "timeseries"
     needs: str = ""  # for a figure with no runs: what the testbed lacks
 
     @property
@@ -110,6 +112,54 @@ def _fig11(s: list[Summary]) -> Verdict:
                     "roce_stall_ms": roce["stall_ms"]})
 
 
+T0_TOLERANCE = 0.1  # Fig. 10: "about one NIC port": during/before within this of 1 - 1/planes
+
+
+def t0_expected(planes: int) -> float:
+    """Fig. 10: the share of its goodput a host keeps with one of its planes' T0 down."""
+    return 1 - 1 / planes
+
+
+def _fig10(s: list[Summary]) -> Verdict:
+    """Runs: the receiver's T0 down, then the sender's."""
+    fracs, parts = [], []
+    for x, side in zip(s, ("receiver's", "sender's"), strict=False):
+        mrc = _t(x, "mrc")
+        before, during = mrc["goodput_before_mbps"], mrc["goodput_during_mbps"]
+        fracs.append(during / before if before else 0.0)
+        parts.append(f"{during:g} of {before:g} Mbit/s ({fracs[-1]:.2f}) with the {side} T0 down, "
+                     f"stall {mrc['stall_ms']:g} ms")
+    expected = t0_expected(s[0]["fabric"]["planes"])
+    holds = all(abs(f - expected) <= T0_TOLERANCE for f in fracs)
+    return Verdict(f"MRC carried {'; '.join(parts)}; one port of {s[0]['fabric']['planes']} leaves "
+                   f"{expected:.2f}", holds,
+                   {"during_fractions": [round(f, 3) for f in fracs], "expected": round(expected, 3),
+                    "tolerance": T0_TOLERANCE})
+
+
+EV_BAD_RTTS = 3.0  # Figs. 12-13: "the EV goes inactive at once": benched within 3 smoothed RTTs
+
+
+def _fig12(s: list[Summary]) -> Verdict:
+    """The bench is timed from the sending of the packet judged lost (the wait for the first
+    drop is chance, not the transport's)."""
+    mrc = _t(s[0], "mrc")
+    rtts, frac, backup = mrc["bench_rtts"], mrc["goodput_fraction"], mrc["backup_label"]
+    took_over = backup is not None and bool(mrc["backup_bytes_during"]) and not mrc["backup_bytes_before"]
+    bench = "never benched" if rtts is None else \
+        f"benched {mrc['lost_age_ms']:g} ms after the packet it judged lost was sent ({rtts:g} smoothed " \
+        f"RTTs of {mrc['srtt_ms']:g} ms; the EV carried a packet every {mrc['ev_gap_ms']:g} ms; " \
+        f"{mrc['bad_after_ms']:g} ms after the loss began)"
+    backup_text = f"backup {backup} took its place" if took_over else "no backup took its place"
+    return Verdict(f"EV {mrc['ev_label']} dropping: {bench}; {backup_text}; goodput while it dropped "
+                   f"{mrc['goodput_during_mbps']:g} of {mrc['goodput_before_mbps']:g} Mbit/s ({frac})",
+                   rtts is not None and rtts <= EV_BAD_RTTS and took_over and frac is not None
+                   and frac >= STEADY_FRACTION,
+                   {"lost_age_ms": mrc["lost_age_ms"], "bench_rtts": rtts, "srtt_ms": mrc["srtt_ms"],
+                    "ev_gap_ms": mrc["ev_gap_ms"], "bad_after_ms": mrc["bad_after_ms"], "backup": backup,
+                    "goodput_fraction": frac, "dropped": mrc["dropped"]})
+
+
 def _fig14(s: list[Summary]) -> Verdict:
     mrc = _t(s[0], "mrc")
     left, pair = mrc["a_shared_share_after"], mrc["goodput_fraction"]
@@ -146,7 +196,8 @@ _SHORT_FAULT = ("--duration", "5", "--fault-at", "1.5", "--fault-end", "3.5")
 # Fig. 9a's quick form keeps the default fault time: the link-rate check before the fault needs
 # MRC to have filled its links (at 1.5 s one run carried 84% of its plane-0 link).
 _PORT_QUICK = ("--duration", "6", "--fault-at", "2.5", "--fault-end", "4.5")
-NIC_PORTS = "several NIC ports failing together (a T0's every host port at once)"
+# Fig. 12's EV set: 2 EVs per plane (one per spine), one active and one backup.
+EV_SET = ("--param", "ev_set_size=16", "--param", "active_fraction=0.5", "--param", "backup_min_paths=2")
 
 FIGURES: tuple[Figure, ...] = (
     Figure("fig9a", "a NIC port down and up",
@@ -182,19 +233,37 @@ FIGURES: tuple[Figure, ...] = (
            "flap-together on the default fabric: 8 of its 24 T0-T1 links flap together once a second, "
            "300 ms down", (Run("flap-together", ("--transports", "mrc,roce"),
                                ("--duration", "6", "--fault-at", "1.5", "--fault-end", "5")),), _schedule),
-    Figure("fig10", "a T0 down", "steady state drops by about one NIC port (100 of 800 Gb/s)",
-           "MRC loses about 1/planes of its goodput", "", needs=NIC_PORTS),
+    Figure("fig10", "a T0 (leaf) down", "Cluster B, 8 x 100G planes: steady state drops by about "
+           "one NIC port (100 of 800 Gb/s); every host under the T0 sees its port on that plane down",
+           f"MRC keeps 1 - 1/planes of its goodput (0.75 on 4 planes) within {T0_TOLERANCE:g}, with "
+           f"the receiver's T0 down and with the sender's",
+           "t0-failure on the default fabric (4 planes x 2 leaves x 3 spines, one host per leaf: one "
+           "plane is a quarter of a host's bandwidth, the paper's one of 8): a plane-0 leaf's every "
+           "link cut (its hosts lose carrier on plane 0, port status tells the peer), then restored; "
+           "the receiver's leaf, then the sender's",
+           tuple(Run("t0-failure", ("--transports", "mrc", *leaf), _PORT_QUICK, label)
+                 for leaf, label in (((), "receiver's T0"), (("--fail-switch", "p0l0"), "sender's T0"))),
+           _fig10),
     Figure("fig11", "a T1 (spine) down", "Cluster B: no steady-state loss while a T1 is down",
            f"MRC keeps at least {STEADY_FRACTION:.0%} of its goodput while the spine is down",
            "switch-failure on the default fabric (4 planes x 2 leaves x 3 spines, one host per leaf: "
            "12 paths per host pair; the paper: 8 planes of 100G), MRC against single-path RoCE",
            (Run("switch-failure", ("--transports", "mrc,roce"), _SHORT_FAULT),),
            _fig11),
-    Figure("fig12", "one EV dropping 20% in a 16-EV set",
-           "EV set of 2 per plane x 8 planes; the lossy EV goes inactive, a backup of its plane "
-           "takes over, line rate holds",
-           "the lossy EV ASSUMED_BAD within 3 RTTs, goodput >= 0.95 of before", "",
-           needs="loss on one chosen EV and a small EV set from `mrclab run`"),
+    Figure("fig12", "one EV dropping 20% in a 16-EV set (and Fig. 13, the EVs' states)",
+           "Cluster B, EV set of 2 per plane x 8 planes (one active, one backup): the lossy EV goes "
+           "inactive at once, a backup of its plane takes over, line rate holds",
+           f"the lossy EV ASSUMED_BAD within {EV_BAD_RTTS:g} smoothed RTTs of sending the packet it "
+           f"judged lost, a "
+           f"backup of its plane carrying its share, goodput >= {STEADY_FRACTION} of before",
+           "ev-loss on 8 planes x 2 leaves x 2 spines, one host per leaf (the fewest hosts, 2 EVs per "
+           "plane as the paper's 16; links at 10 Mbit/s, so the host's 8 ports carry what the default "
+           "fabric's 4 do at 20, or slower where `mrclab run` finds that not faithful on this VM), "
+           "EV set --param active_fraction=0.5 backup_min_paths=2: the sender's "
+           "active plane-0 EV drops 20% (an nftables rule on its leaf's uplink, that way only)",
+           (Run("ev-loss", ("--transports", "mrc", *EV_SET), ("--duration", "5", "--fault-at", "2",
+                                                             "--fault-end", "4")),),
+           _fig12, plot="ev_states"),
     Figure("fig14", "ECN load balancing", "a second flow forced onto the first one's EV: the first "
            "moves to another EV with no visible dip",
            f"A leaves at most {SHARED_LEFT} of its data on the shared path and the pair gets at least "

@@ -2,7 +2,8 @@
 
 results/paper/<fig>/ holds its runs (run-N-<scenario>/, each a `mrclab run` result), `data.csv`
 (goodput in the paper's 200 ms bins per series, or each flow's goodput), `plot.png` shaped like
-the paper's (same axes and series, fault times marked) and `summary.json`: the paper's claim, the
+the paper's (same axes and series, fault times marked; Fig. 12's with every EV's state below,
+as the paper's Fig. 13, and those states in `ev_states.csv`) and `summary.json`: the paper's claim, the
 setup here, what was measured and the verdict. `index.md` and `index.html` (plots inline) list
 every figure of the paper, those not expressible yet included.
 """
@@ -60,7 +61,10 @@ def write_data_and_plot(figure: Figure, folder: Path, runs: list[tuple[Run, Path
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(8, 4))
+    if figure.plot == "ev_states":  # Fig. 13: goodput above, every EV's state below
+        fig, (ax, ev_ax) = plt.subplots(2, 1, figsize=(8, 7), height_ratios=(1, 1.6))
+    else:
+        fig, ax = plt.subplots(figsize=(8, 4))
     if figure.plot == "flows":
         header = ["flow"]
         columns: list[list[float]] = []
@@ -93,6 +97,22 @@ def write_data_and_plot(figure: Figure, folder: Path, runs: list[tuple[Run, Path
         header = ["t_s", *[f"{name}_mbps" for name in series]]
         table = [[round(i * BIN_S, 2), *[round(v[i], 3) if i < len(v) else "" for v in series.values()]]
                  for i in range(n)]
+    if figure.plot == "ev_states":
+        from experiments.scenarios.evloss import EV_LEGEND, draw_ev_bands
+
+        banded = [t for _, _, summary in runs for t in summary["transports"].values()
+                  if t.get("ev_bands")]
+        ax.set_ylim(bottom=0)  # "line rate holds": the goodput against zero, not its own noise
+        for t in banded[:1]:
+            draw_ev_bands(ev_ax, t)
+            ev_ax.set_xlim(ax.get_xlim())
+            ev_ax.set_title(f"per-EV state: {EV_LEGEND}", fontsize=8, loc="left")
+            ev_ax.set_xlabel("time (s)")
+        with (folder / "ev_states.csv").open("w", newline="") as fh:
+            writer = csv.writer(fh)
+            writer.writerow(EV_HEADER)
+            for t in banded:
+                writer.writerows(ev_rows(t))
     ax.set_title(f"{figure.key}: {figure.title}")
     ax.legend(fontsize=7)
     fig.tight_layout()
@@ -102,6 +122,16 @@ def write_data_and_plot(figure: Figure, folder: Path, runs: list[tuple[Run, Path
         writer = csv.writer(fh)
         writer.writerow(header)
         writer.writerows(table)
+
+
+EV_HEADER = ("ev", "path", "t0_s", "t1_s", "state")
+
+
+def ev_rows(figures: dict[str, Any]) -> list[list]:
+    """ev_states.csv's rows from an ev-loss run's figures: each EV's spans of one state (ACTIVE
+    and BACKUP are GOOD in and out of the active set), EVs in the plot's order."""
+    return [[ev, path, t0, t1, state] for ev, path in figures["evs"].items()
+            for t0, t1, state in figures["ev_bands"].get(ev, [])]
 
 
 def settle(figure: Figure, folder: Path) -> dict[str, Any]:

@@ -11,11 +11,20 @@ from __future__ import annotations
 from dataclasses import replace
 
 from experiments.flows import TRANSPORTS
-from experiments.scenarios import collective, ecnbalance, failure, incast, permutation, schedule, schema
+from experiments.scenarios import (
+    collective,
+    ecnbalance,
+    evloss,
+    failure,
+    incast,
+    permutation,
+    schedule,
+    schema,
+)
 from experiments.scenarios.base import Options, Scenario, check
 from topologies.model import FabricError
 
-KINDS = (failure, schedule, permutation, incast, ecnbalance, collective)
+KINDS = (failure, schedule, permutation, incast, ecnbalance, evloss, collective)
 SCENARIOS: dict[str, Scenario] = {s.name: s for kind in KINDS for s in kind.SCENARIOS}
 
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from endpoints.host import overrides
+from endpoints.protocol.config import TransportConfig, with_overrides
 from experiments import capture, metrics
 from experiments.flows import TRANSPORTS, AgentFlow, Flow
 from experiments.scenarios.schema import DATA_OK, Checks, Figures, Row
@@ -114,7 +115,7 @@ class Options:
     detect_ms: float = DEFAULT_DETECT_MS
     seed: int = 1
     link: str | None = None  # fault target; None: the link the flow's plane-0 traffic uses
-    fail_switch: str | None = None  # switch-failure's target (a spine)
+    fail_switch: str | None = None  # switch-failure's target (a spine), t0-failure's (a leaf)
     loss: float = 0.2
     flaps_per_min: float = 60.0
     down_ms: float = 300.0
@@ -136,6 +137,9 @@ class Options:
     # plane whose port died fails on its own (the MRC paper's case without it).
     port_status: bool = True
     servers: tuple[str, ...] = ()  # a split fabric's machines, the head first (docs/cluster.md)
+    # Transport parameters over TransportConfig's defaults (`--param NAME=VALUE`, as `mrclab
+    # cli` takes them): e.g. the EV set's size and active/backup split (Fig. 12's 16 EVs).
+    params: tuple[tuple[str, bool | int | float], ...] = ()
     given: frozenset[str] = frozenset()  # the fields the user set (checked against the kind's)
 
     def as_dict(self) -> dict:
@@ -150,7 +154,13 @@ class Options:
             out["replace"] = overrides.provenance(self.replace)
         if not self.port_status:
             out["port_status"] = False
+        if self.params:
+            out["params"] = dict(self.params)
         return out
+
+    def transport(self) -> TransportConfig:
+        """The agents' transport parameters: the defaults, port status as asked, `params` over them."""
+        return with_overrides(TransportConfig(port_status=self.port_status), dict(self.params))
 
 
 @dataclass
@@ -177,7 +187,7 @@ def sleep_until(t: float) -> None:
 
 # Options every scenario takes; the rest belong to kinds (Kind.options).
 SHARED_OPTIONS = frozenset({"transports", "seed", "datapath", "dataplane", "switch_backend", "fabric",
-                            "capture", "packet_log", "replace", "port_status",
+                            "capture", "packet_log", "replace", "port_status", "params",
                             "servers"})
 MAX_DURATION_S = 3600.0  # one transport's traffic; longer runs are not what a testbed run is for
 MAX_STEPS = 1000  # collective ring steps per phase (each a full ring exchange)
@@ -216,9 +226,11 @@ def check(opts: Options) -> Options:
     if opts.link is not None:
         fabric.link(opts.link)  # FabricError naming the valid forms; the kind checks which kind
     if opts.fail_switch is not None:
-        sw = fabric.switch(opts.fail_switch)
-        if sw.tier != "T1":
-            raise FabricError(f"{opts.fail_switch} is a leaf (T0): switch-failure takes a spine like p0s1")
+        fabric.switch(opts.fail_switch)  # FabricError naming the valid forms; the kind checks the tier
+    try:
+        opts.transport()
+    except ValueError as exc:
+        raise FabricError(f"--param {exc}") from None
     for target in opts.capture:
         capture.resolve(fabric, target)  # FabricError naming the forms a target takes
     if len(set(opts.capture)) != len(opts.capture):

@@ -1,12 +1,16 @@
 """Fault scenarios (kind "fault"): one long flow between hosts on different leaves, and a fault
 on its way: a T0-T1 link cut (link-failure), a spine that stops forwarding (switch-failure), a
 link flapping (link-flap), random loss on a link (lossy-link), a host's NIC port cut
-(port-failure) or flapping (port-flap).
+(port-failure) or flapping (port-flap), a leaf of one plane failing with every port
+(t0-failure: `t0_links`).
 
 The target is found, not guessed: during the warm-up the source leaf's plane-0 uplink counters
 show which spine the flow's plane-0 traffic uses (`--link` / `--fail-switch` fix it instead).
 A port scenario cuts the receiver's plane-0 NIC link (`--link h0-p0l0`: the sender's); a cut
-or a flap may take any link, host links included (`--link`).
+or a flap may take any link, host links included (`--link`). A T0 failure takes the receiver's
+plane-0 leaf (`--fail-switch p0l0`: another leaf) down as a whole: every link of it cut, so every
+host under it loses carrier on that plane, as its NIC port on that plane going down (the MRC
+paper's Fig. 10), and the uplinks go with it.
 Figures: recovery and stall times, goodput before, during and after the fault.
 """
 
@@ -131,6 +135,18 @@ def busiest_uplink(bed: Testbed, src: str, before: dict, after: dict) -> tuple[s
     return f"{leaf.name}-{fabric.spine(BASELINE_PLANE, spine).name}", per_spine
 
 
+def t0_links(fabric: Fabric, leaf: str) -> list[str]:
+    """Every link of leaf `leaf`, host links first: what a T0 failure takes down (a leaf that
+    stops forwarding with its ports up would hide the failure from the hosts; a dead T0 does not)."""
+    links = fabric.links_of(fabric.switch(leaf).name)
+    return [ln.name for ln in sorted(links, key=lambda ln: ln.kind != "host")]
+
+
+def receiver_leaf(fabric: Fabric, dst: str) -> str:
+    """The plane-0 leaf of host `dst` (t0-failure's default target)."""
+    return fabric.leaf(BASELINE_PLANE, fabric.host(dst).leaf_index).name
+
+
 def receiver_port(fabric: Fabric, dst: str) -> str:
     """The plane-0 NIC link of host `dst` (a port scenario's default target)."""
     host = fabric.host(dst)
@@ -140,7 +156,7 @@ def receiver_port(fabric: Fabric, dst: str) -> str:
 class Failure(Kind):
     name = "fault"
     options = frozenset({"duration", "fault_at", "fault_end", "detect_ms", "link"})
-    OWN = {"switch-failure": {"fail_switch"}, "lossy-link": {"loss"},
+    OWN = {"switch-failure": {"fail_switch"}, "t0-failure": {"fail_switch"}, "lossy-link": {"loss"},
            "link-flap": {"flaps_per_min", "down_ms"}, "port-flap": {"flaps_per_min", "down_ms"}}
 
     def takes(self, scenario: str) -> frozenset[str]:
@@ -152,6 +168,16 @@ class Failure(Kind):
         if opts.scenario.name in FLAPS and not flap_ok:
             raise FabricError("--flaps-per-min must be in (0, 600] and --down-ms shorter than one "
                               "flap period")
+        if opts.fail_switch is not None:
+            tier = fabric.switch(opts.fail_switch).tier
+            if opts.scenario.name == "switch-failure" and tier != "T1":
+                raise FabricError(f"{opts.fail_switch} is a leaf (T0): switch-failure takes a spine "
+                                  f"like p0s1 (t0-failure takes a leaf)")
+            if opts.scenario.name == "t0-failure" and tier != "T0":
+                raise FabricError(f"{opts.fail_switch} is a spine (T1): t0-failure takes a leaf like "
+                                  f"p0l1 (switch-failure takes a spine)")
+        if opts.scenario.name == "t0-failure" and opts.link is not None:
+            raise FabricError("--link does not apply to t0-failure: it takes a leaf, --fail-switch p0l1")
         kind = fabric.link(opts.link).kind if opts.link is not None else None
         if opts.scenario.name in PORT_SCENARIOS and kind not in (None, "host"):
             raise FabricError(f"{opts.link} is a T0-T1 link: {opts.scenario.name} cuts a host's "
@@ -190,6 +216,8 @@ class Failure(Kind):
         link = opts.link or record.first_target
         if link is None and opts.scenario.name in PORT_SCENARIOS:
             link = receiver_port(fabric, dst)
+        if link is None and opts.scenario.name == "t0-failure":
+            link = opts.fail_switch or receiver_leaf(fabric, dst)
         if link is None:
             link, uplink_counts = busiest_uplink(bed, src, before, after)
         if opts.same_target:
@@ -204,6 +232,15 @@ class Failure(Kind):
             faults.fail_switch(switch)
             sleep_until(t0 + fault_end)
             faults.restore_switch(switch)
+        elif name == "t0-failure":
+            cut = t0_links(fabric, link)
+            down = frozenset(cut)
+            sleep_until(t0 + fault_at)
+            for each in cut:
+                faults.cut_link(each)
+            sleep_until(t0 + fault_end)
+            for each in cut:
+                faults.restore_link(each)
         elif name == "lossy-link":
             down = frozenset()
             sleep_until(t0 + fault_at)
@@ -295,6 +332,11 @@ SCENARIOS = (
     Scenario("switch-failure", FAULT, "a spine (T1) stops forwarding, ports up, then returns",
              SMALL, 7.0, 2.5, 5.0, figures_type=FaultFigures, figures=FAILURE_FIGURES, brief=BRIEF,
              never=NEVER, row=Row(f"switch-failure: {RECOVERY_ROW[0]}", RECOVERY_ROW[1])),
+    Scenario("t0-failure", FAULT, "a leaf (T0) of one plane down with every port, then back",
+             SMALL, 7.0, 2.5, 5.0, figures_type=FaultFigures,
+             figures=(*FAILURE_FIGURES[:-1], "goodput_fraction", DATA_OK), brief=BRIEF, never=NEVER,
+             row=Row("t0-failure: goodput fraction / stall ms",
+                     lambda t, _: f"{num(t.get('goodput_fraction'))} / {ms(t.get('stall_ms'))}")),
     Scenario("link-flap", FAULT, "a T0-T1 link flapping at a set rate", SMALL, 8.0, 2.0, 7.0,
              figures_type=FaultFigures,
              figures=("stall_ms", "goodput_before_mbps", "goodput_during_mbps", "goodput_fraction",

@@ -91,3 +91,15 @@ def test_clean_says_what_it_did_in_words():
     assert "{" not in text
     args = cli.make_parser().parse_args(["clean", "--json"])
     assert args.json
+
+
+def test_run_takes_transport_parameters_as_the_console_does():
+    args = cli.make_parser().parse_args(["run", "ev-loss", "--link-mbps", "10", "--param",
+                                         "active_fraction=0.5", "--param", "backup_min_paths=2"])
+    opts = cli.run_options(args)
+    assert opts.params == (("active_fraction", 0.5), ("backup_min_paths", 2))
+    assert (opts.transport().active_fraction, opts.transport().backup_min_paths) == (0.5, 2)
+    bad = cli.make_parser().parse_args(["run", "ev-loss", "--link-mbps", "10",
+                                        "--param", "backup_min_paths=two"])
+    with pytest.raises(CliError, match="--param 'backup_min_paths=two': backup_min_paths takes a whole"):
+        cli.run_options(bad)

@@ -48,3 +48,13 @@ def test_a_switch_the_backend_cannot_reach_is_a_fault_error_and_nothing_is_recor
     with pytest.raises(FaultError, match="p0s1 is not connected"):
         getattr(faults, action)("p0s1")
     assert faults.timeline == [] and em.calls == [] and faults.active()["failed_switches"] == []
+
+
+def test_loss_one_way_drops_only_what_the_named_end_sends():
+    from experiments.faults import loss_ends
+    from topologies.model import FabricError
+
+    assert loss_ends("p0l0", "p0l0-eth2", "p0s1", "p0s1-eth1", None) == ("p0l0-eth2", "p0s1-eth1")
+    assert loss_ends("p0l0", "p0l0-eth2", "p0s1", "p0s1-eth1", "p0s1") == ("p0s1-eth1",)
+    with pytest.raises(FabricError, match="p0l1 is not an end of link p0l0-p0s1"):
+        loss_ends("p0l0", "p0l0-eth2", "p0s1", "p0s1-eth1", "p0l1")

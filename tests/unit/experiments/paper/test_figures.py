@@ -84,3 +84,49 @@ def test_fault_schedules_hold_only_when_every_bin_keeps_within_10_percent_of_wha
     for key in ("fig9c", "fig9d", "fig19"):
         assert _judge(key, _summary(mrc=sched(0.95), roce=sched(0.0))).holds
         assert not _judge(key, _summary(mrc=sched(0.77), roce=sched(0.0))).holds  # a dip at each flap
+
+
+def test_fig10_a_t0_down_costs_about_one_port_of_the_planes_each_side():
+    def run(before: float, during: float, planes: int = 4) -> dict:
+        return {**_summary(mrc=_fault(before, during, 20)), "fabric": {"planes": planes}}
+
+    ok = _judge("fig10", run(76.0, 57.5), run(76.0, 56.0))  # 0.76 and 0.74 of 4 planes' 0.75
+    assert ok.holds and ok.figures["expected"] == 0.75
+    assert ok.figures["during_fractions"] == [round(57.5 / 76, 3), round(56 / 76, 3)]
+    assert not _judge("fig10", run(76.0, 57.5), run(76.0, 38.0)).holds  # the sender's side lost half
+    assert not _judge("fig10", run(76.0, 75.0), run(76.0, 57.0)).holds  # lost nothing: no port gone
+    # On 8 planes a port is an eighth: 0.875 holds, the 4-plane 0.75 does not.
+    assert _judge("fig10", run(80.0, 70.0, 8), run(80.0, 70.0, 8)).holds
+    assert not _judge("fig10", run(80.0, 60.0, 8), run(80.0, 60.0, 8)).holds
+
+
+def test_fig12_the_lossy_ev_is_benched_fast_its_backup_takes_over_and_goodput_holds():
+    def ev(rtts: float | None = 1.5, frac: float = 0.98, before: int = 0, during: int = 900_000,
+           backup: str | None = "p0/s0") -> dict:
+        return _summary(mrc={"ev_label": "p0/s1", "bench_rtts": rtts, "srtt_ms": 8.0,
+                             "lost_age_ms": None if rtts is None else rtts * 8, "ev_gap_ms": 6.0,
+                             "bad_after_ms": 30.0, "backup_label": backup,
+                             "backup_bytes_before": before, "backup_bytes_during": during,
+                             "goodput_fraction": frac, "goodput_before_mbps": 76.0,
+                             "goodput_during_mbps": 76.0 * frac, "dropped": 40})
+
+    ok = _judge("fig12", ev())
+    assert ok.holds and "backup p0/s0 took its place" in ok.measured and ok.figures["lost_age_ms"] == 12
+    assert not _judge("fig12", ev(rtts=4.0)).holds  # benched too late
+    assert not _judge("fig12", ev(rtts=None)).holds  # never benched
+    assert not _judge("fig12", ev(frac=0.9)).holds  # a dip
+    assert not _judge("fig12", ev(backup=None, during=0)).holds  # nothing took its place
+    assert not _judge("fig12", ev(before=500_000)).holds  # "backup" was already active: no swap
+
+
+def test_fig12_runs_the_papers_16_ev_set_one_active_one_backup_per_plane():
+    from endpoints.protocol.config import parse_overrides
+    from experiments.scenarios import scenario
+
+    (run,) = BY_KEY["fig12"].runs
+    values = [a for a in run.args if "=" in a]
+    params = parse_overrides(values)
+    fabric = scenario(run.scenario).fabric
+    assert params["ev_set_size"] == fabric.planes * fabric.spines == 16
+    assert params["active_fraction"] * fabric.spines == 1  # one active EV per plane
+    assert params["backup_min_paths"] <= fabric.spines  # ... and so its other is a backup

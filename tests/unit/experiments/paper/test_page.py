@@ -66,3 +66,24 @@ def test_the_index_lists_every_figure_of_the_paper_with_its_verdict(tmp_path):
     fig20 = next(line for line in text.splitlines() if line.startswith("| fig20"))
     assert page.DID_NOT_RUN in fig20 and "mrclab paper fig20" in fig20
     assert html.read_text().count("data:image/png;base64,") == 1
+
+
+def test_fig12s_page_draws_each_evs_state_and_writes_its_spans(tmp_path):
+    fig = BY_KEY["fig12"]
+    folder = tmp_path / "fig12"
+    mrc = {"ev_label": "p0/s1", "ev": 0x10001, "bench_rtts": 1.2, "lost_age_ms": 9.6, "srtt_ms": 8.0,
+           "ev_gap_ms": 6.0, "bad_after_ms": 30.0,
+           "backup_label": "p0/s0", "backup_bytes_before": 0, "backup_bytes_during": 800_000,
+           "goodput_fraction": 0.99, "goodput_before_mbps": 76.0, "goodput_during_mbps": 75.2,
+           "dropped": 30, "evs": {"0x10000": "p0/s0", "0x10001": "p0/s1"},
+           "ev_bands": {"0x10000": [[0.0, 1.5, "BACKUP"], [1.5, 5.0, "ACTIVE"]],
+                        "0x10001": [[0.0, 1.5, "ACTIVE"], [1.5, 1.6, "ASSUMED_BAD"], [1.6, 5.0, "BACKUP"]]}}
+    _fake_run(folder / page.run_folder(fig, 0, fig.runs[0]), mrc, {})
+    s = page.settle(fig, folder)
+    assert s["verdict"] == page.REPRODUCED, s["measured"]
+    rows = (folder / "ev_states.csv").read_text().splitlines()
+    assert rows[0] == ",".join(page.EV_HEADER)
+    assert rows[1:] == ["0x10000,p0/s0,0.0,1.5,BACKUP", "0x10000,p0/s0,1.5,5.0,ACTIVE",
+                        "0x10001,p0/s1,0.0,1.5,ACTIVE", "0x10001,p0/s1,1.5,1.6,ASSUMED_BAD",
+                        "0x10001,p0/s1,1.6,5.0,BACKUP"]
+    assert (folder / "plot.png").stat().st_size > 5000

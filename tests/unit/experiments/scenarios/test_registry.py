@@ -13,10 +13,10 @@ from topologies.model import FabricError, FabricParams
 
 
 def test_every_scenario_has_a_kind_headline_figures_and_valid_defaults():
-    assert list(SCENARIOS) == ["link-failure", "switch-failure", "link-flap", "lossy-link",
-                               "port-failure", "port-flap", "link-cascade", "flap-together",
-                               "port-flaps", "uplink-failures", "permutation", "incast", "ecn-balance",
-                               "collective"]
+    assert list(SCENARIOS) == ["link-failure", "switch-failure", "t0-failure", "link-flap",
+                               "lossy-link", "port-failure", "port-flap", "link-cascade",
+                               "flap-together", "port-flaps", "uplink-failures", "permutation",
+                               "incast", "ecn-balance", "ev-loss", "collective"]
     for name, sc in SCENARIOS.items():
         assert isinstance(sc.kind, Kind) and sc.kind.name
         assert sc.figures[-1] == "data_ok"
@@ -50,6 +50,9 @@ def test_each_kind_records_its_own_options():
     ("port-failure", {"link": "p0l0-p0s1"}, "is a T0-T1 link: port-failure cuts a host's NIC link"),
     ("port-flap", {"down_ms": 2000.0}, "--down-ms shorter than one flap period"),
     ("switch-failure", {"fail_switch": "p0l0"}, "is a leaf"),
+    ("t0-failure", {"fail_switch": "p0s1"}, "is a spine (T1): t0-failure takes a leaf"),
+    ("t0-failure", {"link": "h0-p0l0"}, "--link does not apply to t0-failure"),
+    ("t0-failure", {"params": (("ev_sets", 16),)}, "--param unknown transport parameter(s) ev_sets"),
     ("link-failure", {"fault_at": 5.0, "fault_end": 4.0}, "--fault-at < --fault-end"),
     ("collective", {"transports": ("tcp",)}, "agents' transports only"),
     ("link-flap", {"down_ms": 2000.0}, "--down-ms shorter than one flap period"),
@@ -99,6 +102,10 @@ def test_unknown_names_list_the_known_ones():
 def test_the_options_each_scenario_takes_are_accepted():
     default_options("lossy-link", loss=0.1, link="p0l0-p0s1", detect_ms=100.0)
     default_options("switch-failure", fail_switch="p0s1")
+    default_options("t0-failure", fail_switch="p0l0")
+    ev = default_options("ev-loss", loss=0.3, params=(("active_fraction", 0.5), ("backup_min_paths", 2)))
+    assert ev.as_dict()["params"] == {"active_fraction": 0.5, "backup_min_paths": 2}
+    assert (ev.transport().active_fraction, ev.transport().port_status) == (0.5, True)
     default_options("link-flap", flaps_per_min=30.0, down_ms=200.0)
     default_options("incast", senders=3, duration=5.0, fault_at=1.0, fault_end=4.0)
     default_options("collective", steps=4, step_kb=16, link="p0l0-p0s1")

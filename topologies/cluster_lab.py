@@ -94,6 +94,16 @@ def _ssh_config(folder: Path, address: str) -> str:
     ])
 
 
+def _shell_rc_files() -> list[Path]:
+    """Root's bash start-up files, which the server must not share with this machine: bash runs
+    ~/.bashrc for every command sshd starts, and this machine's may wait on a lock (one running
+    `pyenv init`: a kill -9 test killed a command during pyenv's rehash, its lock stayed, and
+    every later ssh command waited on it past its time-out). A real server's are its own; the
+    lab server's are empty (/dev/null bind-mounted over them)."""
+    home = Path(os.path.expanduser("~root"))
+    return [rc for rc in (home / ".bashrc", home / ".bash_profile", home / ".profile") if rc.is_file()]
+
+
 def start(number: int = 1) -> LabServer:
     """Make server `number` (10.252.N.2) and wait until ssh reaches it."""
     if shutil.which("sshd") is None and not Path("/usr/sbin/sshd").exists():
@@ -124,6 +134,7 @@ def start(number: int = 1) -> LabServer:
             "mount -t sysfs sysfs /sys", "mount -t bpf bpf /sys/fs/bpf",
             "mount -t tmpfs -o mode=0700 tmpfs /run/mrclab",
             "mount -t tmpfs -o mode=0755 tmpfs /run/netns",
+            *(f"mount --bind /dev/null {rc}" for rc in _shell_rc_files()),
             "mkdir -p /run/sshd", f"exec /usr/sbin/sshd -D -f {folder}/sshd_config -E {folder}/sshd.log"])
         proc = subprocess.Popen(
             ["nsenter", f"--net=/run/netns/{netns}", "unshare", "--pid", "--fork", "--kill-child",

@@ -54,6 +54,7 @@ class KernelController:
         self.detect_s = float(settings.get("detect_ms", DEFAULT_DETECT_MS)) / 1000.0
         self.parent = os.getppid()
         self.pids: dict[str, int] = {}
+        self.switches: list[Switch] = list(self.fabric.switches)
         self.port_of: dict[str, tuple[str, int]] = {}  # ifname -> (switch, port)
         for sw in self.fabric.switches:
             for port in self.fabric.ports(sw.name):
@@ -99,7 +100,10 @@ class KernelController:
                 return
             time.sleep(0.02)
         self.pids = {name: int(pid) for name, pid in json.loads(self.routers_path.read_text()).items()}
-        for sw in self.fabric.switches:
+        # The routers it is given: all of them, or on a fabric split over servers those of the
+        # planes on this one (topologies/cluster.py runs one control plane per server).
+        self.switches = [sw for sw in self.fabric.switches if sw.name in self.pids]
+        for sw in self.switches:
             # Subscribed before anything is installed: no port change goes unseen.
             with netns.inside(self.pids[sw.name]):
                 sock = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, socket.NETLINK_ROUTE)
@@ -110,12 +114,12 @@ class KernelController:
         t0 = time.monotonic()
         netns.run_batches([(self.pids[sw.name], ["ip", "-6", "-batch", "-"],
                             "\n".join(kt.router_script(self.fabric, sw)) + "\n")
-                           for sw in self.fabric.switches], parallel=PARALLEL)
-        for sw in self.fabric.switches:
+                           for sw in self.switches], parallel=PARALLEL)
+        for sw in self.switches:
             self.installed[sw.name] = {r.dst: r for r in kt.kernel_routes(self.fabric, sw) if r.baseline}
-        LOG.info("routes of %d routers installed in %.2f s", len(self.fabric.switches),
+        LOG.info("routes of %d routers installed in %.2f s", len(self.switches),
                  time.monotonic() - t0)
-        self.ready = sorted(sw.dpid for sw in self.fabric.switches)
+        self.ready = sorted(sw.dpid for sw in self.switches)
         self._write_status()
         self._loop()
 
@@ -221,7 +225,7 @@ class KernelController:
         baseline's multipath routes for the links it withdraws, only those that change."""
         f = self.fabric
         jobs, count = [], 0
-        for sw in f.switches:
+        for sw in self.switches:
             if sw.plane not in decision.planes:
                 continue
             want = [r for r in kt.kernel_routes(f, sw, decision.withdrawn) if r.baseline]

@@ -47,6 +47,18 @@ def _switch_args(parser: argparse.ArgumentParser) -> None:
                         help="OVS datapath (auto: kernel where the module exists)")
 
 
+def _servers_arg(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--servers", default=None, metavar="HEAD,S1,...",
+                        help="split the fabric over machines: hosts on the head (this one), each "
+                             "plane's switches on a server after it, over ssh (docs/cluster.md)")
+
+
+def _servers(args: argparse.Namespace) -> tuple[str, ...] | None:
+    from topologies.placement import parse_servers
+
+    return parse_servers(args.servers) if args.servers is not None else None
+
+
 def _replace_arg(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--replace", action="append", default=[], metavar="POINT=FILE:NAME",
                         help="run NAME from FILE in every agent in place of the product's POINT "
@@ -101,6 +113,7 @@ def make_parser() -> argparse.ArgumentParser:
     check = sub.add_parser("check-fabric", help="probe every path, cut a link, check, restore")
     _fabric_args(check, DEFAULT_FABRIC)
     check.add_argument("--sample-pairs", type=int, default=None, help="probe K random host pairs")
+    _servers_arg(check)
     check.add_argument("--cut", default=None, help="T0-T1 link to cut, like p0l0-p0s1")
     check.add_argument("--seed", type=int, default=1, help="drives every random choice")
 
@@ -170,6 +183,7 @@ def make_parser() -> argparse.ArgumentParser:
                      help="MRC hosts stop using a plane whose NIC port is down, theirs or a "
                           "peer's (announced in SACKs and probes); off: each EV of it fails on "
                           "its own (default: on)")
+    _servers_arg(run)
     run.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
                      help="a transport parameter for the run's agents, e.g. active_fraction=0.5 "
                           "(repeatable; the EV set: ev_set_size, active_fraction, backup_min_paths)")
@@ -284,8 +298,8 @@ def run_options(args: argparse.Namespace):  # -> experiments.scenarios.Options
     opts = Options(sc, fabric, parse_transports(args.transports, sc.transports), seed=args.seed,
                    datapath=args.datapath, dataplane=args.dataplane, switch_backend=args.switch,
                    capture=capture, packet_log=packet_log, replace=replacements,
-                   port_status=args.port_status == "on", params=params, given=frozenset(given),
-                   **fields)
+                   port_status=args.port_status == "on", servers=_servers(args) or (),
+                   params=params, given=frozenset(given), **fields)
     if args.link_mbps in (None, "auto"):
         # auto: the fastest rate this machine carries faithfully now (its calibration, the
         # cores free as the run starts); no rate given: the scenario's, or less where that one
@@ -449,7 +463,7 @@ def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "check-fabric":
         from experiments.tools.check_fabric import check_fabric
         result = check_fabric(fabric, None, args.sample_pairs, args.seed, args.cut, args.datapath,
-                              switch=args.switch)
+                              switch=args.switch, servers=_servers(args))
         print(json.dumps(result))
         return 0 if result["ok"] else 1
     if args.command == "demo":

@@ -20,7 +20,6 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from topologies import netns
 from topologies.cleanup import NFT_TABLE
 from topologies.emulation import Emulation
 from topologies.model import FabricError
@@ -162,14 +161,15 @@ class FaultInjector:
             ifnames = [ifname.replace("-", "_") for ifname in (link.a_ifname, link.b_ifname)]
             self._record("loss_cleared", n, dropped={i: counts[i] for i in ifnames if i in counts})
         if not self._lossy:
-            for pid in self._loss_namespaces():
-                _nft(pid, f"delete table netdev {NFT_TABLE}", check=False)
+            for prefix in self._loss_namespaces():
+                _nft(prefix, f"delete table netdev {NFT_TABLE}", check=False)
 
-    def _where(self, ifname: str) -> int | None:
-        """A process in the namespace of switch port `ifname` (None: this one's)."""
-        return self.em.port_namespace(ifname)
+    def _where(self, ifname: str) -> tuple[str, ...]:
+        """The argv prefix that runs a command where switch port `ifname` lives (its
+        namespace; on a split fabric, on its server)."""
+        return tuple(self.em.port_command(ifname))
 
-    def _loss_namespaces(self) -> set[int | None]:
+    def _loss_namespaces(self) -> set[tuple[str, ...]]:
         """Every namespace that holds a fabric link's switch port (where loss rules may be)."""
         return {self._where(ifname) for link in self.em.fabric.fabric_links()
                 for ifname in (link.a_ifname, link.b_ifname)}
@@ -177,10 +177,9 @@ class FaultInjector:
     def loss_counters(self) -> dict[str, int]:
         """Packets the loss rules dropped, per interface."""
         counts, chain = {}, None
-        for pid in self._loss_namespaces():
-            argv = ["nft", "list", "table", "netdev", NFT_TABLE]
-            out = subprocess.run(argv if pid is None else netns.command(pid, argv),
-                                 capture_output=True, text=True).stdout
+        for prefix in self._loss_namespaces():
+            argv = [*prefix, "nft", "list", "table", "netdev", NFT_TABLE]
+            out = subprocess.run(argv, capture_output=True, text=True).stdout
             for line in out.splitlines():
                 line = line.strip()
                 if line.startswith("chain "):
@@ -233,11 +232,9 @@ def loss_ends(a: str, a_ifname: str, b: str, b_ifname: str, from_switch: str | N
     return (a_ifname,) if from_switch == a else (b_ifname,)
 
 
-def _nft(pid: int | None, script: str, check: bool = True) -> None:
-    """`nft -f -` with `script` in the network namespace of process `pid` (None: this one)."""
-    argv = ["nft", "-f", "-"]
-    result = subprocess.run(argv if pid is None else netns.command(pid, argv), input=script,
-                            capture_output=True, text=True)
+def _nft(prefix: tuple[str, ...], script: str, check: bool = True) -> None:
+    """`nft -f -` with `script`, run after `prefix` (Emulation.port_command: where a port is)."""
+    result = subprocess.run([*prefix, "nft", "-f", "-"], input=script, capture_output=True, text=True)
     if check and result.returncode != 0:
         raise FaultError(f"nftables refused the loss rule: {result.stderr.strip()[:300]} "
                          f"(needs a kernel with netdev egress hooks, 5.16 or newer)")

@@ -258,8 +258,8 @@ def qdisc_drops(em: Emulation) -> int:
     ports = {link.b_ifname for link in fabric.links} | \
         {link.a_ifname for link in fabric.links if link.kind == "fabric"}
     total = 0
-    for pid in {em.port_namespace(name) for name in ports}:
-        drops = _fifo_drops(netns.command(pid, []) if pid is not None else [], ports)
+    for prefix in {tuple(em.port_command(name)) for name in ports}:
+        drops = _fifo_drops(list(prefix), ports)
         if drops < 0:
             return -1
         total += drops

@@ -84,7 +84,7 @@ def execute(opts: Options, workdir: Path, say: Progress) -> tuple[Record, dict]:
             f"{faithful_link_mbps(opts, load['backend']):g} fits; --link-mbps auto picks it)")
     with Testbed(fabric, workdir, seed=opts.seed, datapath=opts.datapath, detect_ms=opts.detect_ms,
                  dataplane=opts.dataplane, switch=opts.switch_backend,
-                 packet_log=opts.packet_log, replace=opts.replace,
+                 packet_log=opts.packet_log, replace=opts.replace, servers=opts.servers,
                  transport=opts.transport()) as bed:
         em = bed.em
         say(f"fabric up in {em.setup_seconds:.1f} s ({len(fabric.switches)} switches, "

@@ -37,6 +37,7 @@ from experiments.faults import FaultInjector
 from experiments.flows import TRANSPORTS, AgentFlow, Flow, TcpFlow
 from experiments.outdir import REPO
 from topologies import cleanup, files, hostnet, shaping
+from topologies.cluster import make_emulation
 from topologies.emulation import Emulation
 from topologies.model import DEFAULT_DETECT_MS, Fabric, FabricError, Route
 from topologies.preflight import EmulationError
@@ -143,13 +144,16 @@ class Testbed:
     replace: code to run in the agents in the product's place, at named override points
         (`overrides.Replacement`s or `POINT=FILE:NAME` texts; endpoints/host/overrides.py),
         checked here; `provenance` records what was replaced, with each file's SHA-256.
+    servers: split the fabric over machines, the head (this one) first: hosts here, each
+        plane's switches on a server after it, over ssh (docs/cluster.md); () runs it all here.
     """
 
     def __init__(self, fabric: Fabric, workdir: Path | str | None = None, seed: int = 1,
                  transport: TransportConfig | None = None, datapath: str = "auto",
                  detect_ms: float = DEFAULT_DETECT_MS, dataplane: str = "auto", switch: str = "auto",
                  packet_log: int = 0,
-                 replace: Iterable[overrides.Replacement | str] = ()) -> None:
+                 replace: Iterable[overrides.Replacement | str] = (),
+                 servers: Iterable[str] = ()) -> None:
         self.fabric = fabric
         self.replace = overrides.check(r if isinstance(r, overrides.Replacement) else
                                        overrides.parse(r) for r in replace)
@@ -161,8 +165,9 @@ class Testbed:
             raise FabricError(f"packet_log must be a whole number >= 0, got {packet_log!r}")
         self.packet_log = packet_log
         self.transport = transport or TransportConfig()
-        self.em = Emulation(fabric, self.workdir, datapath=datapath, detect_ms=detect_ms,
-                            dataplane_mode=dataplane, transport=self.transport, switch=switch)
+        self.em = make_emulation(fabric, self.workdir, tuple(servers), datapath=datapath,
+                                 detect_ms=detect_ms, dataplane_mode=dataplane,
+                                 transport=self.transport, switch=switch)
         self.cpu = fidelity.CpuSampler(forwarding_pids=self.em.forwarding_pids)
         self.faults = FaultInjector(self.em)
         self.agents: dict[str, AgentClient] = {}

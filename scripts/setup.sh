@@ -13,8 +13,10 @@ fi
 # MRC dissector (experiments/tools/wireshark/mrc.lua; Lua is built into Debian's libwireshark),
 # installed without asking (debconf's "may non-superusers capture?" keeps its default, no: the
 # testbed runs as root); iputils-ping: Mininet's pingall (not a dependency of Debian's mininet);
-# libtcmalloc-minimal4: the allocator preloaded into every ovs-vswitchd (topologies/switches/ovs.py).
-APT_PACKAGES="mininet openvswitch-switch iproute2 ethtool nftables python3-venv python3-pip procps tcpdump tshark iputils-ping libtcmalloc-minimal4"
+# libtcmalloc-minimal4: the allocator preloaded into every ovs-vswitchd (topologies/switches/ovs.py);
+# openssh-server, sudo: a split fabric (docs/cluster.md): Mininet's cluster edition reaches every
+# server over ssh and runs its commands with sudo (the tests run a second server on this machine).
+APT_PACKAGES="mininet openvswitch-switch iproute2 ethtool nftables python3-venv python3-pip procps tcpdump tshark iputils-ping libtcmalloc-minimal4 openssh-server sudo"
 missing=""
 for pkg in $APT_PACKAGES; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing="$missing $pkg"

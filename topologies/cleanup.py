@@ -18,7 +18,9 @@ Leftovers, and how each is recognised:
 * the nftables table `NFT_TABLE` of the fault injector (its netdev chains would otherwise bind
   to the next fabric's interfaces by name);
 * BPF pins of processes that no longer exist;
-* the work and staging directories the dead run registered.
+* the work and staging directories the dead run registered;
+* on the servers of a split fabric the dead run registered (topologies/cluster.py), the same,
+  over ssh (its router shells and control planes there end with their ssh sessions).
 """
 
 from __future__ import annotations
@@ -178,6 +180,16 @@ def track_dir(path: Path) -> None:
         return
     data = files.read_json(_held.registry)
     data.setdefault("dirs", []).append(str(path))
+    files.write_json(_held.registry, data, mode=0o600)
+
+
+def track_server(address: str, folder: str) -> None:
+    """Record a server this run uses (a split fabric) and its folder there, cleaned over ssh by
+    the next lock taker if this run is killed. Only while holding the lock."""
+    if _held is None:
+        return
+    data = files.read_json(_held.registry)
+    data.setdefault("servers", []).append({"address": address, "folder": folder})
     files.write_json(_held.registry, data, mode=0o600)
 
 
@@ -395,8 +407,16 @@ def cleanup_leftovers(registry: Path | None = None, teardown: bool = False) -> d
         shutil.rmtree(pin, ignore_errors=True)
     out["bpf_pins"] = len(pins)
     out["dirs"] = _remove_dirs(files.read_json(registry).get("dirs", [])) if registry else 0
+    out["servers"] = _clean_servers(files.read_json(registry).get("servers", [])) if registry else 0
     out["legacy_lock"] = _remove_legacy_lock()
     return out
+
+
+def _clean_servers(servers: list[dict]) -> int:
+    """Every server a dead run registered, cleaned over ssh; how many answered."""
+    from topologies.servers import clean_server
+
+    return sum(clean_server(s["address"], s["folder"]) for s in servers)
 
 
 def _remove_legacy_lock() -> int:

@@ -18,13 +18,14 @@ import socket
 import subprocess
 import threading
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from endpoints.protocol.config import TransportConfig
-from topologies import cleanup, files, hostnet, netns, preflight, shaping, switches
+from topologies import cleanup, files, hostnet, netns, placement, preflight, shaping, switches
 from topologies.dataplane import encap as host_encap
 from topologies.dataplane.attach import DataPlane
 from topologies.dataplane.ports import PortSpec, switch_ports
@@ -34,7 +35,7 @@ from topologies.switches import SwitchBackend
 from topologies.switches.base import NOTIFY_FILE, STATUS_FILE
 
 
-def _existing_link_class() -> type:
+def existing_link_class() -> type:
     """Mininet's Link for a veth pair that already exists (`Emulation._create_links`): Mininet
     records its interfaces and creates nothing."""
     from mininet.link import Link
@@ -50,12 +51,13 @@ class Emulation:
     """A running fabric. Use as a context manager; `stop()` is idempotent.
 
     switch: the switch backend, `auto` (the fastest this machine runs), `ovs` or `linux`;
-    datapath: OVS's datapath (auto, kernel, user), for the ovs backend."""
+    datapath: OVS's datapath (auto, kernel, user), for the ovs backend; servers: the machines
+    the fabric is split over, the head (this one) first (topologies/placement.py)."""
 
     def __init__(self, fabric: Fabric, workdir: Path, datapath: str = "auto",
                  detect_ms: float = DEFAULT_DETECT_MS, shape_links: bool = True,
                  dataplane_mode: str = "auto", transport: TransportConfig | None = None,
-                 switch: str = "auto") -> None:
+                 switch: str = "auto", servers: Sequence[str] | None = None) -> None:
         if dataplane_mode not in ("auto", "ebpf", "droptail"):
             raise preflight.PreflightError(
                 f"unknown data plane {dataplane_mode!r}: use auto, ebpf or droptail")
@@ -64,6 +66,8 @@ class Emulation:
                                            f"{', '.join(switches.CHOICES)}")
         self.fabric = fabric
         self.switch_requested = switch
+        # Which machine runs which plane (`servers`: the head first; None: all on this one).
+        self.placement = placement.place(fabric, tuple(servers)) if servers else placement.local(fabric)
         # Switch-side interface -> the switch it belongs to (where its namespace is asked).
         self._port_owner = {link.b_ifname: link.b for link in fabric.links}
         self._port_owner.update({link.a_ifname: link.a for link in fabric.links if link.kind == "fabric"})
@@ -112,7 +116,8 @@ class Emulation:
 
     def switch_info(self) -> dict:
         """What a summary records about the switches: the backend's info and why it was chosen."""
-        return {**self.backend.info(), "switch_choice": self.switch_choice}
+        return {**self.backend.info(), "switch_choice": self.switch_choice,
+                "placement": self.placement.as_dict()}
 
     @property
     def backend(self) -> SwitchBackend:
@@ -134,8 +139,7 @@ class Emulation:
         except OSError as exc:
             raise preflight.PreflightError(str(exc)) from None
         _raise_socket_buffer_limits()
-        options = {"datapath": self.datapath_requested} if name == "ovs" else {}
-        self.switches = switches.make(name, self.fabric, self.workdir, **options)
+        self.switches = self._make_backend(name)
         self.switches.start_instances()
         self.timings["switch_instances"] = time.monotonic() - t0
         self.datapath = getattr(self.switches, "datapath", "")
@@ -150,6 +154,10 @@ class Emulation:
         self.timings["flows"] = self.setup_seconds
         self.timings.update({f"{self.backend.name}_{k}": v for k, v in
                              getattr(self.backend, "timings", {}).items()})
+
+    def _make_backend(self, name: str) -> SwitchBackend:
+        options = {"datapath": self.datapath_requested} if name == "ovs" else {}
+        return switches.make(name, self.fabric, self.workdir, **options)
 
     def _start_controller(self) -> None:
         self.status_path = self.workdir / STATUS_FILE
@@ -192,12 +200,10 @@ class Emulation:
 
     def _build_mininet(self) -> None:
         from mininet.log import setLogLevel
-        from mininet.net import Mininet
 
         setLogLevel("error")
         t0 = time.monotonic()
-        net = Mininet(controller=None, build=False, autoSetMacs=False, autoStaticArp=False,
-                      waitConnected=False)
+        net = self._network()
         self.net = net
         self.backend.add_switches(net)
         for host in self.fabric.hosts:
@@ -208,17 +214,27 @@ class Emulation:
         self.timings["nodes"] = time.monotonic() - t0
         t0 = time.monotonic()
         self._create_links()
-        link_cls = _existing_link_class()
-        for link in self.fabric.links:
-            # Nothing for Mininet to run: no MAC to set (addr None), nothing to bring up.
-            net.addLink(link.a, link.b, port1=link.a_port, port2=link.b_port, cls=link_cls,
-                        intfName1=link.a_ifname, intfName2=link.b_ifname, addr1=None, addr2=None,
-                        params1={"up": None}, params2={"up": None})
+        self._add_links()
         net.build()
         self.timings["links"] = time.monotonic() - t0
         t0 = time.monotonic()
         self.backend.start_switches()
         self.timings["switches"] = time.monotonic() - t0
+
+    def _network(self) -> Any:
+        from mininet.net import Mininet
+
+        return Mininet(controller=None, build=False, autoSetMacs=False, autoStaticArp=False,
+                       waitConnected=False)
+
+    def _add_links(self) -> None:
+        """Every link of the model into Mininet, as links that exist already."""
+        link_cls = existing_link_class()
+        for link in self.fabric.links:
+            # Nothing for Mininet to run: no MAC to set (addr None), nothing to bring up.
+            self.net.addLink(link.a, link.b, port1=link.a_port, port2=link.b_port, cls=link_cls,  # type: ignore[attr-defined]
+                             intfName1=link.a_ifname, intfName2=link.b_ifname, addr1=None, addr2=None,
+                             params1={"up": None}, params2={"up": None})
 
     def _create_links(self) -> None:
         """Every veth of the fabric in one `ip -batch`, each end created in its node's
@@ -257,6 +273,11 @@ class Emulation:
             groups.setdefault(self.port_namespace(name), []).append(name)
         return groups
 
+    def port_command(self, ifname: str) -> list[str]:
+        """argv prefix running a command where the switch-side interface `ifname` lives."""
+        pid = self.port_namespace(ifname)
+        return netns.command(pid, []) if pid is not None else []
+
     def port_namespace(self, ifname: str) -> int | None:
         """Where the switch-side interface `ifname` lives (see SwitchBackend.port_namespace)."""
         return self.backend.port_namespace(self._port_owner[ifname])
@@ -291,10 +312,8 @@ class Emulation:
         reason = dataplane.available() if self.dataplane_mode != "droptail" else "asked for"
         headroom = 1 if reason is not None else 10
         t0 = time.monotonic()
-        netns.run_batches([(pid, ["tc", "-batch", "-"],
-                        shaping.switch_htb_batch(group, mbps, queue, shaping.BURST_BYTES, mtu,
-                                                 fifo_headroom=headroom))
-                       for pid, group in self._ports_by_namespace(names).items()])
+        self._switch_port_batches(names, lambda group: shaping.switch_htb_batch(
+            group, mbps, queue, shaping.BURST_BYTES, mtu, fifo_headroom=headroom))
         self.timings["switch_htb"] = time.monotonic() - t0
         if reason is not None:
             if self.dataplane_mode == "ebpf":
@@ -305,12 +324,24 @@ class Emulation:
             return
         specs = self.switch_port_specs()
         t0 = time.monotonic()
-        self.dataplane = dataplane.attach_ports(specs)
+        where = self._attach_dataplane(specs)
         self.timings["switch_ebpf"] = time.monotonic() - t0
         th = specs[0]
         self.dataplane_info = {"mode": "ebpf", "trim": True, "mark_bytes": th.mark_bytes,
                                "trim_bytes": th.trim_bytes, "drop_bytes": th.drop_bytes,
-                               "queue_packets": queue}
+                               "queue_packets": queue, **where}
+
+    def _switch_port_batches(self, names: list[str], script: Callable[[list[str]], str]) -> None:
+        """`tc -batch` of `script(ports)` in every namespace holding some of these switch ports."""
+        netns.run_batches([(pid, ["tc", "-batch", "-"], script(group))
+                           for pid, group in self._ports_by_namespace(names).items()])
+
+    def _attach_dataplane(self, specs: list[PortSpec]) -> dict:
+        """The eBPF program on every switch egress port; what the summary adds about where."""
+        from topologies import dataplane
+
+        self.dataplane = dataplane.attach_ports(specs)
+        return {}
 
     def _switch_egress(self) -> list[tuple[str, bool]]:
         """(ifname, faces a host) of every switch egress port."""
@@ -325,11 +356,14 @@ class Emulation:
         """What the eBPF program is told about each switch egress port: the model's ports, the
         link rate, and thresholds from this run's transport parameters (those the agents get);
         once started, each port's namespace."""
-        specs = switch_ports(self._switch_egress(), self.fabric.params.link_mbps,
-                             shaping.SWITCH_QUEUE_PACKETS, self.transport)
+        specs = self._port_specs()
         if self.switches is None:
             return specs
         return [replace(spec, netns_pid=self.port_namespace(spec.ifname)) for spec in specs]
+
+    def _port_specs(self) -> list[PortSpec]:
+        return switch_ports(self._switch_egress(), self.fabric.params.link_mbps,
+                            shaping.SWITCH_QUEUE_PACKETS, self.transport)
 
     def dataplane_counters(self) -> dict[str, dict[str, int]]:
         """Per-port counters of the eBPF program (empty when it does not run)."""

@@ -136,6 +136,7 @@ class Options:
     # NIC-port status in the MRC agents (endpoints/protocol/portstatus.py); False: each EV of a
     # plane whose port died fails on its own (the MRC paper's case without it).
     port_status: bool = True
+    servers: tuple[str, ...] = ()  # a split fabric's machines, the head first (docs/cluster.md)
     # Transport parameters over TransportConfig's defaults (`--param NAME=VALUE`, as `mrclab
     # cli` takes them): e.g. the EV set's size and active/backup split (Fig. 12's 16 EVs).
     params: tuple[tuple[str, bool | int | float], ...] = ()
@@ -186,7 +187,8 @@ def sleep_until(t: float) -> None:
 
 # Options every scenario takes; the rest belong to kinds (Kind.options).
 SHARED_OPTIONS = frozenset({"transports", "seed", "datapath", "dataplane", "switch_backend", "fabric",
-                            "capture", "packet_log", "replace", "port_status", "params"})
+                            "capture", "packet_log", "replace", "port_status", "params",
+                            "servers"})
 MAX_DURATION_S = 3600.0  # one transport's traffic; longer runs are not what a testbed run is for
 MAX_STEPS = 1000  # collective ring steps per phase (each a full ring exchange)
 MAX_SEED = 2**63 - 1

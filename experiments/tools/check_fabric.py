@@ -25,6 +25,7 @@ from pathlib import Path
 
 from endpoints.host import netio
 from topologies import cleanup, netns
+from topologies.cluster import make_emulation
 from topologies.emulation import Emulation
 from topologies.model import Fabric, FabricError, Route
 
@@ -128,12 +129,12 @@ def default_cut(fabric: Fabric, pairs: list[tuple[str, str]]) -> str:
 
 def check_fabric(fabric: Fabric, workdir: Path | None = None, sample_pairs: int | None = None,
                  seed: int = 1, cut: str | None = None, datapath: str = "auto",
-                 switch: str = "auto") -> dict:
+                 switch: str = "auto", servers: tuple[str, ...] | None = None) -> dict:
     """Probe every path of `fabric` (or `sample_pairs` host pairs), cut a link, probe, restore,
     probe. `workdir`: where the emulation keeps its files (a fresh private one by default)."""
     if workdir is None:
         with cleanup.scratch_dir("mrclab-check-fabric-") as scratch:
-            return check_fabric(fabric, scratch, sample_pairs, seed, cut, datapath, switch)
+            return check_fabric(fabric, scratch, sample_pairs, seed, cut, datapath, switch, servers)
     pairs = choose_pairs(fabric, sample_pairs, seed)
     cut_link = cut or default_cut(fabric, pairs)
     if fabric.link(cut_link).kind != "fabric":
@@ -145,7 +146,7 @@ def check_fabric(fabric: Fabric, workdir: Path | None = None, sample_pairs: int 
     result: dict = {"hosts": len(fabric.hosts), "switches": len(fabric.switches),
                     "links": len(fabric.links), "pairs": len(pairs), "paths_total": len(probes),
                     "cut_link": cut_link, **{f"fabric_{k}": v for k, v in fabric.params.as_dict().items()}}
-    with Emulation(fabric, workdir, datapath=datapath, switch=switch) as em:
+    with make_emulation(fabric, workdir, servers, datapath=datapath, switch=switch) as em:
         result["setup_seconds"] = round(em.setup_seconds, 2)
         result["datapath"] = em.datapath
         result.update(em.switch_info())

@@ -27,7 +27,7 @@ PURE = ("topologies/model.py", "endpoints/protocol/", "controller/tables.py",
         "experiments/metrics.py", "experiments/simnet.py", "experiments/shell/text.py",
         "experiments/capacity.py", "experiments/scenarios/schema.py",
         "topologies/dataplane/reference.py", "topologies/dataplane/ports.py",
-        "topologies/scale.py")
+        "topologies/scale.py", "topologies/placement.py")
 IMPURE_MODULES = {"os", "socket", "time", "subprocess", "selectors", "select", "threading", "shutil",
                   "tempfile", "ctypes", "pathlib", "signal"}
 # Inside endpoints/, the protocol is below the host part.

@@ -1,7 +1,13 @@
-"""`python -m topologies.dataplane build [--force] | check | cflags`."""
+"""`python -m topologies.dataplane build [--force] | check | cflags | attach`.
+
+attach: the switch egress program on the ports a JSON list of PortSpec fields on standard input
+names (each with the pid of a process in its namespace), left attached when this process exits
+(unpinned: the tc filters hold it until the ports go). What a split fabric's head runs on each
+server (topologies/cluster.py)."""
 
 from __future__ import annotations
 
+import json
 import sys
 
 from topologies.dataplane.attach import available
@@ -22,11 +28,20 @@ def main(argv: list[str]) -> int:
     if cmd == "cflags":
         print(" ".join(cflags()))
         return 0
+    if cmd == "attach":
+        from topologies.dataplane.attach import attach_ports
+        from topologies.dataplane.ports import PortSpec
+
+        specs = [PortSpec(**item) for item in json.load(sys.stdin)]
+        attach_ports(specs).detach(remove_filters=False)
+        print(f"attached to {len(specs)} ports")
+        return 0
     if cmd == "check":
         reason = available()
         print("eBPF data plane: " + ("available" if reason is None else f"unavailable: {reason}"))
         return 0 if reason is None else 1
-    print("usage: python -m topologies.dataplane {build [--force] | check | cflags}", file=sys.stderr)
+    print("usage: python -m topologies.dataplane {build [--force] | check | cflags | attach}",
+          file=sys.stderr)
     return 2
 
 

@@ -110,13 +110,16 @@ class LinuxBackend(SwitchBackend):
 
     # ----- observation ----------------------------------------------------------------------
     def port_counters(self, switch: str) -> dict[int, dict[str, int]]:
-        port_of = {self.fabric.port_ifname(switch, p): p for p in self.fabric.ports(switch)}
-        out = {}
         try:
-            lines = Path(f"/proc/{self.pids[switch]}/net/dev").read_text().splitlines()[2:]
+            return self.net_dev_counters(switch, Path(f"/proc/{self.pids[switch]}/net/dev").read_text())
         except OSError:
             return {}
-        for line in lines:
+
+    def net_dev_counters(self, switch: str, net_dev: str) -> dict[int, dict[str, int]]:
+        """port_counters from the text of /proc/net/dev read in the router's namespace."""
+        port_of = {self.fabric.port_ifname(switch, p): p for p in self.fabric.ports(switch)}
+        out = {}
+        for line in net_dev.splitlines()[2:]:
             name, _, rest = line.partition(":")
             port = port_of.get(name.strip())
             if port is None:

@@ -1,0 +1,450 @@
+"""A fabric split over servers (`--servers head,s1,...`) on Mininet's cluster edition
+(`mininet.examples.cluster`, shipped with Debian's mininet): the network is a `MininetCluster`,
+the hosts stay on the head and each plane's kernel routers run on the server
+`topologies/placement.py` gives it, as the cluster edition's remote nodes (`RemoteMixin`: one ssh
+session per node, its shell in a namespace made by `mnexec` over there). T0-T1 links are veths
+on their server; host links cross machines as VXLAN tunnels, a `RemoteGRELink` whose tunnel is
+VXLAN (GRE is not in every kernel, and the cluster edition's GRE links cap the MTU at 1450: an
+MRC frame is ~4.2 KB). Each server with planes runs the kernel routers' control plane for its
+own routers (`controller.run --backend linux` over ssh, from the same checkout path), and gets
+its switch ports shaped (HTB, from the same `tc -batch` scripts) and the eBPF program attached
+(`python -m topologies.dataplane attach` there).
+
+What each server needs: this checkout at the same path with `make setup` done, root's ssh login
+from the head with a key (`MRCLAB_SSH_CONFIG`: an ssh_config file used for every connection,
+e.g. the one `topologies/cluster_lab.py` writes), sudo and mnexec (Debian's mininet).
+
+Limits (docs/cluster.md): the kernel-router backend only; the eBPF counters and trimming on/off
+of remote ports are not read or changed from the head; captures and faults beyond cutting and
+restoring a link are for local switches.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from topologies import cleanup, placement
+from topologies.dataplane.ports import PortSpec
+from topologies.emulation import Emulation, existing_link_class
+from topologies.model import LINK_MTU, Fabric
+from topologies.preflight import EmulationError, PreflightError
+from topologies.servers import CHECKOUT, SSH_CONFIG_ENV, server_run, ssh_command, ssh_options
+from topologies.switches.base import NOTIFY_FILE, STATUS_FILE
+from topologies.switches.linux import LinuxBackend
+
+VXLAN_PORT = 4789
+# VXLAN over IPv4 adds 50 bytes (outer IPv4 20, UDP 8, VXLAN 8, inner Ethernet 14): a tunnel
+# carries LINK_MTU frames unfragmented where the network between the servers carries
+# LINK_MTU + TUNNEL_OVERHEAD; the outer packets are fragmented where it carries less.
+TUNNEL_OVERHEAD = 50
+PARALLEL_SSH = 8  # ssh sessions at once for per-router batches (see docs/cluster.md on MaxSessions)
+SERVER_TOOLS = ("mnexec", "sudo", "ip", "tc", "nsenter")
+
+
+def resolve(server: str) -> str:
+    """A server's IPv4 address (the cluster edition connects by address)."""
+    if re.fullmatch(r"\d+\.\d+\.\d+\.\d+", server):
+        return server
+    out = subprocess.run(["getent", "ahostsv4", server], capture_output=True, text=True).stdout.split()
+    if not out:
+        raise PreflightError(f"--servers: unknown server {server!r} (no IPv4 address for it)")
+    return out[0]
+
+
+def check_servers(p: placement.Placement) -> dict[str, str]:
+    """Every server with planes reachable as root over ssh, with what it needs; its address
+    by name. One PreflightError line per problem, before anything starts."""
+    ips = {}
+    for server in p.servers[1:]:
+        ip = resolve(server)
+        probe = (f"for t in {' '.join(SERVER_TOOLS)}; do command -v $t >/dev/null || echo missing $t; done;"
+                 f" test -x {shlex.quote(sys.executable)} || echo missing {shlex.quote(sys.executable)};"
+                 f" test -d {shlex.quote(str(CHECKOUT))} || echo missing {shlex.quote(str(CHECKOUT))}")
+        try:
+            result = server_run(ip, probe, timeout=15)
+        except subprocess.TimeoutExpired:
+            raise PreflightError(f"--servers: ssh to {server} ({ip}) did not answer within 15 s") from None
+        if result.returncode == 255:
+            why = (result.stderr.strip().splitlines() or ["refused"])[-1]
+            raise PreflightError(f"--servers: cannot ssh to root@{server} ({ip}): {why} "
+                                 f"(see docs/cluster.md; {SSH_CONFIG_ENV} names an ssh_config)")
+        missing = [line.split(" ", 1)[1] for line in result.stdout.splitlines()
+                   if line.startswith("missing ")]
+        if missing:
+            raise PreflightError(f"--servers: {server} lacks {', '.join(missing)}: run `make setup` "
+                                 f"there, in a checkout at {CHECKOUT}")
+        ips[server] = ip
+    return ips
+
+
+# ----- the cluster edition's nodes and links, for kernel routers ---------------------------------
+def _classes() -> tuple[type, type]:
+    """(RemoteKernelRouter, VxlanLink), built on Mininet's cluster edition (imported late:
+    Mininet is not needed to import this module)."""
+    from mininet.examples.cluster import RemoteGRELink, RemoteMixin
+    from mininet.util import quietRun
+
+    from topologies.switches.routers import KernelRouter
+
+    class RemoteKernelRouter(RemoteMixin, KernelRouter):
+        """A kernel router on its server: the cluster edition's remote node (its shell over
+        ssh), with the router's own shell start (not waiting for each prompt in turn)."""
+
+        def __init__(self, name: str, **kwargs: Any) -> None:
+            self.sshbase = [*RemoteMixin.sshbase, *ssh_options()]
+            super().__init__(name, **kwargs)
+
+        def startShell(self, mnopts: str | None = None) -> None:  # noqa: N802 - Mininet's
+            KernelRouter.startShell(self, mnopts="-c" if self.isRemote else mnopts)
+
+        def finish_shell(self) -> None:
+            KernelRouter.finish_shell(self)
+            if self.isRemote:  # the shell's pid over there (the local one is ssh's)
+                self.pid = int(self.cmd("echo $$").strip())
+
+    class VxlanLink(RemoteGRELink):
+        """The cluster edition's tunnelled link with a VXLAN tunnel in place of gretap, at the
+        fabric's MTU, each end created with the model's MAC and ifindex (`ends`: node name ->
+        " address MAC [index N]"; not addr1/addr2, which Mininet would set again with ifconfig)."""
+
+        VNI = 0
+
+        def __init__(self, node1: Any, node2: Any, ends: dict[str, str], **kwargs: Any) -> None:
+            self.ends = ends
+            super().__init__(node1, node2, **kwargs)
+
+        def makeTunnel(self, node1: Any, node2: Any, intfname1: str, intfname2: str,  # noqa: N802
+                       addr1: str | None = None, addr2: str | None = None) -> None:
+            assert node1.server != node2.server
+            if node2.server == "localhost":
+                return self.makeTunnel(node2, node1, intfname2, intfname1, addr2, addr1)
+            ip1, ip2 = node1.serverIP, node2.serverIP
+            if node1.server == "localhost":  # the head's address towards that server
+                ip1 = quietRun(f"ip route get {ip2}").split(" src ")[1].split()[0]
+            type(self).VNI += 1
+            for node, name, local, remote in ((node1, intfname1, ip1, ip2), (node2, intfname2, ip2, ip1)):
+                out = node.rcmd(
+                    f"ip link add name {name}{self.ends.get(node.name, '')} mtu {LINK_MTU} type vxlan"
+                    f" id {self.VNI} local {local} remote {remote} dstport {VXLAN_PORT} nolearning ttl 64")
+                if out.strip():
+                    raise EmulationError(f"creating the tunnel {name} on {node.server}: {out.strip()[:200]}")
+                if not self.moveIntf(name, node):
+                    raise EmulationError(f"moving {name} into {node} on {node.server} failed")
+                node.cmd(f"ip link set dev {name} up")  # a move into a namespace sets it down
+            return None
+
+    return RemoteKernelRouter, VxlanLink
+
+
+class SplitLinuxBackend(LinuxBackend):
+    """The kernel routers of the planes placed on other servers, as remote nodes."""
+
+    def __init__(self, fabric: Fabric, workdir: Path, split: placement.Placement,
+                 server_ips: dict[str, str]) -> None:
+        super().__init__(fabric, workdir)
+        self.placement = split
+        self.server_ips = server_ips
+        self.servers = [s for s in split.servers[1:] if split.planes_on(s)]
+        self.folders = {s: workdir / f"server-{s}" for s in self.servers}  # the same path there
+        self.controllers: dict[str, subprocess.Popen] = {}
+
+    def server_of(self, switch: str) -> str:
+        return self.placement.server_of_plane(self.fabric.switch(switch).plane)
+
+    def start_instances(self) -> None:
+        for server in self.servers:
+            cleanup.track_server(self.server_ips[server], str(self.folders[server]))
+            folder = shlex.quote(str(self.folders[server]))
+            result = server_run(self.server_ips[server], f"rm -rf {folder} && mkdir -p -m 700 {folder}")
+            if result.returncode != 0:
+                raise EmulationError(f"making {folder} on {server}: {result.stderr.strip()[:200]}")
+
+    def start_controllers(self, base: dict[str, Any]) -> None:
+        """One control plane per server, for the routers there, its files in its folder."""
+        for server in self.servers:
+            folder = self.folders[server]
+            config = {**base, "status": str(folder / STATUS_FILE),
+                      "events": str(folder / "controller-events.jsonl"),
+                      "notify": str(folder / NOTIFY_FILE), "routers": str(folder / "routers.json")}
+            path = folder / "controller.json"
+            self._put(server, path, json.dumps(config))
+            command = (f"cd {shlex.quote(str(CHECKOUT))} && exec {shlex.quote(sys.executable)} -m "
+                       f"controller.run --backend linux --config {shlex.quote(str(path))} "
+                       f"> {shlex.quote(str(folder / 'controller.log'))} 2>&1")
+            # A terminal: when the head's ssh goes (a teardown, or the head killed), the
+            # controller over there gets SIGHUP and its parent goes.
+            self.controllers[server] = subprocess.Popen(
+                ssh_command(self.server_ips[server], command, tty=True), stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+
+    def _put(self, server: str, path: Path, text: str) -> None:
+        result = server_run(self.server_ips[server], f"cat > {shlex.quote(str(path))}", stdin=text)
+        if result.returncode != 0:
+            raise EmulationError(f"writing {path} on {server}: {result.stderr.strip()[:200]}")
+
+    def read_status(self, server: str) -> dict:
+        path = shlex.quote(str(self.folders[server] / STATUS_FILE))
+        result = server_run(self.server_ips[server], f"cat {path}", timeout=10)
+        try:
+            return json.loads(result.stdout) if result.returncode == 0 else {}
+        except ValueError:
+            return {}
+
+    def add_switches(self, net: Any) -> None:
+        from topologies.switches.routers import ROUTER_SYSCTLS
+
+        router_cls, _ = _classes()
+        self.net = net
+        routers = [net.addSwitch(sw.name, cls=router_cls, inNamespace=True, dpid=f"{sw.dpid:016x}",
+                                 server=self.server_of(sw.name),
+                                 serverIP=self.server_ips[self.server_of(sw.name)], user="root")
+                   for sw in self.fabric.switches]
+        sysctls = " ".join(f"{key.replace('/', '.')}={value}" for key, value in ROUTER_SYSCTLS.items())
+        for router in routers:
+            router.finish_shell()
+            self.pids[router.name] = router.pid  # the server's pid
+            router.cmd(f"sysctl -qw {sysctls}")
+
+    def run_in(self, jobs: list[tuple[str, list[str], str]]) -> None:
+        """Run each (switch, argv, stdin) in the namespace of that switch, on its server,
+        PARALLEL_SSH at a time (one ssh session each, over the server's shared connection)."""
+        for start in range(0, len(jobs), PARALLEL_SSH):
+            procs = []
+            for switch, argv, _ in jobs[start:start + PARALLEL_SSH]:
+                remote = f"nsenter --target {self.pids[switch]} --net {shlex.join(argv)}"
+                procs.append(subprocess.Popen(ssh_command(self.server_ips[self.server_of(switch)], remote),
+                                              stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                              stderr=subprocess.PIPE, text=True))
+            failed = []
+            for (switch, argv, stdin), proc in zip(jobs[start:start + PARALLEL_SSH], procs, strict=True):
+                _, err = proc.communicate(stdin, timeout=60)
+                if proc.returncode != 0:
+                    failed.append(f"{switch}: {argv[0]}: {err.strip()[:200]}")
+            if failed:
+                raise EmulationError("; ".join(failed[:3]))
+
+    def server_batch(self, server: str, argv: list[str], stdin: str) -> None:
+        """Run argv with `stdin` in a server's own namespace."""
+        result = server_run(self.server_ips[server], shlex.join(argv), stdin=stdin)
+        if result.returncode != 0:
+            raise EmulationError(f"{server}: {argv[0]}: {result.stderr.strip()[:300]}")
+
+    def start_switches(self) -> None:
+        jobs = []
+        for sw in self.fabric.switches:
+            lines = ["link set dev lo up"] + [
+                f"link set dev {self.fabric.port_ifname(sw.name, p)} up" for p in self.fabric.ports(sw.name)]
+            jobs.append((sw.name, ["ip", "-batch", "-"], "\n".join(lines) + "\n"))
+        self.run_in(jobs)
+        for server in self.servers:  # the control plane over there waits for this
+            pids = {sw.name: self.pids[sw.name] for sw in self.fabric.switches
+                    if self.server_of(sw.name) == server}
+            self._put(server, self.folders[server] / "routers.json", json.dumps(pids))
+
+    def port_namespace(self, switch: str) -> int | None:
+        raise EmulationError(f"{switch} runs on {self.server_of(switch)}: its namespace is not "
+                             f"on this machine")
+
+    def port_counters(self, switch: str) -> dict[int, dict[str, int]]:
+        return self.net_dev_counters(switch, self.net[switch].cmd("cat /proc/net/dev"))
+
+    def port_command(self, switch: str) -> list[str]:
+        """argv prefix running a command in `switch`'s namespace, on its server."""
+        return ssh_command(self.server_ips[self.server_of(switch)],
+                           f"nsenter --target {self.pids[switch]} --net")
+
+    def link_state(self, switch: str, ifname: str) -> str:
+        status = self.read_status(self.server_of(switch))
+        if not status:
+            return ""
+        return "down" if ifname in status.get("ports_down", []) else "up"
+
+    def set_forwarding(self, switch: str, forwarding: bool) -> None:
+        self.net[switch].cmd(f"sysctl -qw net.ipv6.conf.all.forwarding={1 if forwarding else 0}")
+
+    def set_port(self, switch: str, ifname: str, up: bool) -> None:
+        self.net[switch].cmd(f"ip link set dev {ifname} {'up' if up else 'down'}")
+
+    def stop(self) -> None:
+        super().stop()  # each router's ssh session: its shell and namespace go over there
+        for proc in self.controllers.values():
+            if proc.poll() is None:
+                proc.terminate()
+        for proc in self.controllers.values():
+            try:
+                proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        for server in self.servers:
+            folder = shlex.quote(str(self.folders[server]))
+            # The control plane exits when its parent goes; the folder after it.
+            # "[c]": the pattern must not match this very command line.
+            config = shlex.quote(f"[c]ontroller.run .*{self.folders[server] / 'controller.json'}")
+            server_run(self.server_ips[server], f"for i in $(seq 50); do pgrep -f {config} >/dev/null"
+                       f" || break; sleep 0.1; done; rm -rf {folder}", timeout=30)
+
+    def info(self) -> dict[str, Any]:
+        return {**super().info(), "remote_servers": self.servers, "tunnel": "vxlan",
+                "tunnel_mtu": LINK_MTU}
+
+
+class SplitEmulation(Emulation):
+    """An emulation whose switches run on other servers (see the module docstring)."""
+
+    def start(self) -> None:
+        if self.switch_requested not in ("auto", "linux"):
+            raise PreflightError(f"--servers: a split fabric runs the linux switch backend only "
+                                 f"(asked for {self.switch_requested})")
+        self.switch_requested = "linux"
+        self._server_ips = check_servers(self.placement)
+        super().start()
+
+    def _make_backend(self, name: str) -> LinuxBackend:
+        return SplitLinuxBackend(self.fabric, self.workdir, self.placement, self._server_ips)
+
+    @property
+    def split_backend(self) -> SplitLinuxBackend:
+        assert isinstance(self.switches, SplitLinuxBackend)
+        return self.switches
+
+    def _start_controller(self) -> None:
+        backend = self.split_backend
+        backend.start_controllers({"fabric": self.fabric.params.as_dict(), "detect_ms": self.detect_ms})
+        self.controller = next(iter(backend.controllers.values()))
+        self.status_path = self.workdir / STATUS_FILE  # the head's: none (no switch here)
+        self.events_path = self.workdir / "controller-events.jsonl"
+        self.notify_path = self.workdir / NOTIFY_FILE
+        self.events_path.write_text("")
+
+    def _network(self) -> Any:
+        from mininet.examples.cluster import MininetCluster, RemoteHost
+
+        servers = ["localhost", *self.split_backend.servers]
+        ips = {"localhost": "127.0.0.1", **self._server_ips}
+        # It makes $HOME/.ssh/mn for ssh control sockets it never uses here: in the run's
+        # folder, not in root's home, where a killed run would leave it.
+        home = os.environ.get("HOME")
+        os.environ["HOME"] = str(self.workdir)
+        try:
+            return MininetCluster(controller=None, build=False, autoSetMacs=False,
+                                  autoStaticArp=False, waitConnected=False, servers=servers,
+                                  serverIP=ips, user="root", precheck=False,
+                                  host=functools.partial(RemoteHost, user="root"))
+        finally:
+            if home is None:
+                os.environ.pop("HOME", None)
+            else:
+                os.environ["HOME"] = home
+
+    def _create_links(self) -> None:
+        """T0-T1 links: one `ip -batch` per server, veths made in their routers' namespaces
+        there. Host links: the cluster edition's tunnels (VxlanLink), made as Mininet adds them."""
+        backend = self.split_backend
+        by_server: dict[str, list[str]] = {}
+        end = backend.port_link_options
+        for link in self.fabric.fabric_links():
+            by_server.setdefault(backend.server_of(link.a), []).append(
+                f"link add name {link.a_ifname} mtu {LINK_MTU}{end(link.a, link.a_port)} netns "
+                f"{backend.pids[link.a]} type veth peer name {link.b_ifname} mtu {LINK_MTU}"
+                f"{end(link.b, link.b_port)} netns {backend.pids[link.b]}")
+        for server, lines in by_server.items():
+            backend.server_batch(server, ["ip", "-batch", "-"], "".join(f"{x}\n" for x in lines))
+
+    def _add_links(self) -> None:
+        _, vxlan = _classes()
+        existing = existing_link_class()
+        backend = self.split_backend
+        for link in self.fabric.links:
+            if link.kind == "host":
+                ends = {link.a: f" address {self.fabric.host(link.a).nics[link.plane].mac}",
+                        link.b: backend.port_link_options(link.b, link.b_port)}
+                self.net.addLink(link.a, link.b, port1=link.a_port, port2=link.b_port, cls=vxlan,  # type: ignore[attr-defined]
+                                 intfName1=link.a_ifname, intfName2=link.b_ifname, addr1=None,
+                                 addr2=None, ends=ends, params1={"up": None}, params2={"up": None})
+            else:
+                self.net.addLink(link.a, link.b, port1=link.a_port, port2=link.b_port, cls=existing,  # type: ignore[attr-defined]
+                                 intfName1=link.a_ifname, intfName2=link.b_ifname, addr1=None,
+                                 addr2=None, params1={"up": None}, params2={"up": None})
+
+    def _switch_port_batches(self, names: list[str], script: Any) -> None:
+        backend = self.split_backend
+        by_switch: dict[str, list[str]] = {}
+        for name in names:
+            by_switch.setdefault(self._port_owner[name], []).append(name)
+        backend.run_in([(switch, ["tc", "-batch", "-"], script(group))
+                        for switch, group in by_switch.items()])
+
+    def switch_port_specs(self) -> list[PortSpec]:
+        return self._port_specs()  # no local namespaces: the servers' pids go with each spec
+
+    def _attach_dataplane(self, specs: list[PortSpec]) -> dict:
+        """The eBPF program on every remote port, loaded and attached over there (one load per
+        server: the ports' ifindexes are unique); it stays attached until the routers go."""
+        backend = self.split_backend
+        by_server: dict[str, list[dict]] = {}
+        for spec in specs:
+            switch = self._port_owner[spec.ifname]
+            by_server.setdefault(backend.server_of(switch), []).append(
+                {**asdict(spec), "netns_pid": backend.pids[switch]})
+        python = (f"cd {shlex.quote(str(CHECKOUT))} && {shlex.quote(sys.executable)} "
+                  f"-m topologies.dataplane attach")
+        for server, items in by_server.items():
+            result = server_run(self._server_ips[server], python, stdin=json.dumps(items))
+            if result.returncode != 0:
+                raise EmulationError(f"attaching the eBPF program on {server}: "
+                                     f"{(result.stderr.strip().splitlines() or ['failed'])[-1][:300]}")
+        return {"remote": sorted(by_server), "counters": "not read from remote servers"}
+
+    def _wait_flows(self, timeout: float = 120.0) -> None:
+        backend = self.split_backend
+        want = {s: sum(1 for sw in self.fabric.switches if backend.server_of(sw.name) == s)
+                for s in backend.servers}
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for server, proc in backend.controllers.items():
+                if proc.poll() is not None:
+                    raise EmulationError(f"the control plane on {server} exited: see "
+                                         f"{backend.folders[server] / 'controller.log'} there")
+            if all(len(backend.read_status(s).get("ready_dpids", ())) >= n for s, n in want.items()):
+                return
+            time.sleep(0.2)
+        raise EmulationError(f"flows not installed on the servers' switches within {timeout:.0f} s")
+
+    def set_link(self, name: str, up: bool) -> float:
+        link = self.fabric.link(name)
+        backend = self.split_backend
+        backend.set_port(link.b, link.b_ifname, up)
+        return time.monotonic()
+
+    def port_command(self, ifname: str) -> list[str]:
+        return self.split_backend.port_command(self._port_owner[ifname])
+
+    def pid(self, node: str) -> int:
+        if node in self._pids:
+            return self._pids[node]
+        raise EmulationError(f"{node} runs on {self.split_backend.server_of(node)}: "
+                             f"no process of it on this machine")
+
+    def notify_controller(self, message: dict) -> None:
+        raise EmulationError("the control planes of a split fabric run on its servers: "
+                             "switch failures are not reported to them yet")
+
+
+def make_emulation(fabric: Fabric, workdir: Path, servers: list[str] | tuple[str, ...] | None = None,
+                   **kwargs: Any) -> Emulation:
+    """An Emulation, or a SplitEmulation when `servers` puts switches on other machines."""
+    if servers and placement.place(fabric, tuple(servers)).split:
+        return SplitEmulation(fabric, workdir, servers=servers, **kwargs)
+    return Emulation(fabric, workdir, servers=servers, **kwargs)
+
+

@@ -45,7 +45,8 @@ CALIBRATE_RATES = (5.0, 10.0)
 CALIBRATE_SECONDS = 5.0
 SEED = 3  # ECMP collides on the default fabric with this seed; the cost reference is measured with it
 # The processes busy (calibration.busy_pids) in the second before a run are the machine's
-# background load (another program, a busy loop): their CPU during the run is not the run's.
+# background load (another program, a busy loop): their CPU during the run is not the run's, nor
+# that of any other process the run did not start (`strangers`).
 BACKGROUND_WINDOW_S = 1.0
 MIN_RATE = 1.0  # Mbit/s: the calibration halves its lowest rate down to this for a faithful pair
 
@@ -87,6 +88,22 @@ def background() -> set[int]:
     return calibration.busy_pids(before, calibration.process_ticks(), BACKGROUND_WINDOW_S) - {os.getpid()}
 
 
+def strangers(busy_before: set[int], after: dict[int, tuple[str, int, int]], runner: int) -> set[int]:
+    """The user-space processes of two readings that are not the run's: busy before it started,
+    or unmarked (every process a run starts carries `cleanup.MARKER`; its runner, which set the
+    marker in its own environment once started, is `runner`). A program started during the run
+    (a compiler, a test suite) counts too: on a CI rehearsal one such added 0.4 of a core to a
+    calibration run and doubled the fit's fixed part. Kernel threads (no command line: the
+    forwarding, softirq) are the run's."""
+    mine = set(cleanup.marked_processes()) | {runner, os.getpid()}
+    return busy_before | {pid for pid, (cmd, _, _) in after.items() if cmd and pid not in mine}
+
+
+def _since(before: dict[int, tuple[str, int, int]], after: dict[int, tuple[str, int, int]]) -> dict[int, int]:
+    """`_ticks(before)`, with a process started between the readings at 0 (all its CPU is in it)."""
+    return {**{pid: 0 for pid in after}, **_ticks(before)}
+
+
 def _split(before: dict[int, tuple[str, int, int]], after: dict[int, tuple[str, int, int]],
            seconds: float) -> dict[str, dict[str, float]]:
     """Cores each role used between two readings, user and system apart."""
@@ -124,8 +141,8 @@ def measure(rate: float, seconds: float, seed: int, backend: str, out: Path,
             busy, steal = calibration.busy_fraction(m0, m1)
             d = [b - a for a, b in zip(m0, m1, strict=True)]
             cores = os.cpu_count() or 1
-            # the background's CPU from the same readings as the roles' (no second /proc scan)
-            other = calibration.cores_used(busy_before, _ticks(p0), _ticks(p1), t1 - t0)
+            other = calibration.cores_used(strangers(busy_before, p1, proc.pid), _since(p0, p1),
+                                           _ticks(p1), t1 - t0)
             reading = {"window_s": round(t1 - t0, 2),
                        "busy_cores": round(max(busy * cores - other, 0.0), 3),
                        "background_cores": round(other, 3),

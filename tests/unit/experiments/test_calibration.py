@@ -73,6 +73,23 @@ def test_a_busy_program_is_told_apart_from_the_run(monkeypatch):
     assert cost_bench.background() == {7}  # the benchmark's own process is never its load
 
 
+def test_a_program_the_run_did_not_start_is_not_the_run_even_if_it_starts_during_it(monkeypatch):
+    """Only the run's processes (marked, and its runner) and the kernel's threads are the run's:
+    a program started mid-run (not busy before it) is counted apart, from its first tick."""
+    monkeypatch.setattr(calibration.os, "sysconf", lambda name: 100)
+    monkeypatch.setattr(cost_bench.cleanup, "marked_processes", lambda: {20: "run", 21: "run"})
+    runner, me = 10, os.getpid()
+    before = {runner: ("python -m experiments.cli run", 0, 0), 20: ("agent", 0, 0), 21: ("agent", 0, 0),
+              2: ("", 0, 0), 30: ("sshd", 0, 0), me: ("cost_bench", 0, 0)}
+    after = {**before, runner: ("python -m experiments.cli run", 20, 0), 20: ("agent", 50, 30),
+             21: ("agent", 60, 20), 2: ("", 0, 40), 30: ("sshd", 1, 0), 40: ("mypy", 80, 0)}
+    others = cost_bench.strangers({99}, after, runner)
+    assert others == {99, 30, 40}  # the busy-before one, a daemon, the newcomer; not ksoftirqd (2)
+    # over 2 s: mypy 0.4 of a core from its start, sshd 0.005
+    assert calibration.cores_used(others, cost_bench._since(before, after), cost_bench._ticks(after),
+                                  2.0) == pytest.approx(0.405)
+
+
 def test_without_its_own_calibration_a_machine_counts_on_the_committed_reference(tmp_path):
     own, ref = tmp_path / "calibration.json", tmp_path / "cost.json"
     calibration.save({"backend": "linux", "fixed_cores": 0.5, "marginal_us_per_packet": 180.0}, ref)

@@ -130,7 +130,11 @@ def test_switch_failure_and_lossy_link(tmp_path, switch_backend):
     # lossy path; plain spraying keeps feeding it and pays in losses (which a NIC-bound flow
     # with a large window may or may not feel in goodput).
     assert mrc["goodput_fraction"] >= 0.9
-    assert spray["sender_stats"]["lost"] > 2 * mrc["sender_stats"]["lost"]
+    # How many more spraying loses varies with the backend and the rate (measured, seed 1: 67
+    # against 24 at 10 Mbit/s and 130 against 41 at 20 on kernel routers, 60 against 31 at 10
+    # on OVS). 1.5 still fails a sender that keeps feeding the lossy path as spraying does
+    # (about 1).
+    assert spray["sender_stats"]["lost"] > 1.5 * mrc["sender_stats"]["lost"]
     assert_nothing_left()
 
 

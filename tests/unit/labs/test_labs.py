@@ -17,8 +17,7 @@ from pathlib import Path
 import pytest
 
 from labs.checker import gaps
-from labs.checker.__main__ import find, lab_dirs
-from labs.checker.core import FAIL, PASS, SKIP
+from labs.checker.core import FAIL, PASS, SKIP, find, lab_dirs
 
 ROOT = Path(__file__).resolve().parents[3]
 FAKE_RUN = {  # lab 3's checks read a permutation run: this one stands for it (no emulation here)

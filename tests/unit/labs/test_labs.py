@@ -180,8 +180,8 @@ def test_lab5_expected_reactions_are_the_products() -> None:
     from endpoints.protocol.receiver import MrcReceiver
     from endpoints.protocol.replaceable import cores, reaction
     from endpoints.protocol.sender import MrcSender
-    from experiments import simclos
-    from experiments.simnet import sim_fabric
+    from experiments.sim import simclos
+    from experiments.sim.simnet import sim_fabric
     from labs.checker.student import load
 
     check = find("5")
@@ -265,7 +265,7 @@ def test_lab8_solution_reads_what_the_products_cores_send() -> None:
     from endpoints.protocol.config import TransportConfig
     from endpoints.protocol.receiver import MrcReceiver
     from endpoints.protocol.sender import MrcSender
-    from experiments.simnet import sim_fabric
+    from experiments.sim.simnet import sim_fabric
     from labs.checker.student import load
 
     parser = load(ROOT / "labs/08-mrc-on-the-wire/solution/mrc_parser.py")

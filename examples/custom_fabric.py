@@ -8,9 +8,9 @@ against that capacity.
 
 import time
 
-from experiments import fidelity
-from experiments.metrics import BIN_S, mean, series
-from experiments.testbed import Testbed
+from experiments.analysis import fidelity
+from experiments.analysis.metrics import BIN_S, mean, series
+from experiments.api.testbed import Testbed
 from topologies.model import build
 
 fabric = build(planes=2, leaves=3, spines=3, hosts_per_leaf=2, link_mbps=20)

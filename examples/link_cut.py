@@ -11,9 +11,9 @@ import argparse
 import time
 from pathlib import Path
 
-from experiments import fidelity
-from experiments.metrics import BIN_S, mean, series
-from experiments.testbed import Testbed
+from experiments.analysis import fidelity
+from experiments.analysis.metrics import BIN_S, mean, series
+from experiments.api.testbed import Testbed
 from topologies.model import build
 
 parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])

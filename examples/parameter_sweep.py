@@ -15,8 +15,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from experiments.metrics import BIN_S, mean, series  # noqa: E402
-from experiments.testbed import Testbed  # noqa: E402
+from experiments.analysis.metrics import BIN_S, mean, series  # noqa: E402
+from experiments.api.testbed import Testbed  # noqa: E402
 from topologies.model import build  # noqa: E402
 
 parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])

@@ -14,7 +14,7 @@ from endpoints.protocol.config import TransportConfig
 from endpoints.protocol.events import EvState
 from endpoints.protocol.receiver import MrcReceiver
 from endpoints.protocol.sender import MrcSender
-from experiments.simnet import Simulation, run_transfer, sim_fabric
+from experiments.sim.simnet import Simulation, run_transfer, sim_fabric
 
 parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
 parser.add_argument("--seed", type=int, default=1)

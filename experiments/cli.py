@@ -306,7 +306,7 @@ def run_options(args: argparse.Namespace):  # -> experiments.scenarios.Options
         # would not be faithful here.
         from dataclasses import replace
 
-        from experiments import calibration
+        from experiments.analysis import calibration
         from experiments.runner import faithful_link_mbps
         from topologies import switches
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from experiments import metrics
+from experiments.analysis import metrics
 from experiments.runner import Run, run_scenario
 from experiments.scenarios import SCENARIOS, Options, check, failure, schema
 from experiments.scenarios.base import DEFAULT_FABRIC
@@ -52,7 +52,7 @@ def _demo_view(run: Run, summary: dict, staging: Path) -> None:
     """What the demo adds to the link-failure scenario's summary, whose figures it keeps as they
     are: `failure` (the link and when, on each transfer's own clock), `ok`, the fidelity at a
     glance, goodput.csv and recovery.png with both curves."""
-    from experiments.plots import plot_recovery
+    from experiments.analysis.plots import plot_recovery
 
     transports = summary["transports"]
     for name, t in transports.items():

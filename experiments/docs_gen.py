@@ -18,8 +18,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from experiments.api.flows import TRANSPORTS  # the tables' columns, in the runner's order
 from experiments.demo import SCENARIO as DEMO_SCENARIO
-from experiments.flows import TRANSPORTS  # the tables' columns, in the runner's order
 from experiments.outdir import REPO
 from experiments.scenarios import SCENARIOS as REGISTRY
 from experiments.scenarios import failure, schema_reference
@@ -173,7 +173,7 @@ def parameters_table(_: dict[str, Any] | None = None) -> str:
 def cost_section(_: dict[str, Any] | None = None) -> str:
     """The whole machine's CPU per delivered data packet (experiments/reference/cost.json), and
     the link rate `--link-mbps auto` would pick with it on each scenario's default fabric."""
-    from experiments import capacity
+    from experiments.analysis import capacity
     from experiments.scenarios import Options, default_options
 
     cost = json.loads(COST_REFERENCE.read_text())

@@ -21,12 +21,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from experiments import calibration, capacity, fidelity, metrics, outdir
-from experiments.flows import ev_timeline
+from experiments import outdir
+from experiments.analysis import calibration, capacity, fidelity, metrics
+from experiments.api.flows import ev_timeline
+from experiments.api.testbed import Testbed, describe_switches
 from experiments.outdir import REPO, RESULTS
 from experiments.scenarios import schema
 from experiments.scenarios.base import Options, Record, Scenario
-from experiments.testbed import Testbed, describe_switches
 from topologies import cleanup, files, queuesampler, switches
 from topologies.model import Fabric
 
@@ -44,7 +45,7 @@ class Run:
 
 def assess_load(opts: Options, backend: str, free_cores: float | None = None) -> dict:
     """What the run asks of the switches and the agents against what `backend` carries
-    faithfully (experiments/capacity.py): this machine's calibration and `make bench` where it
+    faithfully (experiments/analysis/capacity.py): this machine's calibration and `make bench` where it
     has them, the committed reference otherwise; the agents count on `free_cores` (default:
     every core)."""
     senders = opts.scenario.kind.busy_senders(opts, Fabric(opts.fabric))
@@ -304,7 +305,7 @@ def _write(run: Run, summary: dict, staging: Path, workdir: Path) -> None:
     if summary_path_state:
         summary["path_state"] = summary_path_state
     files.write_json(staging / "summary.json", summary)
-    from experiments import ccplot, plots  # matplotlib: only when there is something to draw
+    from experiments.analysis import ccplot, plots  # matplotlib: only when there is something to draw
 
     plots.plot_scenario(staging, summary, record.curves, record.windows, timelines,
                         run.opts.scenario.headline)

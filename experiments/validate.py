@@ -43,7 +43,7 @@ def sized_for_this_machine(opts: Options) -> Options:
     capacity, which hold at any faithful rate."""
     from dataclasses import replace
 
-    from experiments import calibration
+    from experiments.analysis import calibration
     from experiments.runner import faithful_link_mbps
     from topologies import switches
 

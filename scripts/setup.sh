@@ -66,7 +66,7 @@ fi
 # `mrclab` on the PATH, as README writes every command: /usr/local/bin/mrclab runs this checkout.
 scripts/install-command.sh
 
-# This machine's own figures for what a run costs (experiments/calibration.py): measured once,
+# This machine's own figures for what a run costs (experiments/analysis/calibration.py): measured once,
 # again only when the machine or the code that sets the cost changes (about 30 s: two short
 # permutation runs). Without it, runs count on the committed per-core figures.
 .venv/bin/python -m experiments.tools.cost_bench --calibrate --if-stale \

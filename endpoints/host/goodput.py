@@ -1,6 +1,6 @@
 """The one goodput bin: bytes delivered per 10 ms of CLOCK_MONOTONIC, which every namespace
 shares, so the runner can line bins up with the faults it injects. The MRC agents and the
-TCP/MPTCP peers count with it; experiments.metrics and the simulated network read it.
+TCP/MPTCP peers count with it; experiments.analysis.metrics and the simulated network read it.
 
 >>> bins = GoodputBins()
 >>> bins.add(12.3456, 4096); bins.add(12.3499, 100); bins.add(12.351, 1)

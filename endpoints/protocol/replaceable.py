@@ -13,7 +13,7 @@ replacement meets; nothing else of the product can be replaced. Off unless a run
 
 `cores(objects)` gives the sender and receiver classes carrying the replacements out: the
 host agent (endpoints/host/overrides.py loads them from files) and the simulated Clos
-(experiments/simclos.py) use the same classes. A decision equal to MRC's runs the product's
+(experiments/sim/simclos.py) use the same classes. A decision equal to MRC's runs the product's
 own code, so a correct replacement behaves exactly as the product.
 """
 

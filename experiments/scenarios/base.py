@@ -16,10 +16,11 @@ from pathlib import Path
 
 from endpoints.host import overrides
 from endpoints.protocol.config import TransportConfig, with_overrides
-from experiments import capture, metrics
-from experiments.flows import TRANSPORTS, AgentFlow, Flow
+from experiments.analysis import metrics
+from experiments.api import capture
+from experiments.api.flows import TRANSPORTS, AgentFlow, Flow
+from experiments.api.testbed import Testbed
 from experiments.scenarios.schema import DATA_OK, Checks, Figures, Row
-from experiments.testbed import Testbed
 from topologies.model import DEFAULT_DETECT_MS, Fabric, FabricError, FabricParams, check_number
 
 # Every scenario's link rate unless one is asked for, and the demo's: what the default switch
@@ -61,7 +62,7 @@ class Kind:
 
     def busy_senders(self, opts: Options, fabric: Fabric) -> int:
         """How many hosts' worth of NICs carry data at once, each filled at the link rate: what
-        the run asks of the switches and the agents (experiments/capacity.py). One flow at a
+        the run asks of the switches and the agents (experiments/analysis/capacity.py). One flow at a
         time unless a kind says otherwise."""
         return 1
 

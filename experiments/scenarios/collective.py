@@ -8,12 +8,13 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from experiments import metrics, traffic
-from experiments.flows import BASELINE_PLANE, AgentFlow, finish
+from experiments.analysis import metrics
+from experiments.api import traffic
+from experiments.api.flows import BASELINE_PLANE, AgentFlow, finish
+from experiments.api.testbed import Testbed
 from experiments.scenarios.base import DEFAULT_LINK_MBPS, Kind, Options, Record, Scenario
 from experiments.scenarios.failure import busiest_uplink
 from experiments.scenarios.schema import DATA_OK, Figures, Row, ms
-from experiments.testbed import Testbed
 from topologies.model import Fabric, FabricError, FabricParams
 
 STEP_LIMIT_S = 15.0  # a step not done by then counts as timed out
@@ -103,7 +104,7 @@ class Collective(Kind):
         time.sleep(opts.detect_ms / 1000 + 0.3)
 
     def plot(self, folder: Path, summary: dict) -> None:
-        from experiments import plots  # matplotlib: only when there is something to draw
+        from experiments.analysis import plots  # matplotlib: only when there is something to draw
 
         plots.plot_cdf(folder / "cdf.png", summary, "ring step time (ms)",
                        lambda t: [(t.get("step_times_ms_no_fault", []), "-", "no fault"),

@@ -14,8 +14,9 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from endpoints.host.agent import SOURCE_ROUTED
-from experiments import fidelity, metrics
-from experiments.flows import finish
+from experiments.analysis import fidelity, metrics
+from experiments.api.flows import finish
+from experiments.api.testbed import Testbed
 from experiments.scenarios.base import (
     DEFAULT_LINK_MBPS,
     TAIL_S,
@@ -27,7 +28,6 @@ from experiments.scenarios.base import (
     sleep_until,
 )
 from experiments.scenarios.schema import DATA_OK, IS_TRUE, Figures, Row, at_most, num, within
-from experiments.testbed import Testbed
 from topologies.model import Fabric, FabricError, FabricParams
 
 SHARED = (0, 0)  # (plane, spine) of the path the second flow is forced onto
@@ -202,7 +202,7 @@ def read_ev_load(path: Path) -> dict[str, list[tuple[float, dict[int, int]]]]:
 def plot_ev_load(folder: Path, summary: dict) -> None:
     """ev_load.png: per transport, each flow's data per EV over time (stacked, Mbit/s); the
     shared path hatched, the force dashed."""
-    from experiments.plots import fabric_label, fidelity_stamp, plt  # matplotlib: only when drawn
+    from experiments.analysis.plots import fabric_label, fidelity_stamp, plt  # matplotlib: only when drawn
 
     labels = list(summary["transports"])
     fabric = Fabric(FabricParams.from_dict(summary["fabric"]))

@@ -30,8 +30,10 @@ from pathlib import Path
 from typing import Any
 
 from endpoints.host.agent import SOURCE_ROUTED
-from experiments import metrics, traffic
-from experiments.flows import ev_timeline, finish
+from experiments.analysis import metrics
+from experiments.api import traffic
+from experiments.api.flows import ev_timeline, finish
+from experiments.api.testbed import Testbed
 from experiments.scenarios.base import (
     TAIL_S,
     WARMUP_S,
@@ -44,7 +46,6 @@ from experiments.scenarios.base import (
     sleep_until,
 )
 from experiments.scenarios.schema import DATA_OK, Figures, Row, ms, num
-from experiments.testbed import Testbed
 from topologies.model import Fabric, FabricError, FabricParams, Route
 
 LOSSY_PLANE = 0

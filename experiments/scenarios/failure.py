@@ -20,8 +20,10 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from experiments import metrics, traffic
-from experiments.flows import BASELINE_PLANE, FlowResult, finish, planes_used
+from experiments.analysis import metrics
+from experiments.api import traffic
+from experiments.api.flows import BASELINE_PLANE, FlowResult, finish, planes_used
+from experiments.api.testbed import Testbed
 from experiments.scenarios.base import (
     DEFAULT_FABRIC,
     TAIL_S,
@@ -45,7 +47,6 @@ from experiments.scenarios.schema import (
     ms,
     num,
 )
-from experiments.testbed import Testbed
 from topologies.model import Fabric, FabricError
 
 # The default fabric (scenarios/base.py): one flow at a time over 4 planes, 4 KB payloads.
@@ -73,7 +74,7 @@ class FaultFigures(Figures, total=False):
     bytes_delivered: int
     target: str
     uplink_tx_pkts_before_fault: dict[str, int]
-    # from the agents' flows (experiments/flows.py), beside the kernel's `error`
+    # from the agents' flows (experiments/api/flows.py), beside the kernel's `error`
     messages_acked: int
     messages_completed: int
     sender_stats: dict[str, int]

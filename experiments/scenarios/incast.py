@@ -9,8 +9,10 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from experiments import fidelity, metrics, traffic
-from experiments.flows import finish, planes_used
+from experiments.analysis import fidelity, metrics
+from experiments.api import traffic
+from experiments.api.flows import finish, planes_used
+from experiments.api.testbed import Testbed
 from experiments.scenarios.base import (
     DEFAULT_LINK_MBPS,
     TAIL_S,
@@ -24,7 +26,6 @@ from experiments.scenarios.base import (
     sleep_until,
 )
 from experiments.scenarios.schema import DATA_OK, IS_TRUE, Figures, Row, at_least, at_most, num
-from experiments.testbed import Testbed
 from topologies.model import Fabric, FabricError, FabricParams
 
 SETTLE_S = 0.3  # after the incast starts: the victim's share is measured once queues have built

@@ -10,11 +10,12 @@ from pathlib import Path
 
 from endpoints.host.agent import SOURCE_ROUTED
 from endpoints.protocol import wire
-from experiments import metrics, traffic
-from experiments.flows import finish, planes_used
+from experiments.analysis import metrics
+from experiments.api import traffic
+from experiments.api.flows import finish, planes_used
+from experiments.api.testbed import AGENT_TRANSPORTS, Testbed
 from experiments.scenarios.base import DEFAULT_LINK_MBPS, TAIL_S, Kind, Options, Record, Scenario, sleep_until
 from experiments.scenarios.schema import DATA_OK, IS_TRUE, Figures, Row, at_least, at_most, num
-from experiments.testbed import AGENT_TRANSPORTS, Testbed
 from topologies.model import Fabric, FabricError, FabricParams, fair_share_mbps
 
 STEADY_FROM_S = 1.0  # every flow has started and found its rate by then
@@ -95,7 +96,7 @@ class Permutation(Kind):
         record.keep_trace(label, flows[0])
 
     def plot(self, folder: Path, summary: dict) -> None:
-        from experiments import plots  # matplotlib: only when there is something to draw
+        from experiments.analysis import plots  # matplotlib: only when there is something to draw
 
         plots.plot_cdf(folder / "cdf.png", summary, "per-flow goodput (Mbit/s)",
                        lambda t: [(t.get("flow_goodput_mbps", []), "-", "per-flow goodput")])

@@ -26,8 +26,10 @@ import random
 import time
 from dataclasses import dataclass
 
-from experiments import metrics, traffic
-from experiments.flows import finish, planes_used
+from experiments.analysis import metrics
+from experiments.api import traffic
+from experiments.api.flows import finish, planes_used
+from experiments.api.testbed import Testbed
 from experiments.scenarios.base import (
     DEFAULT_FABRIC,
     TAIL_S,
@@ -41,7 +43,6 @@ from experiments.scenarios.base import (
     sleep_until,
 )
 from experiments.scenarios.schema import DATA_OK, Figures, Row, num
-from experiments.testbed import Testbed
 from topologies.model import Fabric, FabricError, check_number
 
 SAMPLE_S = 0.2  # the paper's bandwidth samples (Fig. 9c)

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from experiments.flows import TRANSPORTS, AgentFlow
-from experiments.testbed import Testbed
+from experiments.api.flows import TRANSPORTS, AgentFlow
+from experiments.api.testbed import Testbed
 from topologies.model import Fabric
 
 

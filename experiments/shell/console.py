@@ -1,5 +1,5 @@
 """`mrclab cli`: Mininet's own CLI (a subclass of `mininet.cli.CLI`) over a running Testbed, with
-MRC commands. Every MRC command goes through the Python API (experiments/testbed.py), nothing
+MRC commands. Every MRC command goes through the Python API (experiments/api/testbed.py), nothing
 else: what the CLI can do, a script can do.
 
 Mininet's commands keep working on this fabric: `nodes`, `net`, `dump`, `links`, `intfs`,
@@ -24,13 +24,13 @@ from typing import NoReturn
 
 from mininet.cli import CLI
 
-from experiments.flows import TRANSPORTS, AgentFlow, Flow
+from experiments.api.flows import TRANSPORTS, AgentFlow, Flow
+from experiments.api.testbed import Testbed
 from experiments.outdir import RESULTS
 from experiments.shell.complete import Completion
 from experiments.shell.faultcmds import FaultCommands
 from experiments.shell.script import ScriptCommands
 from experiments.shell.text import Usage, fmt_bytes, fmt_mbps, parse_size, table
-from experiments.testbed import Testbed
 
 PROGRESS_EVERY_S = 0.25  # the foreground `send` line
 RATE_WINDOW_S = 1.0  # "rate now": bytes delivered over this last stretch
@@ -399,7 +399,7 @@ class MrcCli(ScriptCommands, FaultCommands, Completion, CLI):
             raise Usage(f"{args[0]} is already being captured (`capture stop {args[0]}` first)")
         path = Path(args[1]) if len(args) > 1 else self._results_file(f"{args[0]}.pcap")
         if len(args) == 1:
-            from experiments.capture import resolve
+            from experiments.api.capture import resolve
 
             resolve(self.fabric, args[0])  # a bad target says so before any folder is made
             path.parent.mkdir(parents=True, exist_ok=True)

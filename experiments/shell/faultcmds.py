@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from experiments.api.testbed import Testbed
 from experiments.shell.text import Usage, parse_positive, parse_probability
-from experiments.testbed import Testbed
 from topologies.model import Fabric
 
 

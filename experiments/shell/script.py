@@ -8,9 +8,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from experiments.flows import Flow
+from experiments.api.flows import Flow
+from experiments.api.testbed import Testbed
 from experiments.shell.text import Usage, parse_positive
-from experiments.testbed import Testbed
 
 MAX_SLEEP_S = 3600.0
 POLL_S = 0.25  # how often `wait` looks at the flows

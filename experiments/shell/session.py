@@ -15,7 +15,7 @@ from pathlib import Path
 
 from endpoints.host.overrides import Replacement
 from endpoints.protocol.config import TransportConfig
-from experiments.testbed import Testbed, describe_switches
+from experiments.api.testbed import Testbed, describe_switches
 from topologies import cleanup
 from topologies.model import DEFAULT_DETECT_MS, Fabric
 

@@ -36,9 +36,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from endpoints.host.control import AgentClient
-from experiments import fidelity
+from experiments.analysis import fidelity
+from experiments.api.testbed import wait_for_agents
 from experiments.outdir import REPO, RESULTS
-from experiments.testbed import wait_for_agents
 from experiments.tools.benchnet import RECEIVER, SENDER, BenchNet
 from topologies import cleanup, files
 from topologies.model import Fabric, FabricParams

@@ -11,7 +11,7 @@ packets. Physical references measured beside it: a bare Python UDP send-and-rece
 machine, and the kernel routers' packet-hops/s with the C sender where `make bench` measured it.
 
 `--calibrate`: the short form (`make setup` runs it when the cached one is stale), written to
-results/calibration.json (experiments/calibration.py) with the machine's fingerprint; the full
+results/calibration.json (experiments/analysis/calibration.py) with the machine's fingerprint; the full
 form writes results/bench/cost.json. `--profile`: one more run with each agent under cProfile,
 the top functions by own time over all agents added to the result.
 """
@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from endpoints.protocol.config import TransportConfig
-from experiments import calibration
+from experiments.analysis import calibration
 from experiments.outdir import REPO, RESULTS
 from experiments.scenarios import SCENARIOS
 from topologies import cleanup, files

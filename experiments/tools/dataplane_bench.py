@@ -42,7 +42,7 @@ from pathlib import Path
 
 from endpoints.host import netio
 from endpoints.protocol import wire
-from experiments import fidelity
+from experiments.analysis import fidelity
 from experiments.outdir import REPO
 from experiments.tools.startup_bench import SHAPES as STARTUP_SHAPES
 from topologies import cleanup, files, preflight, switches

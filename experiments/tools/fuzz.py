@@ -40,10 +40,10 @@ from pathlib import Path
 
 from endpoints.host import netio
 from endpoints.protocol import wire
-from experiments import fidelity, metrics
-from experiments.flows import AgentFlow
+from experiments.analysis import fidelity, metrics
+from experiments.api.flows import AgentFlow
+from experiments.api.testbed import Testbed
 from experiments.outdir import RESULTS
-from experiments.testbed import Testbed
 from topologies import cleanup, files, netns
 from topologies.model import Fabric, FabricParams
 

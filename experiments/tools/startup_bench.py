@@ -15,7 +15,7 @@ import platform
 import time
 from pathlib import Path
 
-from experiments.fidelity import software_versions
+from experiments.analysis.fidelity import software_versions
 from experiments.outdir import RESULTS
 from experiments.tools.check_fabric import check_fabric
 from topologies import cleanup, files

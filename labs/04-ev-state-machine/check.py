@@ -14,8 +14,8 @@ from endpoints.protocol.config import TransportConfig
 from endpoints.protocol.events import EvState
 from endpoints.protocol.evset import ASSUMED_BAD, GOOD, SKIP, EvInfo
 from endpoints.protocol.replaceable import cores
-from experiments.flows import ev_timeline
-from experiments.simnet import Simulation, run_transfer, sim_fabric
+from experiments.api.flows import ev_timeline
+from experiments.sim.simnet import Simulation, run_transfer, sim_fabric
 from labs.checker import Check, CheckFailed, Context, Lab, fabric
 from topologies.model import FabricParams, build, ev_value
 
@@ -148,7 +148,7 @@ def probes_resurrect(ctx: Context) -> str:
 
 
 def link_cut(ctx: Context) -> str:
-    # Paths like the fabric's between two hosts (experiments/simnet.py), plane 0's uplink to
+    # Paths like the fabric's between two hosts (experiments/sim/simnet.py), plane 0's uplink to
     # spine 0 down during CUT; the product's sender with the student's EV set
     # (endpoints/protocol/replaceable.py, as the agents use it), 8 messages posted at t=0.
     net = sim_fabric(planes=2, spines=2)

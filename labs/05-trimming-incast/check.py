@@ -1,6 +1,6 @@
 """Lab 5's checker: the student's reactions to a trimmed packet, one by one, then carried out by
 the product's receiver and sender in a 7:1 incast on the product's simulated Clos
-(experiments/simclos.py: switch ports that mark and trim at the data plane's thresholds, a
+(experiments/sim/simclos.py: switch ports that mark and trim at the data plane's thresholds, a
 priority class, paced NICs), with the agents' transport settings for that fabric. Last, the
 product's incast scenario in the real emulation, the student's two functions in every host
 agent."""
@@ -13,7 +13,7 @@ from endpoints.protocol import wire
 from endpoints.protocol.events import EvState
 from endpoints.protocol.evset import ASSUMED_BAD
 from endpoints.protocol.replaceable import MRC_TRIM_REACTION, cores, reaction
-from experiments import simclos
+from experiments.sim import simclos
 from labs.checker import Check, CheckFailed, Context, Lab, fabric
 from topologies.model import build
 

@@ -1,6 +1,6 @@
 """Lab 6's checker: each of NSCC's four quadrants on crafted acknowledgements, then the
 student's window rule in the product's senders on the product's simulated Clos
-(experiments/simclos.py): two flows from a small window over one marked bottleneck; once
+(experiments/sim/simclos.py): two flows from a small window over one marked bottleneck; once
 settled, the link full, the queue below the trimming threshold, nothing trimmed, equal shares.
 Last, the product's permutation scenario in the real emulation with the student's NSCC in every
 host agent: a faithful run, every flow near its fair share."""
@@ -13,8 +13,9 @@ import random
 from endpoints.protocol import wire
 from endpoints.protocol.config import TransportConfig
 from endpoints.protocol.replaceable import cores
-from experiments import metrics, simclos
-from experiments.simclos import ClosModel
+from experiments.analysis import metrics
+from experiments.sim import simclos
+from experiments.sim.simclos import ClosModel
 from labs.checker import Check, CheckFailed, Context, Lab, Skipped, fabric
 from topologies.model import FabricParams
 

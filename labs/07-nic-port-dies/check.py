@@ -17,8 +17,8 @@ from endpoints.protocol.events import EvBad, EvLoad
 from endpoints.protocol.evset import ASSUMED_BAD, EvSet
 from endpoints.protocol.portstatus import planes_of
 from endpoints.protocol.replaceable import cores
-from experiments import metrics
-from experiments.simnet import Simulation, run_transfer, sim_fabric
+from experiments.analysis import metrics
+from experiments.sim.simnet import Simulation, run_transfer, sim_fabric
 from labs.checker import Check, CheckFailed, Context, Lab, fabric
 from topologies.model import FabricParams, build
 

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from endpoints.protocol import wire
-from experiments import traffic
+from experiments.api import traffic
 from labs.checker import Check, CheckFailed, Context, Lab, pcapfile
 from topologies.model import build
 

@@ -9,45 +9,15 @@ from __future__ import annotations
 
 import argparse
 import code
-import importlib.util
 import os
 import sys
 import tempfile
 from pathlib import Path
 
-from labs.checker.core import FAIL, Lab, internal_error, report, verdict_json
+from labs.checker.core import FAIL, LABS, BadLab, find, internal_error, lab_dirs, report, verdict_json
 from labs.checker.student import StudentFileError, load
 
-LABS = Path(__file__).resolve().parent.parent
 REPO = LABS.parent
-
-
-class BadLab(Exception):
-    """No such lab: the message lists the real ones."""
-
-
-def lab_dirs() -> dict[int, Path]:
-    """{N: labs/NN-name} for every lab folder with a check.py."""
-    out = {}
-    for d in sorted(LABS.iterdir()):
-        number = d.name.split("-", 1)[0]
-        if d.is_dir() and number.isdigit() and (d / "check.py").exists():
-            out[int(number)] = d
-    return out
-
-
-def find(number: str) -> Lab:
-    labs = lab_dirs()
-    known = ", ".join(f"{n} ({d.name})" for n, d in labs.items())
-    if not number.isdigit() or int(number) not in labs:
-        raise BadLab(f"no lab {number!r}: N is a lab folder's number, one of {known}")
-    path = labs[int(number)] / "check.py"
-    spec = importlib.util.spec_from_file_location(f"lab_check_{int(number):02d}", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module.LAB
 
 
 def check(args: argparse.Namespace) -> int:

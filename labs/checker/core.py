@@ -17,6 +17,7 @@ exception and the student's own file:line, never a traceback.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import sys
 import traceback
@@ -168,3 +169,35 @@ def internal_error(exc: BaseException) -> str:
     frames = traceback.extract_tb(exc.__traceback__)
     where = f" ({Path(frames[-1].filename).name}:{frames[-1].lineno})" if frames else ""
     return f"checker error{where}: {type(exc).__name__}: {exc}"
+
+
+# Lab discovery: the labs/NN-name folders and each one's check.py, loaded as a module.
+LABS = Path(__file__).resolve().parent.parent
+
+
+class BadLab(Exception):
+    """No such lab: the message lists the real ones."""
+
+
+def lab_dirs() -> dict[int, Path]:
+    """{N: labs/NN-name} for every lab folder with a check.py."""
+    out = {}
+    for d in sorted(LABS.iterdir()):
+        number = d.name.split("-", 1)[0]
+        if d.is_dir() and number.isdigit() and (d / "check.py").exists():
+            out[int(number)] = d
+    return out
+
+
+def find(number: str) -> Lab:
+    labs = lab_dirs()
+    known = ", ".join(f"{n} ({d.name})" for n, d in labs.items())
+    if not number.isdigit() or int(number) not in labs:
+        raise BadLab(f"no lab {number!r}: N is a lab folder's number, one of {known}")
+    path = labs[int(number)] / "check.py"
+    spec = importlib.util.spec_from_file_location(f"lab_check_{int(number):02d}", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module.LAB

@@ -20,7 +20,7 @@ from labs.checker.core import CheckFailed, Context, Skipped
 from topologies.model import Fabric
 
 if TYPE_CHECKING:
-    from experiments.testbed import Testbed
+    from experiments.api.testbed import Testbed
 
 
 def testbed(ctx: Context, fabric: Fabric, **options: object) -> Testbed:
@@ -31,7 +31,7 @@ def testbed(ctx: Context, fabric: Fabric, **options: object) -> Testbed:
     if os.geteuid() != 0:
         raise CheckFailed(f"the emulation needs root: run `{rerun(ctx)}` (or --no-emulation to "
                           f"check the rest)")
-    from experiments.testbed import Testbed
+    from experiments.api.testbed import Testbed
 
     bed = Testbed(fabric, **options)  # type: ignore[arg-type]
     bed.start()

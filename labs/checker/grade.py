@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from labs.checker.core import FAIL, PASS, Check, Lab, Verdict, internal_error
+from labs.checker.core import FAIL, PASS, Check, Lab, Verdict, find, internal_error
 
 REPO = Path(__file__).resolve().parents[2]
 POLL = 0.05  # s between looks at a running submission
@@ -293,8 +293,6 @@ def child(argv: list[str]) -> int:
     parser.add_argument("--runs", type=Path, default=None)
     args = parser.parse_args(argv)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(124))  # unwinds: the emulation is closed
-    from labs.checker.__main__ import find
-
     lab = find(args.lab)
     with args.report.open("a") as f:
         def line(obj: dict[str, str]) -> None:

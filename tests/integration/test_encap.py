@@ -13,7 +13,7 @@ import time
 import pytest
 
 from endpoints.protocol import wire
-from experiments.testbed import start_agents
+from experiments.api.testbed import start_agents
 from tests.integration.helpers import assert_nothing_left
 from topologies import netns
 from topologies.emulation import Emulation

@@ -12,8 +12,8 @@ import pytest
 
 from endpoints.host.control import AgentClient, ControlError
 from endpoints.protocol.config import TransportConfig
-from experiments import testbed
-from experiments.flows import AgentFlow
+from experiments.api import testbed
+from experiments.api.flows import AgentFlow
 from tests.integration.helpers import assert_nothing_left
 from topologies import netns
 from topologies.model import build

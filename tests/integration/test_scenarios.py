@@ -61,7 +61,7 @@ def _check_traces(summary, out):
     assert set(traces["windows"]) == set(traces["qps"]) == set(summary["transports"])
     assert all(traces["qps"][label] for label in traces["qps"])
     assert (out / "cc.png").stat().st_size > 20_000
-    from experiments import ccplot
+    from experiments.analysis import ccplot
 
     for label, qps in traces["qps"].items():  # the agents' QPs are found in their traces
         if qps[0][3] in ("mrc", "spray"):

@@ -11,7 +11,7 @@ import pytest
 from endpoints.host import netio
 from endpoints.host.control import ControlError
 from endpoints.protocol import wire
-from experiments.testbed import start_agents
+from experiments.api.testbed import start_agents
 from tests.integration.helpers import assert_nothing_left
 from topologies import netns
 from topologies.emulation import Emulation

@@ -11,6 +11,6 @@ import pytest
 
 @pytest.fixture(autouse=True)
 def _every_core_free(monkeypatch: pytest.MonkeyPatch) -> None:
-    from experiments import calibration
+    from experiments.analysis import calibration
 
     monkeypatch.setattr(calibration, "free_cores", lambda window=0.0: float(os.cpu_count() or 1))

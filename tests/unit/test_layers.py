@@ -23,9 +23,9 @@ FLOORS = (("topologies/model.py", 0), ("endpoints/", 1), ("topologies/", 2), ("c
           ("experiments/", 4))
 # Pure layers: no sockets, clocks, processes or files.
 PURE = ("topologies/model.py", "endpoints/protocol/", "controller/tables.py",
-        "controller/kernel_tables.py", "controller/routing.py", "experiments/traffic.py",
-        "experiments/metrics.py", "experiments/simnet.py", "experiments/shell/text.py",
-        "experiments/capacity.py", "experiments/scenarios/schema.py",
+        "controller/kernel_tables.py", "controller/routing.py", "experiments/api/traffic.py",
+        "experiments/analysis/metrics.py", "experiments/sim/simnet.py", "experiments/shell/text.py",
+        "experiments/analysis/capacity.py", "experiments/scenarios/schema.py",
         "topologies/dataplane/reference.py", "topologies/dataplane/ports.py",
         "topologies/scale.py", "topologies/placement.py")
 IMPURE_MODULES = {"os", "socket", "time", "subprocess", "selectors", "select", "threading", "shutil",

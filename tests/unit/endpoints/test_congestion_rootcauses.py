@@ -1,5 +1,5 @@
 """Regression tests, one per root cause of issue 10's permutation and incast shortfalls, over the
-simulated Clos (experiments/simclos.py: the agents' cores on a model of the emulated fabric).
+simulated Clos (experiments/sim/simclos.py: the agents' cores on a model of the emulated fabric).
 Each runs the model with the fault (or without the fix) and as on main, so it fails if the fix
 goes, or if the model stops showing the fault. docs/experiments.md has the emulated figures."""
 
@@ -14,7 +14,7 @@ from endpoints.protocol import wire
 from endpoints.protocol.config import TransportConfig
 from endpoints.protocol.evset import SKIP, EvInfo, EvSet
 from endpoints.protocol.receiver import MrcReceiver
-from experiments.simclos import ClosModel, ecn_balance, incast, permutation
+from experiments.sim.simclos import ClosModel, ecn_balance, incast, permutation
 from topologies.model import FabricParams
 
 PERM = ClosModel()  # the permutation's former default fabric: 2 x 2 leaves x 3 spines x 3 hosts

@@ -6,7 +6,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from experiments import plots, testbed
+from experiments.analysis import plots
+from experiments.api import testbed
 from topologies.model import build
 
 ROOT = Path(__file__).resolve().parents[3]

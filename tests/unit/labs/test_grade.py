@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from labs.checker import grade, mutants
-from labs.checker.__main__ import find, main
+from labs.checker.__main__ import main
+from labs.checker.core import find
 from tests.unit.labs.test_labs import FAKE_RUN, SKELETON
 
 LIMIT = "10"  # s per check: the endless loop's cost; the real checks take well under a second

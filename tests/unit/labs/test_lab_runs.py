@@ -13,8 +13,7 @@ from pathlib import Path
 import pytest
 
 from labs.checker import fabric
-from labs.checker.__main__ import find
-from labs.checker.core import FAIL, PASS, Context
+from labs.checker.core import FAIL, PASS, Context, find
 from tests.unit.labs.test_labs import FAKE_RUN
 
 ROOT = Path(__file__).resolve().parents[3]

@@ -17,8 +17,7 @@ from pathlib import Path
 import pytest
 
 from labs.checker import gaps
-from labs.checker.__main__ import find, lab_dirs
-from labs.checker.core import FAIL, PASS, SKIP
+from labs.checker.core import FAIL, PASS, SKIP, find, lab_dirs
 
 ROOT = Path(__file__).resolve().parents[3]
 FAKE_RUN = {  # lab 3's checks read a permutation run: this one stands for it (no emulation here)
@@ -181,8 +180,8 @@ def test_lab5_expected_reactions_are_the_products() -> None:
     from endpoints.protocol.receiver import MrcReceiver
     from endpoints.protocol.replaceable import cores, reaction
     from endpoints.protocol.sender import MrcSender
-    from experiments import simclos
-    from experiments.simnet import sim_fabric
+    from experiments.sim import simclos
+    from experiments.sim.simnet import sim_fabric
     from labs.checker.student import load
 
     check = find("5")
@@ -266,7 +265,7 @@ def test_lab8_solution_reads_what_the_products_cores_send() -> None:
     from endpoints.protocol.config import TransportConfig
     from endpoints.protocol.receiver import MrcReceiver
     from endpoints.protocol.sender import MrcSender
-    from experiments.simnet import sim_fabric
+    from experiments.sim.simnet import sim_fabric
     from labs.checker.student import load
 
     parser = load(ROOT / "labs/08-mrc-on-the-wire/solution/mrc_parser.py")

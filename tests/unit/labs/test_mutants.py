@@ -10,8 +10,7 @@ from pathlib import Path
 import pytest
 
 from labs.checker import mutants
-from labs.checker.__main__ import find, lab_dirs
-from labs.checker.core import FAIL
+from labs.checker.core import FAIL, find, lab_dirs
 from tests.unit.labs.test_labs import fake_results, needs_tshark
 
 PER_TODO = 3

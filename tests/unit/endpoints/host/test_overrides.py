@@ -23,7 +23,7 @@ from endpoints.protocol.evset import EvSet
 from endpoints.protocol.receiver import MrcReceiver
 from endpoints.protocol.replaceable import MRC_TRIM_REACTION, cores
 from endpoints.protocol.sender import MrcSender
-from experiments.simnet import sim_fabric
+from experiments.sim.simnet import sim_fabric
 from topologies.model import FabricParams
 
 ROOT = Path(__file__).resolve().parents[4]
@@ -153,7 +153,7 @@ def test_an_agent_given_a_bad_replacement_stops_with_one_line(tmp_path: Path) ->
 
 
 def test_the_testbed_refuses_a_bad_replacement_before_anything_starts(tmp_path: Path) -> None:
-    from experiments.testbed import Testbed
+    from experiments.api.testbed import Testbed
     from topologies.model import build
 
     with pytest.raises(OverrideError, match="no override point 'sender'"):

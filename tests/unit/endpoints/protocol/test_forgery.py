@@ -18,7 +18,7 @@ from endpoints.protocol.evset import ASSUMED_BAD
 from endpoints.protocol.gobackn import GbnReceiver, GbnSender
 from endpoints.protocol.receiver import MrcReceiver
 from endpoints.protocol.sender import MrcSender
-from experiments.simnet import Simulation, run_transfer, sim_fabric
+from experiments.sim.simnet import Simulation, run_transfer, sim_fabric
 
 CFG = TransportConfig()
 MTU = CFG.mtu_payload

@@ -14,8 +14,8 @@ from endpoints.protocol.nicpacer import NicPacer
 from endpoints.protocol.portstatus import PortStatus, planes_of
 from endpoints.protocol.receiver import MrcReceiver
 from endpoints.protocol.sender import MrcSender
-from experiments import metrics
-from experiments.simnet import Simulation, run_transfer, sim_fabric
+from experiments.analysis import metrics
+from experiments.sim.simnet import Simulation, run_transfer, sim_fabric
 
 PLANES, SPINES, DEAD = 4, 3, 1  # the port of plane DEAD goes down
 DOWN_AT, UP_AT = 0.5, 1.2  # s

@@ -27,7 +27,7 @@ from endpoints.protocol.evset import ASSUMED_BAD, DENIED
 from endpoints.protocol.gobackn import GbnReceiver, GbnSender
 from endpoints.protocol.receiver import MrcReceiver
 from endpoints.protocol.sender import MrcSender
-from experiments.simnet import SimPath, Simulation, sim_fabric
+from experiments.sim.simnet import SimPath, Simulation, sim_fabric
 
 CFG = TransportConfig()
 MTU = CFG.mtu_payload

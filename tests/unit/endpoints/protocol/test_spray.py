@@ -6,7 +6,7 @@ import random
 from endpoints.protocol.config import TransportConfig
 from endpoints.protocol.receiver import MrcReceiver
 from endpoints.protocol.sender import MrcSender
-from experiments.simnet import Simulation, run_transfer, sim_fabric
+from experiments.sim.simnet import Simulation, run_transfer, sim_fabric
 
 
 def _run(path_state: bool):

@@ -12,7 +12,7 @@ from endpoints.protocol.evset import ASSUMED_BAD, GOOD, SKIP, EvInfo
 from endpoints.protocol.receiver import MrcReceiver, ReverseEvs
 from endpoints.protocol.sender import MrcSender
 from endpoints.protocol.wire import ts_us
-from experiments.simnet import Simulation, run_transfer, sim_fabric
+from experiments.sim.simnet import Simulation, run_transfer, sim_fabric
 
 CFG = TransportConfig()
 # 1 KB packets, pinned where a scenario's timing or packet counts were built on them.

@@ -7,7 +7,7 @@ from endpoints.protocol import wire
 from endpoints.protocol.config import TransportConfig
 from endpoints.protocol.receiver import MrcReceiver
 from endpoints.protocol.sender import MrcSender
-from experiments.simnet import sim_fabric
+from experiments.sim.simnet import sim_fabric
 
 
 @pytest.mark.parametrize("last_hop, reason, state", [

@@ -6,7 +6,7 @@ import os
 import time
 from pathlib import Path
 
-from experiments import testbed
+from experiments.api import testbed
 from experiments.shell.console import MRC_COMMANDS, MrcCli
 from topologies.model import build
 
@@ -148,7 +148,7 @@ class _Agent:
 
 
 def _finished_flow():
-    from experiments.flows import AgentFlow
+    from experiments.api.flows import AgentFlow
 
     agents = {"h0": _Agent(), "h1": _Agent()}
     flow = AgentFlow(agents, "mrc", "h0", "h1", qpn=1, number=1)

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from endpoints.protocol.config import TransportConfig
-from experiments import testbed
-from experiments.testbed import transport_overrides
+from experiments.api import testbed
+from experiments.api.testbed import transport_overrides
 from topologies.model import build
 
 
@@ -24,7 +24,7 @@ def test_the_switches_get_the_same_config_as_the_agents(tmp_path):
 def test_progress_line_says_why_auto_fell_back():
     from types import SimpleNamespace
 
-    from experiments.testbed import describe_switches
+    from experiments.api.testbed import describe_switches
 
     em = SimpleNamespace(switch_backend="ovs", datapath="user", switch_choice="asked for")
     assert describe_switches(em) == "ovs switches, user datapath"  # type: ignore[arg-type]

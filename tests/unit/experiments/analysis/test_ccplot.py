@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from experiments import ccplot
+from experiments.analysis import ccplot
 from topologies.model import FabricParams
 
 T0 = 1000.0

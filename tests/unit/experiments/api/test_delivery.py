@@ -5,7 +5,7 @@ Agents are stood in for by canned replies: no root."""
 
 from __future__ import annotations
 
-from experiments.flows import AgentFlow
+from experiments.api.flows import AgentFlow
 from experiments.scenarios import default_options
 from experiments.scenarios.failure import fault_metrics
 from topologies.model import Fabric

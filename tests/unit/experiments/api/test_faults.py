@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from experiments.faults import FaultError, FaultInjector
+from experiments.api.faults import FaultError, FaultInjector
 
 
 class Recorder:
@@ -51,7 +51,7 @@ def test_a_switch_the_backend_cannot_reach_is_a_fault_error_and_nothing_is_recor
 
 
 def test_loss_one_way_drops_only_what_the_named_end_sends():
-    from experiments.faults import loss_ends
+    from experiments.api.faults import loss_ends
     from topologies.model import FabricError
 
     assert loss_ends("p0l0", "p0l0-eth2", "p0s1", "p0s1-eth1", None) == ("p0l0-eth2", "p0s1-eth1")

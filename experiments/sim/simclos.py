@@ -1,9 +1,9 @@
-"""A whole multi-plane Clos on the simulated network (experiments/simnet.py), built from the
+"""A whole multi-plane Clos on the simulated network (experiments/sim/simnet.py), built from the
 fabric model: every host's NIC per plane (one queue shared by the host's QPs' data and its
 receivers' SACKs, as the emulated host qdisc), leaf uplinks, spine downlinks and the leaf ports
 facing hosts, with the switches' MRC rules (ECN mark, trim, strict-priority control class at the
 data plane's thresholds) and HTB's token bucket. The permutation and incast scenarios run over
-the same sans-IO cores the agents run, with the same pairs (experiments/traffic.py), in
+the same sans-IO cores the agents run, with the same pairs (experiments/api/traffic.py), in
 seconds of CPU and deterministically.
 
 Every emulator fault that misleads the congestion signals can be switched on (`ClosModel`): a
@@ -28,8 +28,8 @@ from endpoints.protocol.evset import EvInfo
 from endpoints.protocol.nicpacer import NicPacer
 from endpoints.protocol.receiver import MrcReceiver
 from endpoints.protocol.sender import MrcSender
-from experiments import traffic
-from experiments.simnet import SimLink, SimPath, Simulation
+from experiments.api import traffic
+from experiments.sim.simnet import SimLink, SimPath, Simulation
 from topologies.model import Fabric, FabricParams, build, ev_plane, fair_share_mbps
 from topologies.shaping import BURST_BYTES, HOST_QUEUE_PACKETS, SWITCH_QUEUE_PACKETS
 

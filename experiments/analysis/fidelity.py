@@ -25,7 +25,7 @@ from collections.abc import Callable
 from importlib import metadata
 from pathlib import Path
 
-from experiments import calibration, metrics
+from experiments.analysis import calibration, metrics
 from topologies import cleanup, netns
 from topologies.emulation import Emulation
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from experiments import fidelity, runner
+from experiments import runner
+from experiments.analysis import fidelity
 from experiments.demo import format_table
 from experiments.scenarios import default_options
 from experiments.scenarios.base import Record
@@ -65,7 +66,7 @@ def test_another_programs_busy_loop_counts_as_headroom_and_the_runs_own_processe
     import sys
     import time
 
-    from experiments import fidelity
+    from experiments.analysis import fidelity
     from topologies import cleanup
 
     loop = [sys.executable, "-c", "while True: pass"]

@@ -11,7 +11,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from experiments.metrics import BIN_S, series, smoothed  # noqa: E402
+from experiments.analysis.metrics import BIN_S, series, smoothed  # noqa: E402
 from topologies.model import FabricParams  # noqa: E402
 
 TRANSPORT_COLOURS = {"mrc": "#1f77b4", "roce": "#d62728", "spray": "#9467bd", "tcp": "#2ca02c",
@@ -23,7 +23,7 @@ def carry_ceiling(summary: dict, label: str) -> float:
     """What the fabric carries for the curve drawn of `label`, in Mbit/s: the run's own
     `capacity_mbps` where the scenario records one, else what the hosts' NICs carry (an incast's
     victim: one host's NICs on the planes its transport uses)."""
-    from experiments.flows import planes_used
+    from experiments.api.flows import planes_used
 
     cap = summary["transports"].get(label, {}).get("capacity_mbps")
     if isinstance(cap, dict):

@@ -9,7 +9,7 @@ packets) plus a cost per delivered data packet. The result is cached in
 core count, the kernel, the backend and a hash of the code that sets the per-packet cost; a
 cache whose fingerprint no longer matches is stale and is measured again by the next `make
 setup`. Where there is none, capacity falls back to the committed per-core figures
-(experiments/capacity.py) and says so.
+(experiments/analysis/capacity.py) and says so.
 
 `free_cores` reads /proc/stat over a short window just before a run: a core that another
 program keeps busy is not counted on (`--link-mbps auto` and the default rate look at it).

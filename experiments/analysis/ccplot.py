@@ -19,7 +19,7 @@ A panel whose signal is not in the traces says "no data" (a transport without a 
 run without the eBPF data plane, traces from before these events existed).
 
 cc.png is MRC's QPs' figure when MRC ran (else the first transport's); every other transport's
-is cc-LABEL.png (cc-roce.png, cc-tcp.png...). `python -m experiments.ccplot RESULTS [--label
+is cc-LABEL.png (cc-roce.png, cc-tcp.png...). `python -m experiments.analysis.ccplot RESULTS [--label
 mrc] [--out FILE]` redraws one label's figure.
 """
 
@@ -165,7 +165,7 @@ def _legend_or_no_data(ax, drawn: object, nothing: str, **legend: Any) -> None: 
 
 
 def plot(data: CcData, out: Path, summary: dict) -> Path:
-    from experiments.plots import fabric_label, fidelity_stamp, plt  # matplotlib, Agg backend
+    from experiments.analysis.plots import fabric_label, fidelity_stamp, plt  # matplotlib, Agg backend
 
     qps = sorted(data.qps)[:MAX_QPS]
     fig, axes = plt.subplots(8, 1, figsize=(12, 22), dpi=80, sharex=True)
@@ -339,7 +339,7 @@ def plot_run(results: Path, summary: dict) -> list[Path]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m experiments.ccplot",
+    ap = argparse.ArgumentParser(prog="python -m experiments.analysis.ccplot",
                                  description="redraw a run's congestion figure (cc.png)")
     ap.add_argument("results", type=Path, help="a run's results folder (results/NAME)")
     ap.add_argument("--label", default=None, help="a transport label of the run (default: the first)")

@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from experiments import calibration
+from experiments.analysis import calibration
 from experiments.tools import cost_bench
 
 

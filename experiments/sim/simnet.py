@@ -9,7 +9,7 @@ the fabric's. A link can also be an MRC switch port (the data plane's rules on i
 backlog: ECN mark, trim, a strict-priority control class), an HTB token bucket rather than a
 serialising wire (as the emulated links are), and can charge a trimmed header a full frame (the
 emulator before the header was re-injected). Everything random comes from one seeded
-`random.Random`. `experiments/simclos.py` builds a whole Clos from these links.
+`random.Random`. `experiments/sim/simclos.py` builds a whole Clos from these links.
 """
 
 from __future__ import annotations

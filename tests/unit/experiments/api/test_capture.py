@@ -2,7 +2,7 @@
 
 import pytest
 
-from experiments.capture import resolve
+from experiments.api.capture import resolve
 from topologies.model import FabricError, build
 
 FABRIC = build(planes=2, leaves=2, spines=2, hosts_per_leaf=1)

@@ -22,7 +22,7 @@ whatever the rate, the benchmark's `forwarding_cores`, while kernel routers forw
 agents' own softirq (already in the per-core figure). A run whose busy senders would send more
 says so too, and `--link-mbps auto` keeps under both bounds.
 
-Where this machine has a calibration of its own (experiments/calibration.py: the cost
+Where this machine has a calibration of its own (experiments/analysis/calibration.py: the cost
 benchmark's short form, `make setup`), it replaces the per-core figures for the backend it was
 measured on: the agents then cost its fixed share of a core per host NIC port plus its marginal
 CPU per data packet, and a run fits while that stays within `AUTO_CPU_SHARE` of the cores free
@@ -145,7 +145,7 @@ def assess(backend: str, params: FabricParams, busy_senders: int, mtu_payload: i
     backend nothing is known about counts as within (source "none" says so). With
     `agent_cores` (the machine's cores), the agents' bound too, on the cores the switches leave
     them: "agent_cores", "agent_data_pps_needed", "agent_data_pps_faithful", "agents_within";
-    with a `calibration` of this backend (experiments/calibration.py), the agents' bound is
+    with a `calibration` of this backend (experiments/analysis/calibration.py), the agents' bound is
     this machine's: "calibrated" True and "cores_needed", "cores_allowed"."""
     cap = capacity(backend, params, measured, reference)
     faithful = cap["packet_hops_per_s"] * FAITHFUL_SHARE

@@ -3,8 +3,8 @@ same way (FabricParams.describe), and a run that was not faithful says so on the
 
 from __future__ import annotations
 
-from experiments import plots
-from experiments.metrics import BIN_S
+from experiments.analysis import plots
+from experiments.analysis.metrics import BIN_S
 from experiments.scenarios import SCENARIOS, failure
 from topologies.model import FabricParams
 

@@ -3,7 +3,7 @@ statistics, captures and plots. The `mrclab` scenarios, the demo and the interac
 exactly this; docs/api.md documents it.
 
     from topologies.model import build
-    from experiments.testbed import Testbed
+    from experiments.api.testbed import Testbed
 
     with Testbed(build(planes=4, leaves=2, spines=2), seed=1) as bed:
         flow = bed.flow("mrc", "h0", "h2")
@@ -31,10 +31,10 @@ from endpoints.host import overrides
 from endpoints.host.control import AgentClient
 from endpoints.protocol import wire
 from endpoints.protocol.config import TransportConfig, with_overrides
-from experiments import fidelity
-from experiments.capture import Capture
-from experiments.faults import FaultInjector
-from experiments.flows import TRANSPORTS, AgentFlow, Flow, TcpFlow
+from experiments.analysis import fidelity
+from experiments.api.capture import Capture
+from experiments.api.faults import FaultInjector
+from experiments.api.flows import TRANSPORTS, AgentFlow, Flow, TcpFlow
 from experiments.outdir import REPO
 from topologies import cleanup, files, hostnet, shaping
 from topologies.cluster import make_emulation
@@ -409,7 +409,7 @@ class Testbed:
     def plot(self, path: Path | str, flows: Iterable[Flow] | None = None) -> Path:
         """A PNG of the flows so far (every flow by default): goodput over time since the
         fabric came up, the faults injected, and each MRC/spray QP's EV states."""
-        from experiments import plots  # matplotlib only when there is something to draw
+        from experiments.analysis import plots  # matplotlib only when there is something to draw
 
         chosen = list(self.flows if flows is None else flows)
         if not chosen:

@@ -11,11 +11,11 @@ from pathlib import Path
 import matplotlib.image
 import pytest
 
-from experiments import ccplot, plots
-from experiments.metrics import BIN_S
+from experiments.analysis import ccplot, plots
+from experiments.analysis.metrics import BIN_S
 from experiments.runner import _brief
 from experiments.scenarios import SCENARIOS, failure
-from tests.unit.experiments.test_ccplot import _results
+from tests.unit.experiments.analysis.test_ccplot import _results
 
 LINK_FAILURE = SCENARIOS["link-failure"]
 

@@ -1,6 +1,6 @@
 import pytest
 
-from experiments import metrics
+from experiments.analysis import metrics
 
 
 def test_series_converts_bytes_per_bin_to_mbps():
@@ -41,7 +41,7 @@ def test_smoothed_is_forward_mean():
 
 
 def test_steady_width_widens_only_for_bursty_deliveries():
-    from experiments.metrics import steady_width
+    from experiments.analysis.metrics import steady_width
 
     smooth_flow = [10.0] * 300
     assert steady_width(smooth_flow, 0, 300, 9.0) == 5

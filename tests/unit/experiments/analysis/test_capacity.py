@@ -1,4 +1,4 @@
-"""experiments/capacity.py: what a run asks of the switches against what its backend carries."""
+"""experiments/analysis/capacity.py: what a run asks of the switches against what its backend carries."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import json
 import pytest
 
 from endpoints.protocol import wire
-from experiments import capacity
+from experiments.analysis import capacity
 from topologies.model import FabricParams
 
 SMALL = FabricParams(planes=4, leaves=4, spines=2, hosts_per_leaf=4, link_mbps=100000.0)
@@ -117,7 +117,8 @@ def test_each_kind_counts_its_busy_senders(measured):
 def test_link_mbps_auto_picks_the_fastest_faithful_rate(measured, monkeypatch, free):
     """With the cores this machine has free when the run starts (not the machine's load while
     the test runs: another program may keep a core busy)."""
-    from experiments import calibration, cli, runner
+    from experiments import cli, runner
+    from experiments.analysis import calibration
     from topologies import switches
 
     monkeypatch.setattr(switches, "resolve", lambda requested="auto": "ovs")

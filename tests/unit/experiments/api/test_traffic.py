@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from experiments import traffic
+from experiments.api import traffic
 from topologies.model import build
 
 

@@ -55,7 +55,9 @@ def fidelity_line(summary: dict) -> str:
         low = f"CPU idle 10th percentile {min(idles)}% or more" if idles else "CPU idle not sampled"
         warn = fid.get("warnings") or []
         return f"fidelity: faithful ({low})" + ("; warning: " + "; ".join(warn) if warn else "")
-    return "fidelity: NOT FAITHFUL: " + "; ".join(fid["problems"])
+    disturbed = fid.get("disturbed") or []
+    return "fidelity: NOT FAITHFUL: " + "; ".join(fid["problems"]) + \
+        ("; the machine was disturbed: " + "; ".join(disturbed) if disturbed else "")
 
 
 def format_summary(summary: dict, out: Path) -> str:

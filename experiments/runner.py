@@ -212,6 +212,7 @@ def _fidelity(opts: Options, record: Record, cpu: fidelity.CpuSampler, datapath:
                         f"{controller_died['transport'] or 'the run'}: the baseline's routing "
                         f"plane stopped reacting (see traces/controller.log)")
     warnings: list[str] = []  # at the edge: the links still kept their rate
+    disturbed: list[str] = []  # the machine under the run lost CPU to its host (steal)
     per_transport = {}
     for transport, (t0, t1) in record.windows.items():
         idle, headroom = cpu.low_idle(t0, t1), cpu.low_headroom(t0, t1)
@@ -228,6 +229,13 @@ def _fidelity(opts: Options, record: Record, cpu: fidelity.CpuSampler, datapath:
                             f"switches, not the links, may set the pace")
         if rate is not None:
             entry["link_mbps_achieved"] = rate
+        steal = cpu.steal(t0, t1)
+        if steal is not None:
+            entry.update({"cpu_steal_mean_pct": steal[0], "cpu_steal_max_pct": steal[1]})
+            if steal[1] >= fidelity.STEAL_DISTURBED_PCT:
+                disturbed.append(f"{transport}: the hypervisor took up to {steal[1]}% of the VM's CPU "
+                                 f"in a {cpu.interval:g} s window (steal, {steal[0]}% on average; "
+                                 f">= {fidelity.STEAL_DISTURBED_PCT:g}%)")
         per_transport[transport] = entry
         if idle is not None and idle < fidelity.CPU_IDLE_FLOOR_PCT:
             what = "CPU idle (with what other programs' busy processes took)" if cpu.background \
@@ -242,7 +250,8 @@ def _fidelity(opts: Options, record: Record, cpu: fidelity.CpuSampler, datapath:
         problems.append(f"net.core.wmem_default is {wmem}: OVS's packet socket drops frames silently "
                         f"when queues build (the ovs backend could not raise it)")
     return {"link_mbps_configured": opts.fabric.link_mbps, "per_transport": per_transport,
-            "faithful": not problems, "problems": problems, "warnings": warnings}
+            "faithful": not problems, "problems": problems, "warnings": warnings,
+            "disturbed": disturbed}
 
 
 def _summarise(run: Run, info: dict) -> dict:

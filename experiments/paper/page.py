@@ -150,7 +150,8 @@ def settle(figure: Figure, folder: Path) -> dict[str, Any]:
     summaries = [s for _, _, s in runs]
     out["runs"] = [{"scenario": r.scenario, "label": r.label, "folder": p.name, "fabric": s["fabric"],
                     "seed": s.get("seed"), "switch_backend": s.get("switch_backend"),
-                    "faithful": s["fidelity"]["faithful"], "problems": s["fidelity"]["problems"]}
+                    "faithful": s["fidelity"]["faithful"], "problems": s["fidelity"]["problems"],
+                    "disturbed": s["fidelity"].get("disturbed", [])}
                    for r, p, s in runs]
     assert figure.judge is not None
     try:

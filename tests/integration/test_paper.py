@@ -17,24 +17,41 @@ from experiments.paper.figures import FIGURES, STEADY_FRACTION, t0_expected
 from experiments.scenarios.evloss import CATEGORIES as EV_STATES
 from experiments.scenarios.evloss import FABRIC as EV_FABRIC
 from tests.conftest import require_backend_or_skip
-from tests.integration.helpers import REPO, assert_nothing_left
+from tests.integration.helpers import REPO, again_if_disturbed, assert_nothing_left
 
 pytestmark = pytest.mark.usefixtures("emulation_ready")
 
 SHOWN = ("fig9c", "fig11", "fig18", "fig20")
 
 
-def test_the_papers_figures_in_their_quick_form(tmp_path):
-    require_backend_or_skip("linux")
-    out = tmp_path / "paper"
-    done = subprocess.run([sys.executable, "-m", "experiments.cli", "paper", "--quick", *SHOWN,
+def _paper(out, *keys):
+    done = subprocess.run([sys.executable, "-m", "experiments.cli", "paper", "--quick", *keys,
                            "--out", str(out), "--", "--switch", "linux"],
                           cwd=REPO, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    return done
+
+
+def _figure(out, key):
+    """A figure's summary; a figure whose run was not faithful while the machine was disturbed
+    runs once more on its own (helpers.again_if_disturbed)."""
+    s = json.loads((out / key / "summary.json").read_text())
+    for r in s["runs"]:
+        fid = {"faithful": r["faithful"], "problems": r["problems"], "disturbed": r.get("disturbed")}
+        if again_if_disturbed(fid, 1):
+            _paper(out.parent / f"{key}-again", key)
+            return json.loads((out.parent / f"{key}-again" / key / "summary.json").read_text())
+    return s
+
+
+def test_the_papers_figures_in_their_quick_form(tmp_path):
+    require_backend_or_skip("linux")
+    out = tmp_path / "paper"
+    done = _paper(out, *SHOWN)
     progress = [line for line in done.stdout.splitlines() if line.startswith("=== [")]
     assert len(progress) == sum(len(next(f for f in FIGURES if f.key == k).runs) for k in SHOWN)
     for key in SHOWN:
-        s = json.loads((out / key / "summary.json").read_text())
+        s = _figure(out, key)
         # A run that was not faithful measured the VM: that is the fault this test reports.
         assert all(r["faithful"] for r in s["runs"]), (key, [r["problems"] for r in s["runs"]])
         assert s["verdict"] == page.REPRODUCED, (key, s["measured"])

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from tests.integration.helpers import REPO, assert_nothing_left
+from tests.integration.helpers import REPO, again_if_disturbed, assert_nothing_left
 
 pytestmark = pytest.mark.usefixtures("emulation_ready")
 
@@ -21,12 +21,15 @@ VICTIM_MIN, CROWD_MIN, BENCHED_MAX, TIMEOUTS_MAX = 0.9, 0.85, 2, 5
 
 
 def _run(tmp_path, name, backend, *args, timeout=400):
-    out = tmp_path / name
-    argv = [sys.executable, "-m", "experiments.cli", "run", name, "--out", str(out),
-            "--switch", backend, *args]
-    proc = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=timeout)
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-    summary = json.loads((out / "summary.json").read_text())
+    for attempt in (1, 2):
+        out = tmp_path / (name if attempt == 1 else f"{name}-again")
+        argv = [sys.executable, "-m", "experiments.cli", "run", name, "--out", str(out),
+                "--switch", backend, *args]
+        proc = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=timeout)
+        assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+        summary = json.loads((out / "summary.json").read_text())
+        if not again_if_disturbed(summary["fidelity"], attempt):
+            break
     _assert_faithful(summary)
     assert (out / "goodput.png").stat().st_size > 10_000
     header = (out / "timeseries.csv").read_text().splitlines()[0]

@@ -47,6 +47,40 @@ def test_the_floor_is_stated_and_mptcp_has_its_own():
     assert fidelity.link_problem("mrc", None, 20.0) is None  # not measured
 
 
+def _stolen(peak: float) -> fidelity.CpuSampler:
+    cpu = _cpu(35.0)
+    cpu.steal_samples = [(t / 4, peak if t == 20 else 1.0) for t in range(40)]
+    return cpu
+
+
+def test_steal_is_recorded_and_names_a_disturbed_run_without_changing_its_verdict():
+    """The hypervisor taking the VM's CPU is the machine's doing, not the run's: it is named
+    (a test may run such a run again), and the verdict stays what the figures say."""
+    opts = default_options("link-failure")
+    peak = fidelity.STEAL_DISTURBED_PCT + 5
+    for rates, faithful in (({"mrc": 18.6}, False), ({"mrc": 19.9}, True)):
+        record = Record(windows={"mrc": (0.0, 10.0)}, link_rates=rates)
+        fid = runner._fidelity(opts, record, _stolen(peak), datapath="kernel")
+        assert fid["faithful"] is faithful
+        (why,) = fid["disturbed"]
+        assert why.startswith(f"mrc: the hypervisor took up to {peak}% of the VM's CPU")
+        entry = fid["per_transport"]["mrc"]
+        assert entry["cpu_steal_max_pct"] == peak and 1.0 < entry["cpu_steal_mean_pct"] < 2.0
+    record = Record(windows={"mrc": (0.0, 10.0)}, link_rates={"mrc": 18.6})
+    below = runner._fidelity(opts, record, _stolen(fidelity.STEAL_DISTURBED_PCT - 0.5), datapath="kernel")
+    assert below["disturbed"] == [] and below["faithful"] is False
+    from experiments.report import fidelity_line
+
+    line = fidelity_line({"fidelity": runner._fidelity(opts, record, _stolen(peak), datapath="kernel")})
+    assert line.startswith("fidelity: NOT FAITHFUL: mrc: the receiver's plane-0 link carried 18.6")
+    assert "; the machine was disturbed: mrc: the hypervisor took" in line
+
+
+def test_the_sampler_reads_steal_from_proc_stat():
+    idle, steal, total = fidelity._cpu_times()
+    assert 0 <= steal <= total and 0 < idle <= total
+
+
 def test_the_demo_says_not_faithful_and_why():
     fid = _verdict({"roce": 19.5, "mrc": 17.41})
     fid.update(cpu_idle_min_pct=27.9, cpu_idle_p10_pct=35.6, link_mbps_achieved=17.41, warnings=[])

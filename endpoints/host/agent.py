@@ -87,6 +87,28 @@ HOST_SAMPLE_S = 0.020
 # Until the departure is read from the kernel rather than modelled, the agents run unbatched.
 NIC_REFILL_FRAMES = 0.0
 RX_HOLDOFF_FRAMES = 0.0
+# Lazy pacer wake-ups (unlike the batching above, the host queue stays within DEPTH_FRAMES and
+# frames keep their hand-over timestamps): a sender waiting for a busy port is woken only when
+# the port has this much left to send, not as soon as it could take one more frame. Any wake-up
+# in between (a datagram arriving, another timer) still fills every port that is ready, and a
+# timer wake-up finds both planes ready and fills each with two frames: about one pacing
+# wake-up per two frame times instead of one per frame and port (below half a frame left, the
+# ready test takes two; 0.45: the encapsulation's header makes a frame charged a little more
+# than one). The margin must cover how late the loop may wake: epoll rounds a timeout up to a
+# whole millisecond, so at least NIC_WAKE_MIN_S; above DEPTH_FRAMES' worth (fast links) the
+# pacer wakes as soon as it can, as before. Setting `nic_lazy_wake` false: the eager wake-ups.
+NIC_WAKE_FRAMES = 0.45  # frames a port still holds when its waiting sender is woken
+NIC_WAKE_MIN_S = 0.0015  # ... and at least this long: epoll's 1 ms rounding plus scheduling
+
+
+def pacer_wake_lag(frame_s: float) -> float:
+    """Frames a busy port drains below its ready threshold before a waiting sender is woken
+    (NicPacer's `refill`), for frames of `frame_s` seconds: DEPTH_FRAMES less the wake margin.
+
+    >>> round(pacer_wake_lag(0.0068), 2), round(pacer_wake_lag(0.0017), 2), pacer_wake_lag(0.0005)
+    (1.05, 0.62, 0.0)
+    """
+    return max(DEPTH_FRAMES - max(NIC_WAKE_FRAMES, NIC_WAKE_MIN_S / frame_s), 0.0)
 
 
 @dataclass
@@ -153,8 +175,11 @@ class Agent:
         # with every frame; the go-back-N baseline's are 40 bytes shorter, a 1% overcharge).
         frame = wire.frame_bytes(self.config.mtu_payload)
         refill = float(settings.get("nic_refill_frames", NIC_REFILL_FRAMES))
+        lag = pacer_wake_lag(self.config.frame_time(params.link_mbps)) \
+            if settings.get("nic_lazy_wake", True) else 0.0
         self.pacer = NicPacer(params.planes, params.link_mbps * 1e6, frame, extra_bytes=wire.IPV6_HDR,
-                              depth=DEPTH_FRAMES + refill, refill=refill, stamp_departure=refill > 0) \
+                              depth=DEPTH_FRAMES + refill, refill=refill + lag,
+                              stamp_departure=refill > 0) \
             if settings.get("nic_pacing", True) else None
         # (NICs not shaped: datagrams come as fast as the peers send, and resting would only
         # cap the rate.)
@@ -196,6 +221,10 @@ class Agent:
             self._qreader = None  # no such interfaces here (a unit test): the model alone
         self._next_host_sample = 0.0
         self._loop_lag = 0.0
+        # Wake-ups, the cost that matters on a VM (docs/experiments.md, "What a run costs"):
+        # loop turns, those the receive socket woke, datagrams taken and sent; cumulative, in
+        # every `host` trace sample and in agent_stats.
+        self.wakes = self.rx_wakes = self.rx_dgrams = self.tx_dgrams = 0
 
     # ----- path tables from the model -------------------------------------------------------
     def peer_paths(self, peer: str, transport: str, plane: int) -> PeerPaths:
@@ -283,7 +312,8 @@ class Agent:
                     "send_dropped": self.tx.dropped, "send_errors": dict(self.tx.errors),
                     "qps": sorted(self.qps),
                     "kernel_checksum_paths": sum(p.sock is not None for p in self.tx.paths.values()),
-                    "raw_paths": sum(p.sock is None for p in self.tx.paths.values())}
+                    "raw_paths": sum(p.sock is None for p in self.tx.paths.values()),
+                    "loop": self._loop_counts()}
         if cmd == "shutdown":
             self.running = False
             return {}
@@ -435,6 +465,7 @@ class Agent:
         pacer, now = self.pacer, time.monotonic()
         data_max, overhead = wire.DATA_OPCODE_MAX, wire.FRAME_OVERHEAD
         paced = qp.transport != "roce"  # the MRC sender charged its own data packets
+        self.tx_dgrams += len(items)
         for ev, payload in items:
             control = payload[0] > data_max
             key = (ev, control)
@@ -567,17 +598,22 @@ class Agent:
                     key.data(key)
                 now = monotonic()
                 taken = receive(now)
+                self.rx_dgrams += taken
                 # Rest again after a partial burst; nothing came, or a full burst: no rest.
                 resting_until = now + holdoff if 0 < taken < RECV_BURST else 0.0
             else:
                 for fd, _ in self._wait.poll(timeout):  # rounded up to whole ms, as selectors does
                     if fd == rx:
                         now = monotonic()
-                        if 0 < receive(now) < RECV_BURST and holdoff:  # (0: never rests)
+                        taken = receive(now)
+                        self.rx_wakes += 1
+                        self.rx_dgrams += taken
+                        if 0 < taken < RECV_BURST and holdoff:  # (0: never rests)
                             resting_until = now + holdoff
                     else:
                         for key, _ in self.selector.select(0):
                             key.data(key)
+            self.wakes += 1
             if backlogged:
                 self.backlog.flush()
             now = time.monotonic()
@@ -605,8 +641,13 @@ class Agent:
         if self.trace is not None:
             self.trace.write(_json_line({"qpn": None, "event": "host", "t": now, "nics": nics,
                                          "backlog": len(self.backlog),
-                                         "loop_lag": round(self._loop_lag, 6)}))
+                                         "loop_lag": round(self._loop_lag, 6),
+                                         "loop": self._loop_counts()}))
         self._loop_lag = 0.0
+
+    def _loop_counts(self) -> dict[str, int]:
+        return {"wakes": self.wakes, "rx_wakes": self.rx_wakes, "rx_dgrams": self.rx_dgrams,
+                "tx_dgrams": self.tx_dgrams}
 
     def close(self) -> None:
         if self._qreader is not None:

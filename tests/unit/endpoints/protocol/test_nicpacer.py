@@ -90,3 +90,32 @@ def test_a_sender_on_a_stamping_pacer_measures_no_host_queue():
     assert gaps[0] >= FRAME_S * 0.95
     ts = sorted(wire.decode(payload).tsval for _, payload in sent)
     assert ts == [wire.ts_us(t) for t in stamps]
+
+
+def test_a_lazily_woken_sender_fills_each_port_with_two_frames_and_no_deeper_queue():
+    # The agents' lazy wake-ups (endpoints/host/agent.py, pacer_wake_lag): the depth unchanged,
+    # the sender woken only when a port has less than half a frame left.
+    from endpoints.host.agent import pacer_wake_lag
+    lag = pacer_wake_lag(FRAME_S)
+    pacer = NicPacer(2, RATE, FRAME, refill=lag, extra_bytes=wire.IPV6_HDR)
+    eager = NicPacer(2, RATE, FRAME, extra_bytes=wire.IPV6_HDR)
+    evs = [EvInfo((p + 1) << 16 | 0xC000 + i, p) for p in range(2) for i in range(2)]
+    snd = MrcSender(1, 2, evs, TransportConfig(init_cwnd_pkts=64), 1, pacer=pacer)  # NIC-bound
+    snd.send_message(bytes(1 << 20), 0.0)
+    assert len(snd.poll(0.0)) == 4
+    charged_s = (FRAME + wire.IPV6_HDR) * 8 / RATE  # a frame and the encapsulation's header
+    eager.charge(0, FRAME, 0.0)
+    eager.charge(0, FRAME, 0.0)
+    wait = snd.next_deadline()
+    assert wait is not None and wait > eager.next_ready(0.0) + 0.9 * FRAME_S  # a frame later
+    for _ in range(3):  # each timer wake-up: two frames per port, then a wait as long again
+        assert wait is not None
+        sent = snd.poll(wait)
+        assert sorted(ev >> 16 for ev, _ in sent) == [1, 1, 2, 2]
+        # what a port then holds: never more than the eager pacer's deepest (depth + a frame)
+        assert all(b - wait <= (DEPTH_FRAMES + 1.05) * FRAME_S for b in pacer.busy_until)
+        following = snd.next_deadline()
+        assert following is not None and abs(following - wait - 2 * charged_s) < 1e-9
+        wait = following
+    # A wake-up for another reason in between still fills a port that is ready.
+    assert snd.poll(wait - 0.8 * FRAME_S) != []

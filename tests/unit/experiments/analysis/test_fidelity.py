@@ -90,6 +90,12 @@ def test_the_demo_says_not_faithful_and_why():
                "routing": {"detect_ms": 900.0}, "fidelity": fid}
     text = format_table(summary, Path("results/demo"))
     assert "link 17.41/20.0 Mbit/s  NOT FAITHFUL: mrc: the receiver's plane-0 link carried 17.41" in text
+    assert "disturbed" not in text
+    fid["disturbed"] = ["mrc: the hypervisor took up to 30.0% of the VM's CPU"]
+    text = format_table(summary, Path("results/demo"))
+    assert text.endswith("17.41 of 20 Mbit/s (87%, below the 95% a full link carries in a faithful run)"
+                         "  disturbed: mrc: the hypervisor took up to 30.0% of the VM's CPU\n"
+                         "results: results/demo/summary.json, results/demo/recovery.png")
 
 
 def test_another_programs_busy_loop_counts_as_headroom_and_the_runs_own_processes_do_not():

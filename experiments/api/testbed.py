@@ -168,7 +168,8 @@ class Testbed:
         self.em = make_emulation(fabric, self.workdir, tuple(servers), datapath=datapath,
                                  detect_ms=detect_ms, dataplane_mode=dataplane,
                                  transport=self.transport, switch=switch)
-        self.cpu = fidelity.CpuSampler(forwarding_pids=self.em.forwarding_pids)
+        self.cpu = fidelity.CpuSampler(forwarding_pids=self.em.forwarding_pids,
+                                       remote=self._remote_cpu_commands)
         self.faults = FaultInjector(self.em)
         self.agents: dict[str, AgentClient] = {}
         self.flows: list[Flow] = []  # every flow opened, in order; flow N is flows[N - 1]
@@ -249,6 +250,10 @@ class Testbed:
     def net(self):  # -> mininet.net.Mininet
         """The Mininet network: `bed.net["h0"].cmd("ip -6 addr")`, Mininet's own CLI."""
         return self.em.net
+
+    def _remote_cpu_commands(self) -> dict[str, list[str]]:
+        """The other machines whose CPU the fidelity verdict reads (a split fabric's servers)."""
+        return self.em.switches.remote_cpu_commands() if self.em.switches is not None else {}
 
     def _show_baseline_addresses(self) -> None:
         """Mininet's hosts report each NIC's baseline IPv6 address (they have no IPv4), so

@@ -5,9 +5,10 @@ baseline) QPs over real sockets around the sans-IO cores.
 drives it through a Unix socket speaking JSON lines (endpoints/host/control.py); the commands
 are endpoints/host/commands.py, the loop that moves the datagrams endpoints/host/dataloop.py.
 
-Paths come from the fabric model, like everything else: the EVs of a QP to peer P are the
-model's paths from this host to P (endpoints/host/paths.py). Acknowledgements go back over this
-host's own paths to the sender.
+Paths come from the fabric model, like everything else, but as data: the testbed computes this
+host's path table from the model (topologies/pathtables.py) and hands it over in the settings
+(`paths`); the EVs of a QP to peer P are the model's paths from this host to P
+(endpoints/host/paths.py). Acknowledgements go back over this host's own paths to the sender.
 """
 
 from __future__ import annotations
@@ -27,7 +28,6 @@ from endpoints.host.paths import PathTable
 from endpoints.host.ports import PortWatch
 from endpoints.protocol.config import TransportConfig
 from endpoints.protocol.replaceable import cores
-from topologies.model import Fabric, FabricParams
 
 
 class Agent:
@@ -39,16 +39,15 @@ class Agent:
         # a bad file stops the agent with one line and nothing to clean up.
         replacements = replacements_from.from_settings(settings.get("replace"))
         classes = cores(replacements_from.load(replacements))
-        fabric = Fabric(FabricParams.from_dict(settings["fabric"]))
-        self.paths = PathTable(fabric, settings["host"])
+        self.paths = PathTable(settings["paths"])
         self.name = self.paths.name
         overrides = dict(settings.get("transport", {}))
         # What follows from the fabric (RTT target, window ceiling, loss-timer floor, SACK timer)
         # unless the run sets it; `ecn_fabric`: whether the switches mark (the runner says).
-        params = fabric.params
+        paths = self.paths
         config = TransportConfig(**overrides).for_fabric(
-            params.link_mbps, params.planes, ecn=bool(settings.get("ecn_fabric", True)), keep=overrides)
-        self.loop = DataLoop(settings, config, params.link_mbps, params.planes, self.paths.nics)
+            paths.link_mbps, paths.planes, ecn=bool(settings.get("ecn_fabric", True)), keep=overrides)
+        self.loop = DataLoop(settings, config, paths.link_mbps, paths.planes, paths.nics)
         loop = self.loop
         # The NIC ports' state from the kernel, told to every core (endpoints/host/ports.py).
         ports = PortWatch(self.paths.nics, loop.selector, lambda: [qp.core for qp in loop.qps.values()])

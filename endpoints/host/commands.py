@@ -22,6 +22,7 @@ from endpoints.host.dataloop import DataLoop, Qp
 from endpoints.host.goodput import BIN_S
 from endpoints.host.paths import TRANSPORTS, PathTable
 from endpoints.host.ports import PortWatch
+from endpoints.numbercheck import check_number
 from endpoints.protocol import wire
 from endpoints.protocol.config import TransportConfig, with_overrides
 from endpoints.protocol.core import Core, ReceiverCore, SenderCore
@@ -29,7 +30,6 @@ from endpoints.protocol.evset import DENIED
 from endpoints.protocol.gobackn import GbnReceiver, GbnSender
 from endpoints.protocol.receiver import MrcReceiver
 from endpoints.protocol.sender import MrcSender
-from topologies.model import FabricError, check_number
 
 MAX_TRANSFER = 1 << 40  # bytes of one sized transfer (`stream` with total_bytes)
 MAX_SECONDS = 86_400.0  # a stream's length
@@ -247,10 +247,7 @@ MAX_SEED = 2**63 - 1
 
 def _number(req: dict, name: str, lo: float, hi: float, real: bool = False,
             default: object = None) -> Any:
-    """Field `name` of a request through the one validator (topologies.model.check_number):
-    a whole number in [lo, hi], or with `real` a finite number in (lo, hi]."""
-    value = req.get(name, default)
-    try:
-        return check_number(name, value, lo, hi, integral=not real, lo_open=real)
-    except FabricError as exc:
-        raise ControlError(str(exc)) from None
+    """Field `name` of a request through the one validator (endpoints/numbercheck.py): a whole
+    number in [lo, hi], or with `real` a finite number in (lo, hi]."""
+    return check_number(name, req.get(name, default), lo, hi, integral=not real, lo_open=real,
+                        error=ControlError)

@@ -47,7 +47,6 @@ from endpoints.protocol.config import TransportConfig
 from endpoints.protocol.core import Core, ReceiverCore, SenderCore
 from endpoints.protocol.events import as_record
 from endpoints.protocol.nicpacer import DEPTH_FRAMES, NicPacer
-from topologies.model import ev_plane
 
 # Datagrams drained per wake-up before timers and transmits get a turn: small enough that the
 # receiver's SACK cadence (sack_every) survives a busy moment, large enough to amortise epoll.
@@ -204,7 +203,7 @@ class DataLoop:
 
     # ----- data path ------------------------------------------------------------------------
     def _transmit(self, qp: Qp, items: list[tuple[int, bytes]]) -> None:
-        paths = qp.paths.tx
+        paths, planes = qp.paths.tx, qp.paths.plane
         send = self.backlog.send  # NIC backpressure is queued per path, not lost
         log = self.packet_log > 0
         pacer, now = self.pacer, time.monotonic()
@@ -223,7 +222,7 @@ class DataLoop:
                                                  mark=ev if qp.paths.encap else 0,
                                                  priority=self.control_priority if control else 0)
             if pacer is not None and (control or not paced):
-                pacer.charge(ev_plane(ev), len(payload) + overhead, now)
+                pacer.charge(planes[ev], len(payload) + overhead, now)
             send(path, payload)
             if log:
                 self._log_packet("tx", qp.qpn, ev, payload, None)

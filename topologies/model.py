@@ -35,6 +35,8 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
+from endpoints import numbercheck
+
 USID_BLOCK = 0xFCBB_BB00  # 32-bit locator block, fcbb:bb00::/32
 BASELINE_PREFIX = 0xFD00  # fd00::/16, destination-routed addresses for the ECMP baseline
 ROLE_LEAF, ROLE_SPINE, ROLE_HOST = 1, 2, 3
@@ -63,10 +65,9 @@ class FabricError(ValueError):
 
 def check_number(name: str, value: object, lo: float, hi: float, *, integral: bool = False,
                  lo_open: bool = False) -> Any:
-    """`value` if it is a finite number in [lo, hi] (`lo_open`: (lo, hi]), and a whole number
-    (an int, not a float) when `integral`; FabricError naming `name` and the range otherwise.
-    The one validator of numbers: scenario options, fabric parameters, the agents' control
-    requests all go through it, so inf, nan, 1e400 and bools are refused the same way.
+    """The one validator of numbers (endpoints/numbercheck.py), raising FabricError: `value` if
+    it is a finite number in [lo, hi] (`lo_open`: (lo, hi]), and a whole number (an int, not a
+    float) when `integral`.
 
     >>> check_number("--steps", 20, 2, 1000, integral=True)
     20
@@ -75,15 +76,8 @@ def check_number(name: str, value: object, lo: float, hi: float, *, integral: bo
     ...
     topologies.model.FabricError: --duration must be a finite number in (0, 3600], got inf
     """
-    kind = "a whole number" if integral else "a finite number"
-    bounds = f"{'(' if lo_open else '['}{lo:g}, {hi:g}]"
-    ok = isinstance(value, int) if integral else isinstance(value, (int, float))
-    if ok and not isinstance(value, bool):
-        number: Any = value  # ints compare exactly with the float bounds, however large
-        if number == number and (lo < number if lo_open else lo <= number) and number <= hi:
-            return value
-    shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
-    raise FabricError(f"{name} must be {kind} in {bounds}, got {shown}")
+    return numbercheck.check_number(name, value, lo, hi, integral=integral, lo_open=lo_open,
+                                    error=FabricError)
 
 
 @dataclass(frozen=True)

@@ -40,6 +40,7 @@ from topologies import cleanup, files, hostnet, shaping
 from topologies.cluster import make_emulation
 from topologies.emulation import Emulation
 from topologies.model import DEFAULT_DETECT_MS, Fabric, FabricError, Route
+from topologies.pathtables import agent_paths
 from topologies.preflight import EmulationError
 
 AGENT_TRANSPORTS = frozenset({"mrc", "roce", "spray"})  # run by the host agents
@@ -68,7 +69,8 @@ def start_agents(em: Emulation, hosts: Iterable[str], workdir: Path, seed: int,
                  transport: dict | None = None, packet_log: int = 0,
                  procs: dict[str, subprocess.Popen] | None = None,
                  replace: Iterable[overrides.Replacement] = ()) -> dict[str, AgentClient]:
-    """One agent process per host (`python -m endpoints.host.agent`), connected to.
+    """One agent process per host (`python -m endpoints.host.agent`), connected to; each is
+    handed its host's path table from the model (topologies/pathtables.py) in its settings.
     `packet_log`: each agent logs the first N datagrams it sends and receives in its trace;
     each process is put in `procs` (by host) when given. `replace`: code in the product's
     place at named override points (endpoints/host/overrides.py), in every agent; each agent
@@ -77,7 +79,7 @@ def start_agents(em: Emulation, hosts: Iterable[str], workdir: Path, seed: int,
     replace = overrides.check(replace)
     for host in hosts:
         control = str(workdir / f"{host}.sock")
-        settings = {"host": host, "fabric": em.fabric.params.as_dict(), "control": control,
+        settings = {"paths": agent_paths(em.fabric, host), "control": control,
                     "trace": str(workdir / f"{host}-trace.jsonl"), "seed": seed,
                     "transport": transport or {}, "packet_log": packet_log, **fabric_settings(em)}
         if replace:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from endpoints.host.agent import SOURCE_ROUTED
+from endpoints.host.paths import SOURCE_ROUTED
 from endpoints.protocol import wire
 from experiments.analysis import metrics
 from experiments.api import traffic

@@ -163,7 +163,9 @@ def test_a_busy_server_makes_a_split_run_unfaithful_and_a_silent_one_is_a_warnin
     assert fid["per_transport"]["mrc"]["servers"] == {
         "s1": {"cpu_idle_p10_pct": 4.0, "cpu_idle_mean_pct": 4.0, "samples": 40}}
     fid = runner._fidelity(opts, record, _with_server(50.0), datapath="kernel")
-    assert fid["faithful"] is True and fid["per_transport"]["mrc"]["servers"]["s1"]["cpu_idle_p10_pct"] == 50.0
+    assert fid["faithful"] is True
+    assert fid["per_transport"]["mrc"]["servers"]["s1"]["cpu_idle_p10_pct"] == 50.0
     fid = runner._fidelity(opts, record, _with_server(50.0, samples=0), datapath="kernel")
     assert fid["faithful"] is True and "servers" not in fid["per_transport"]["mrc"]
-    assert fid["warnings"] == ["mrc: server s1's CPU was not sampled (its /proc/stat did not arrive over ssh)"]
+    assert fid["warnings"] == [
+        "mrc: server s1's CPU was not sampled (its /proc/stat did not arrive over ssh)"]

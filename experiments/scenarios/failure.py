@@ -21,8 +21,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from experiments.analysis import metrics
+from experiments.analysis.transports import BASELINE_PLANE, planes_used
 from experiments.api import traffic
-from experiments.api.flows import BASELINE_PLANE, FlowResult, finish, planes_used
+from experiments.api.flows import FlowResult, finish
 from experiments.api.testbed import Testbed
 from experiments.scenarios.base import (
     DEFAULT_FABRIC,

@@ -141,6 +141,7 @@ def test_a_run_folders_pid_file_names_its_daemon_only_while_that_daemon_holds_th
     """Pids are reused: the pid in a run folder's pid file is the daemon's only when that
     process is the daemon (by name) serving that run folder (by its command line)."""
     import subprocess
+    import sys
 
     from topologies.switches import ovsprocs
 
@@ -148,7 +149,8 @@ def test_a_run_folders_pid_file_names_its_daemon_only_while_that_daemon_holds_th
     mine.mkdir()
     other.mkdir()
     # Popen returns once the child has exec'd: its command line is the daemon's from then on.
-    proc = subprocess.Popen([str(tmp_path / "ovsdb-server"), "600", str(mine)], executable="sleep")
+    proc = subprocess.Popen([str(tmp_path / "ovsdb-server"), "-c", "import time; time.sleep(600)",
+                             str(mine)], executable=sys.executable)
     try:
         for folder in (mine, other):
             (folder / "ovsdb-server.pid").write_text(f"{proc.pid}\n")

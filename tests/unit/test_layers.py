@@ -22,7 +22,7 @@ PRODUCT = ("topologies", "endpoints", "controller", "experiments")
 # nothing of topologies/, the fabric model included.
 FLOORS = (("endpoints/", 1), ("topologies/", 2), ("controller/", 3), ("experiments/", 4))
 # Pure layers: no sockets, clocks, processes or files.
-PURE = ("topologies/model.py", "topologies/pathtables.py", "endpoints/protocol/",
+PURE = ("topologies/model.py", "topologies/numbering.py", "topologies/pathtables.py", "endpoints/protocol/",
         "endpoints/numbercheck.py", "controller/tables.py",
         "controller/kernel_tables.py", "controller/routing.py", "experiments/api/traffic.py",
         "experiments/analysis/metrics.py", "experiments/sim/simnet.py", "experiments/shell/text.py",

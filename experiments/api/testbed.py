@@ -32,9 +32,10 @@ from endpoints.host.control import AgentClient
 from endpoints.protocol import wire
 from endpoints.protocol.config import TransportConfig, with_overrides
 from experiments.analysis import fidelity
+from experiments.analysis.transports import TRANSPORTS
 from experiments.api.capture import Capture
 from experiments.api.faults import FaultInjector
-from experiments.api.flows import TRANSPORTS, AgentFlow, Flow, TcpFlow
+from experiments.api.flows import AgentFlow, Flow, TcpFlow
 from experiments.outdir import REPO
 from topologies import cleanup, files, hostnet, shaping
 from topologies.cluster import make_emulation

@@ -192,6 +192,13 @@ def cost_section(_: dict[str, Any] | None = None) -> str:
                  f"{cost['marginal_us_per_packet']:.0f} us per delivered data packet**. A bare Python "
                  f"UDP send-and-receive loop takes {refs['python_udp_loop_us_per_datagram']} us per "
                  f"datagram on the same machine."]
+    idle = cost.get("idle")
+    if idle:
+        rows[-1] += (f" With no data moving, read directly: the fabric up takes "
+                     f"{idle['fabric_cores']:.2f} of a core, with every host's agent running "
+                     f"{idle['fabric_and_agents_cores']:.2f}: what does not grow with the rate. The "
+                     f"fit's fixed part is more, as the cost per packet falls with the rate (fewer "
+                     f"wake-ups per packet).")
     picks = []
     for name, sc in REGISTRY.items():
         opts: Options = default_options(name)

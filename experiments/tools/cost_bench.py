@@ -49,6 +49,7 @@ SEED = 3  # ECMP collides on the default fabric with this seed; the cost referen
 # that of any other process the run did not start (`strangers`).
 BACKGROUND_WINDOW_S = 1.0
 MIN_RATE = 1.0  # Mbit/s: the calibration halves its lowest rate down to this for a faithful pair
+IDLE_S, SETTLE_S = 4.0, 2.0  # `idle_cost`'s window, and the wait before it
 
 
 Procs = dict[int, calibration.ProcessTimes]  # one reading of every process (calibration.processes)
@@ -206,6 +207,29 @@ def lower_rate(runs: list[dict[str, Any]]) -> float | None:
     return rate if rate >= MIN_RATE else None
 
 
+def idle_cost(backend: str) -> dict[str, float]:
+    """The cores the machine spends with no data moving, read directly: the default
+    permutation's fabric up, then with every host's agent running too (`IDLE_S` each, after
+    `SETTLE_S`). What does not grow with the rate; the fit's intercept (`fixed_cores`) is more,
+    as it also holds a per-packet cost that falls with the rate (fewer wake-ups per packet)."""
+    from experiments.api.testbed import Testbed
+    from topologies.model import build
+
+    out: dict[str, float] = {}
+    cores = os.cpu_count() or 1
+    with Testbed(build(SCENARIOS["permutation"].fabric), switch=backend) as tb:
+        for key in ("fabric_cores", "fabric_and_agents_cores"):
+            if key == "fabric_and_agents_cores":
+                tb.prepare(["mrc"])
+            time.sleep(SETTLE_S)
+            m0 = calibration.machine_times()
+            time.sleep(IDLE_S)
+            busy, steal = calibration.busy_fraction(m0, calibration.machine_times())
+            out[key] = round(busy * cores, 3)
+            out[key.replace("_cores", "_steal_cores")] = round(steal * cores, 3)
+    return out
+
+
 def run(rates: list[float], seconds: float, seed: int, backend: str, profile: bool,
         say: Any = print, adapt: bool = False) -> dict[str, Any]:
     """Each rate in turn; with `adapt`, lower rates after them until two runs are faithful
@@ -246,6 +270,9 @@ def run(rates: list[float], seconds: float, seed: int, backend: str, profile: bo
         if isinstance(dp, dict):
             result["references"]["dataplane_packet_hops_per_s"] = {
                 name: r.get("packet_hops_per_s") for name, r in dp.items() if isinstance(r, dict)}
+        if not adapt:  # the full form (the calibration's short form leaves it out)
+            say("[cost] the fabric, then the agents too, with no data moving")
+            result["idle"] = idle_cost(backend)
         if profile:
             # at the fastest faithful rate: a saturated machine's profile is the queueing's
             rate = max([r["link_mbps"] for r in runs if r["faithful"]] or [rates[0]])
@@ -293,6 +320,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"fixed {result['fixed_cores']:.2f} cores + {result['marginal_us_per_packet']:.0f} us per "
           f"delivered data packet ({backend}, seed {args.seed}); a bare Python UDP loop "
           f"{result['references']['python_udp_loop_us_per_datagram']} us per datagram")
+    if "idle" in result:
+        print(f"with no data moving: the fabric {result['idle']['fabric_cores']:.2f} cores, with the "
+              f"agents {result['idle']['fabric_and_agents_cores']:.2f}")
     print(f"results: {target}")
     return 0
 

@@ -149,3 +149,20 @@ def test_kernel_checksum_frames_equal_build_packet_frames(root, size, ev, tclass
     assert frames[1] == ref
     assert frames[0] == ref, "kernel-built packet differs from build_packet's"
     assert stats["encapsulated"] == 2 and stats["no_path"] == stats["error"] == 0
+
+
+@pytest.mark.usefixtures("emulation_ready")
+def test_the_idle_cost_is_read_with_nothing_moving_and_idle_agents_do_not_spin(root):
+    """`make bench`'s direct reading of what does not grow with the rate: the default
+    permutation's fabric, then its agents, with no data moving. An agent loop that spun instead
+    of sleeping would take a core by itself; idle, all eight take a few hundredths."""
+    from experiments.tools import cost_bench
+    from tests.integration.helpers import assert_nothing_left
+
+    idle = cost_bench.idle_cost("linux")
+    cores = os.cpu_count() or 1
+    assert 0 <= idle["fabric_cores"] <= idle["fabric_and_agents_cores"] + 0.05
+    assert idle["fabric_and_agents_cores"] < 0.25 * cores, idle
+    assert set(idle) == {"fabric_cores", "fabric_steal_cores", "fabric_and_agents_cores",
+                         "fabric_and_agents_steal_cores"}
+    assert_nothing_left()

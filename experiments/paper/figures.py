@@ -145,7 +145,7 @@ def _fig12(s: list[Summary]) -> Verdict:
     drop is chance, not the transport's)."""
     mrc = _t(s[0], "mrc")
     rtts, frac, backup = mrc["bench_rtts"], mrc["goodput_fraction"], mrc["backup_label"]
-    took_over = backup is not None and bool(mrc["backup_bytes_during"]) and not mrc["backup_bytes_before"]
+    took_over = backup is not None and bool(mrc["backup_packets_during"]) and not mrc["backup_packets_before"]
     bench = "never benched" if rtts is None else \
         f"benched {mrc['lost_age_ms']:g} ms after the packet it judged lost was sent ({rtts:g} smoothed " \
         f"RTTs of {mrc['srtt_ms']:g} ms; the EV carried a packet every {mrc['ev_gap_ms']:g} ms; " \

@@ -85,16 +85,32 @@ def test_a_t0_down_and_a_lossy_ev_in_their_quick_form(tmp_path):
     assert fig10["figures"]["expected"] == round(t0_expected(planes), 3)
     if all(r["faithful"] for r in fig10["runs"]):
         assert fig10["verdict"] == page.REPRODUCED, fig10["measured"]
+    states = [row.split(",") for row in (out / "fig12" / "ev_states.csv").read_text().splitlines()]
+    assert tuple(states[0]) == page.EV_HEADER
+    every_ev = EV_FABRIC.planes * EV_FABRIC.spines  # the paper's 16
+    assert len({row[0] for row in states[1:]}) == every_ev
+    assert {row[-1] for row in states[1:]} <= set(EV_STATES)
     if all(r["faithful"] for r in fig12["runs"]):
         got = fig12["figures"]
         assert got["lost_age_ms"] is not None and got["backup"] is not None, fig12["measured"]
         assert got["goodput_fraction"] >= STEADY_FRACTION, fig12["measured"]
-    states = (out / "fig12" / "ev_states.csv").read_text().splitlines()
-    assert states[0] == ",".join(page.EV_HEADER)
-    every_ev = EV_FABRIC.planes * EV_FABRIC.spines  # the paper's 16
-    assert len({row.split(",")[0] for row in states[1:]}) == every_ev
-    # The states are polled (evloss.POLL_S): a bench shorter than a poll can fall between two
-    # (a rehearsal's faithful run drew none while its trace recorded the bench, asserted above),
-    # so the drawn states are checked for shape, not for holding ASSUMED_BAD.
-    assert {row.split(",")[-1] for row in states[1:]} <= set(EV_STATES)
+        # The drawn states are the sender's trace, every change at its time: the lossy EV
+        # active until it is benched (when its trace's ev_state says), the backup of its plane
+        # idle until that instant and active after.
+        run = json.loads((out / "fig12" / fig12["runs"][0]["folder"] / "summary.json").read_text())
+        mrc = run["transports"]["mrc"]
+        loss_t = next(e["t"] for e in run["faults"] if e["action"] == "loss")
+        bad_t = loss_t + mrc["bad_after_ms"] / 1000
+
+        def spans(path):
+            return [(float(t0), float(t1), state) for _, p, t0, t1, state in states[1:] if p == path]
+
+        lossy, backup = spans(mrc["ev_label"]), spans(mrc["backup_label"])
+        assert mrc["backup_label"].split("/")[0] == mrc["ev_label"].split("/")[0]  # same plane
+        benched = [s for s in lossy if s[2] == "ASSUMED_BAD" and s[0] >= loss_t - 0.001]
+        assert benched and abs(benched[0][0] - bad_t) <= 0.002, (lossy, bad_t)
+        assert {state for t0, _, state in lossy if t0 < loss_t} <= {"ACTIVE", "SKIP"}, lossy
+        assert {state for t0, _, state in backup if t0 < loss_t} == {"BACKUP"}, backup
+        assert any(state == "ACTIVE" and abs(t0 - benched[0][0]) <= 0.002 for t0, _, state in backup), \
+            (backup, benched[0])
     assert_nothing_left()

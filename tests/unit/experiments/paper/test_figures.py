@@ -101,12 +101,12 @@ def test_fig10_a_t0_down_costs_about_one_port_of_the_planes_each_side():
 
 
 def test_fig12_the_lossy_ev_is_benched_fast_its_backup_takes_over_and_goodput_holds():
-    def ev(rtts: float | None = 1.5, frac: float = 0.98, before: int = 0, during: int = 900_000,
+    def ev(rtts: float | None = 1.5, frac: float = 0.98, before: int = 0, during: int = 900,
            backup: str | None = "p0/s0") -> dict:
         return _summary(mrc={"ev_label": "p0/s1", "bench_rtts": rtts, "srtt_ms": 8.0,
                              "lost_age_ms": None if rtts is None else rtts * 8, "ev_gap_ms": 6.0,
                              "bad_after_ms": 30.0, "backup_label": backup,
-                             "backup_bytes_before": before, "backup_bytes_during": during,
+                             "backup_packets_before": before, "backup_packets_during": during,
                              "goodput_fraction": frac, "goodput_before_mbps": 76.0,
                              "goodput_during_mbps": 76.0 * frac, "dropped": 40})
 

@@ -73,7 +73,7 @@ def test_fig12s_page_draws_each_evs_state_and_writes_its_spans(tmp_path):
     folder = tmp_path / "fig12"
     mrc = {"ev_label": "p0/s1", "ev": 0x10001, "bench_rtts": 1.2, "lost_age_ms": 9.6, "srtt_ms": 8.0,
            "ev_gap_ms": 6.0, "bad_after_ms": 30.0,
-           "backup_label": "p0/s0", "backup_bytes_before": 0, "backup_bytes_during": 800_000,
+           "backup_label": "p0/s0", "backup_packets_before": 0, "backup_packets_during": 800,
            "goodput_fraction": 0.99, "goodput_before_mbps": 76.0, "goodput_during_mbps": 75.2,
            "dropped": 30, "evs": {"0x10000": "p0/s0", "0x10001": "p0/s1"},
            "ev_bands": {"0x10000": [[0.0, 1.5, "BACKUP"], [1.5, 5.0, "ACTIVE"]],

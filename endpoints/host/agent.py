@@ -227,14 +227,17 @@ class Agent:
         self.wakes = self.rx_wakes = self.rx_dgrams = self.tx_dgrams = 0
 
     # ----- path tables from the model -------------------------------------------------------
-    def peer_paths(self, peer: str, transport: str, plane: int) -> PeerPaths:
-        key = (peer, f"{transport}{plane}")
+    def peer_paths(self, peer: str, transport: str, plane: int, entropy: int = 0) -> PeerPaths:
+        """`entropy`: a single-path QP's own share of its EV (the ECMP hash's input), so that
+        QPs of one host pair on one plane may take different paths (RoCE with N QPs); 0 for
+        every QP otherwise."""
+        key = (peer, f"{transport}{plane}/{entropy}")
         if key in self._paths_cache:
             return self._paths_cache[key]
         if transport not in SOURCE_ROUTED:
             # One path per QP: destination routing over the plane's ECMP groups.
             me, them = self.host.nics[plane], self.fabric.host(peer).nics[plane]
-            ev = ev_value(plane, 0x3FFF & (self.host.index * 131 + them.plane))
+            ev = ev_value(plane, 0x3FFF & (self.host.index * 131 + them.plane + entropy * 257))
             table = PeerPaths([EvInfo(ev, plane)],
                               {ev: (me.addr.packed, them.addr.packed, str(them.addr))}, encap=False)
         else:
@@ -377,7 +380,8 @@ class Agent:
         if not isinstance(overrides, dict):
             raise ControlError("config must be an object of transport parameters")
         base = with_overrides(self.config, overrides, per_qp=True)  # ValueError names the problem
-        paths = self.peer_paths(peer, transport, plane)
+        entropy = _number(req, "entropy", 0, 0xFF, default=0)
+        paths = self.peer_paths(peer, transport, plane, entropy)
         # The cores' seed: from the runner (reproducible whatever the QPN), else from the QPN.
         seed = _number(req, "seed", 0, MAX_SEED, default=self.seed * 1_000_003 + qpn)
         psn = _number(req, "psn", 0, wire.PSN_MASK, default=0)  # initial PSN, both ends agree

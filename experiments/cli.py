@@ -15,9 +15,9 @@ import sys
 from pathlib import Path
 
 from experiments import outdir
-from experiments.cliwords import ArgParser as _ArgParser
-from experiments.cliwords import CliError, clean_text, probability, scenario_defaults
 from experiments.outdir import RESULTS, OutDirError
+from experiments.shell.cliwords import ArgParser as _ArgParser
+from experiments.shell.cliwords import CliError, clean_text, probability, scenario_defaults
 from topologies.cleanup import CLEAN_HINT
 from topologies.model import DEFAULT_DETECT_MS, DETECT_MS, FabricError, FabricParams, build, check_number
 from topologies.preflight import EmulationError, PreflightError

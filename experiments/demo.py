@@ -97,6 +97,8 @@ def format_table(summary: dict, out: Path) -> str:
                  f"{fid['cpu_idle_p10_pct']}%), link {fid['link_mbps_achieved']}"
                  f"/{fid['link_mbps_configured']} Mbit/s"
                  + ("" if fid["faithful"] else "  NOT FAITHFUL: " + "; ".join(fid["problems"]))
+                 + ("  disturbed: " + "; ".join(fid["disturbed"])
+                    if fid.get("disturbed") and not fid["faithful"] else "")
                  + ("  warning: " + "; ".join(fid["warnings"]) if fid.get("warnings") else ""))
     lines.append(f"results: {out}/summary.json, {out}/recovery.png")
     return "\n".join(lines)

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from experiments.api.flows import TRANSPORTS  # the tables' columns, in the runner's order
+from experiments.analysis.transports import TRANSPORTS  # the tables' columns, in the runner's order
 from experiments.demo import SCENARIO as DEMO_SCENARIO
 from experiments.outdir import REPO
 from experiments.scenarios import SCENARIOS as REGISTRY

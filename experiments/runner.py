@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from experiments import outdir
 from experiments.analysis import calibration, capacity, fidelity, metrics
@@ -218,7 +219,7 @@ def _fidelity(opts: Options, record: Record, cpu: fidelity.CpuSampler, datapath:
         idle, headroom = cpu.low_idle(t0, t1), cpu.low_headroom(t0, t1)
         rate = record.link_rates.get(transport)
         ovs = cpu.ovs_busy(t0, t1)
-        entry = {"cpu_idle_min_pct": cpu.min_idle(t0, t1), "cpu_idle_p10_pct": idle,
+        entry: dict[str, Any] = {"cpu_idle_min_pct": cpu.min_idle(t0, t1), "cpu_idle_p10_pct": idle,
                  "cpu_idle_mean_pct": cpu.mean_idle(t0, t1), "switch_cpu_p90_pct": ovs}
         if cpu.background:  # another program was busy: the verdict reads the headroom
             entry.update({"cpu_headroom_p10_pct": headroom, "background_processes": len(cpu.background)})
@@ -236,6 +237,19 @@ def _fidelity(opts: Options, record: Record, cpu: fidelity.CpuSampler, datapath:
                 disturbed.append(f"{transport}: the hypervisor took up to {steal[1]}% of the VM's CPU "
                                  f"in a {cpu.interval:g} s window (steal, {steal[0]}% on average; "
                                  f">= {fidelity.STEAL_DISTURBED_PCT:g}%)")
+        servers = {}
+        for name in cpu.servers:  # a split fabric's other machines, where its switches forward
+            seen = cpu.server_idle(name, t0, t1)
+            if seen is None:
+                warnings.append(f"{transport}: server {name}'s CPU was not sampled (its /proc/stat "
+                                f"did not arrive over ssh)")
+                continue
+            servers[name] = {"cpu_idle_p10_pct": seen[0], "cpu_idle_mean_pct": seen[1], "samples": seen[2]}
+            if seen[0] < fidelity.CPU_IDLE_FLOOR_PCT:
+                problems.append(f"{transport}: server {name}'s CPU idle was below {seen[0]}% for 10% "
+                                f"of the run (< {fidelity.CPU_IDLE_FLOOR_PCT}%)")
+        if servers:
+            entry["servers"] = servers
         per_transport[transport] = entry
         if idle is not None and idle < fidelity.CPU_IDLE_FLOOR_PCT:
             what = "CPU idle (with what other programs' busy processes took)" if cpu.background \

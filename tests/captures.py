@@ -188,7 +188,7 @@ def write_pcap(path: Path, frames: list[bytes], linktype: int = 1) -> None:
 # ----- a capture against an agent's packet log ---------------------------------------------------
 def log_expectation(record: dict, fabric: Fabric, me: str, peer: str) -> dict:
     """What the capture on host `me` should show for one "packet" record of its agent's trace
-    (`endpoints/host/agent.py`): the logged header, the EV, CE as it arrived (sent: never), and
+    (`endpoints/host/dataloop.py`): the logged header, the EV, CE as it arrived (sent: never), and
     the outer header's uSID carrier the fabric model gives that EV: the whole path as it leaves
     `me`, the receiving host's SID (every uSID shifted out) as it arrives. The inner header's
     destination, a NIC address, is no carrier."""

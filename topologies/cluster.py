@@ -39,7 +39,7 @@ from topologies.emulation import Emulation, existing_link_class
 from topologies.model import LINK_MTU, Fabric
 from topologies.preflight import EmulationError, PreflightError
 from topologies.servers import CHECKOUT, SSH_CONFIG_ENV, server_run, ssh_command, ssh_options
-from topologies.switches.base import NOTIFY_FILE, STATUS_FILE
+from topologies.switches.base import NOTIFY_FILE, REMOTE_CPU_INTERVAL_S, STATUS_FILE
 from topologies.switches.linux import LinuxBackend
 
 VXLAN_PORT = 4789
@@ -292,6 +292,11 @@ class SplitLinuxBackend(LinuxBackend):
             config = shlex.quote(f"[c]ontroller.run .*{self.folders[server] / 'controller.json'}")
             server_run(self.server_ips[server], f"for i in $(seq 50); do pgrep -f {config} >/dev/null"
                        f" || break; sleep 0.1; done; rm -rf {folder}", timeout=30)
+
+    def remote_cpu_commands(self) -> dict[str, list[str]]:
+        # A terminal: the loop over there ends with the head's ssh (SIGHUP), as the controller.
+        loop = f"while :; do head -1 /proc/stat; sleep {REMOTE_CPU_INTERVAL_S}; done"
+        return {server: ssh_command(self.server_ips[server], loop, tty=True) for server in self.servers}
 
     def info(self) -> dict[str, Any]:
         return {**super().info(), "remote_servers": self.servers, "tunnel": "vxlan",

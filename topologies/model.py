@@ -3,28 +3,8 @@
 Pure Python, no Mininet import. The Mininet topology, the controller's flow tables and the
 agents' path tables are all derived from a `Fabric` built from `FabricParams`.
 
-Numbering plan (everything below is computed here and nowhere else):
-
-* A plane is an independent leaf (T0) / spine (T1) fabric; every host has one NIC per plane.
-* uSID (16 bits): ``[plane+1 : 4][role : 2][index : 10]`` with role 1 = leaf, 2 = spine,
-  3 = host. The plane is visible in every uSID (as in production MRC fabrics) and no uSID is
-  0x0000, which RFC 9800 reserves as the end-of-carrier marker.
-* uSID carrier (SRv6 destination): the 32-bit locator block ``fcbb:bb00::/32`` followed by up
-  to six uSIDs. A switch whose uSID comes first shifts the rest left by 16 bits and looks the
-  result up in a static /48 table. After the last shift the carrier is ``fcbb:bb00:<host
-  uSID>::``, the receiving host's SID on that plane (`Nic.sid`).
-* A NIC's address (`Nic.addr`): ``fd00:0:0:<plane>::<host+1>``, the only address a NIC holds.
-  Linux TCP/MPTCP and the RoCE-like baseline send to it, routed by the controller's ECMP plane.
-  MRC packets are IPv6-in-IPv6, as in the MRC paper: the inner header goes from the sending
-  NIC's address to the receiving NIC's (`Route.src_addr`, `Route.dst_addr`), the outer one to
-  the path's uSID carrier (`Route.address`); the receiving host decapsulates at its SID.
-* OpenFlow ports: leaf ports 1..H go to its hosts, H+1..H+S to the spines; spine port l+1 goes
-  to leaf l. Host NIC ``h<n>-eth<p>`` is the host's port on plane p.
-* Links are named ``<lower>-<upper>`` (`link_name`): ``h0-p0l0``, ``p0l0-p0s1``.
-* EVs (32 bits, `ev_value`): route i of a host pair's route list is EV
-  ``(plane+1) << 16 | 0xC000 + i``; the sender's kernel carries the low half in the UDP
-  source port (in the ephemeral range, so ECMP hashes see realistic ports) and the high half in
-  the flow label.
+The numbering plan (names, uSIDs, EVs, addresses) is `topologies/numbering.py`'s; a
+`Route` joins them into the carrier a packet follows (`usid_address`).
 """
 
 from __future__ import annotations
@@ -35,13 +15,31 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
-USID_BLOCK = 0xFCBB_BB00  # 32-bit locator block, fcbb:bb00::/32
-BASELINE_PREFIX = 0xFD00  # fd00::/16, destination-routed addresses for the ECMP baseline
-ROLE_LEAF, ROLE_SPINE, ROLE_HOST = 1, 2, 3
-MAX_PLANES = 15  # 4-bit plane field, value 0 unused
-MAX_INDEX = 1024  # 10-bit index field per role and plane
-MAX_USIDS_IN_ADDRESS = 6  # 128 - 32 bits of block = 96 bits = 6 x 16-bit uSIDs
-IFNAME_MAX = 15  # Linux IFNAMSIZ - 1
+from endpoints import numbercheck
+
+# The numbering plan, handed on: `topologies.model` stays the one import of the fabric's facts.
+from topologies.numbering import BASELINE_PREFIX as BASELINE_PREFIX
+from topologies.numbering import EV_PORT_BASE as EV_PORT_BASE
+from topologies.numbering import IFNAME_MAX as IFNAME_MAX
+from topologies.numbering import MAX_INDEX as MAX_INDEX
+from topologies.numbering import MAX_PLANES as MAX_PLANES
+from topologies.numbering import MAX_USIDS_IN_ADDRESS as MAX_USIDS_IN_ADDRESS
+from topologies.numbering import ROLE_HOST as ROLE_HOST
+from topologies.numbering import ROLE_LEAF as ROLE_LEAF
+from topologies.numbering import ROLE_SPINE as ROLE_SPINE
+from topologies.numbering import USID_BLOCK as USID_BLOCK
+from topologies.numbering import ev_plane as ev_plane
+from topologies.numbering import ev_value as ev_value
+from topologies.numbering import host_name as host_name
+from topologies.numbering import ifname as ifname
+from topologies.numbering import link_name as link_name
+from topologies.numbering import mac as mac
+from topologies.numbering import plane_usid_prefix as plane_usid_prefix
+from topologies.numbering import switch_name as switch_name
+from topologies.numbering import usid as usid
+from topologies.numbering import usid_block as usid_block
+from topologies.numbering import usid_prefix as usid_prefix
+
 # Jumbo links: MRC/RoCE NICs run a 4096-byte MTU; four times fewer packets per Mbit/s than
 # 1 KB frames is what keeps the userspace OVS datapath and the agents within a 2-core VM.
 LINK_MTU = 9000
@@ -50,7 +48,6 @@ GATEWAY_MAC = "02:ff:00:00:00:01"  # its MAC: the source MAC of frames switches 
 # The plan's uN as the Linux kernel spells it (RFC 9800 NEXT-C-SID: a 32-bit locator block, 16-bit
 # uSIDs), for the kernel-router backend and the check of whether this machine runs it.
 KERNEL_END_BEHAVIOUR = "End flavors next-csid lblen 32 nflen 16"
-EV_PORT_BASE = 0xC000  # an EV's low half, the UDP source port, starts the ephemeral range
 # The baseline's routing detection delay in ms, before a failed next hop is withdrawn: BFD-like
 # detection (3 x 300 ms), or BGP's hold timer (3 s keepalives, 9 s hold).
 DETECT_MS = {"bfd": 900.0, "bgp": 9000.0}
@@ -63,10 +60,9 @@ class FabricError(ValueError):
 
 def check_number(name: str, value: object, lo: float, hi: float, *, integral: bool = False,
                  lo_open: bool = False) -> Any:
-    """`value` if it is a finite number in [lo, hi] (`lo_open`: (lo, hi]), and a whole number
-    (an int, not a float) when `integral`; FabricError naming `name` and the range otherwise.
-    The one validator of numbers: scenario options, fabric parameters, the agents' control
-    requests all go through it, so inf, nan, 1e400 and bools are refused the same way.
+    """The one validator of numbers (endpoints/numbercheck.py), raising FabricError: `value` if
+    it is a finite number in [lo, hi] (`lo_open`: (lo, hi]), and a whole number (an int, not a
+    float) when `integral`.
 
     >>> check_number("--steps", 20, 2, 1000, integral=True)
     20
@@ -75,15 +71,8 @@ def check_number(name: str, value: object, lo: float, hi: float, *, integral: bo
     ...
     topologies.model.FabricError: --duration must be a finite number in (0, 3600], got inf
     """
-    kind = "a whole number" if integral else "a finite number"
-    bounds = f"{'(' if lo_open else '['}{lo:g}, {hi:g}]"
-    ok = isinstance(value, int) if integral else isinstance(value, (int, float))
-    if ok and not isinstance(value, bool):
-        number: Any = value  # ints compare exactly with the float bounds, however large
-        if number == number and (lo < number if lo_open else lo <= number) and number <= hi:
-            return value
-    shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
-    raise FabricError(f"{name} must be {kind} in {bounds}, got {shown}")
+    return numbercheck.check_number(name, value, lo, hi, integral=integral, lo_open=lo_open,
+                                    error=FabricError)
 
 
 @dataclass(frozen=True)
@@ -121,9 +110,9 @@ class FabricParams:
                 f"pass --link-mbps 10 for example"
             )
         longest = max(
-            len(_ifname(_switch_name(ROLE_LEAF, self.planes - 1, self.leaves - 1),
-                        self.hosts_per_leaf + self.spines)),
-            len(_ifname(_host_name(self.leaves * self.hosts_per_leaf - 1), self.planes - 1)),
+            len(ifname(switch_name(ROLE_LEAF, self.planes - 1, self.leaves - 1),
+                       self.hosts_per_leaf + self.spines)),
+            len(ifname(host_name(self.leaves * self.hosts_per_leaf - 1), self.planes - 1)),
         )
         if longest > IFNAME_MAX:
             raise FabricError(
@@ -153,52 +142,6 @@ class FabricParams:
         return cls(**data)
 
 
-def _switch_name(role: int, plane: int, index: int) -> str:
-    return f"p{plane}{'l' if role == ROLE_LEAF else 's'}{index}"
-
-
-def _host_name(index: int) -> str:
-    return f"h{index}"
-
-
-def _ifname(node: str, port: int) -> str:
-    return f"{node}-eth{port}"
-
-
-def _mac(*words: int) -> str:
-    """Three 16-bit words as a MAC address."""
-    return ":".join(f"{(w >> shift) & 0xFF:02x}" for w in words for shift in (8, 0))
-
-
-def link_name(lower: str, upper: str) -> str:
-    """The name of the link between `lower` (a host or leaf) and `upper` (its leaf or spine).
-
-    >>> link_name("p0l0", "p0s1")
-    'p0l0-p0s1'
-    """
-    return f"{lower}-{upper}"
-
-
-def ev_value(plane: int, index: int) -> int:
-    """The 32-bit EV naming route `index` of a host pair's route list on `plane`.
-
-    >>> hex(ev_value(1, 5))
-    '0x2c005'
-    >>> ev_plane(ev_value(3, 0))
-    3
-    """
-    return ((plane + 1) << 16) | (EV_PORT_BASE + index)
-
-
-def ev_plane(ev: int) -> int:
-    """The plane an EV made by `ev_value` crosses."""
-    return (ev >> 16) - 1
-
-
-def usid(role: int, plane: int, index: int) -> int:
-    return ((plane + 1) << 12) | (role << 10) | index
-
-
 def usid_address(usids: tuple[int, ...]) -> ipaddress.IPv6Address:
     """The SRv6 destination address carrying `usids` after the locator block."""
     if not 1 <= len(usids) <= MAX_USIDS_IN_ADDRESS:
@@ -207,25 +150,6 @@ def usid_address(usids: tuple[int, ...]) -> ipaddress.IPv6Address:
     for position, sid in enumerate(usids):
         value |= sid << (80 - 16 * position)
     return ipaddress.IPv6Address(value)
-
-
-def usid_block() -> ipaddress.IPv6Network:
-    """The locator block every SRv6 address of the fabric lives in.
-
-    >>> usid_block()
-    IPv6Network('fcbb:bb00::/32')
-    """
-    return ipaddress.IPv6Network((USID_BLOCK << 96, 32))
-
-
-def usid_prefix(sid: int) -> ipaddress.IPv6Network:
-    """The /48 that a switch matches for uSID `sid` (block + one uSID)."""
-    return ipaddress.IPv6Network(((USID_BLOCK << 96) | (sid << 80), 48))
-
-
-def plane_usid_prefix(plane: int) -> ipaddress.IPv6Network:
-    """Every uSID of `plane` shares its top nibble: block + 4 bits = /36."""
-    return ipaddress.IPv6Network(((USID_BLOCK << 96) | ((plane + 1) << 92), 36))
 
 
 @dataclass(frozen=True)
@@ -281,11 +205,11 @@ class Link:
 
     @property
     def a_ifname(self) -> str:
-        return _ifname(self.a, self.a_port)
+        return ifname(self.a, self.a_port)
 
     @property
     def b_ifname(self) -> str:
-        return _ifname(self.b, self.b_port)
+        return ifname(self.b, self.b_port)
 
 
 @dataclass(frozen=True)
@@ -326,7 +250,7 @@ class Fabric:
             for role, count in ((ROLE_LEAF, p.leaves), (ROLE_SPINE, p.spines)):
                 for index in range(count):
                     switches.append(Switch(
-                        name=_switch_name(role, plane, index), role=role, plane=plane,
+                        name=switch_name(role, plane, index), role=role, plane=plane,
                         index=index, usid=usid(role, plane, index),
                         dpid=(role << 32) | (plane << 16) | index))
         hosts: list[Host] = []
@@ -336,9 +260,9 @@ class Fabric:
             nics = []
             for plane in range(p.planes):
                 sid = usid(ROLE_HOST, plane, h)
-                leaf = _switch_name(ROLE_LEAF, plane, leaf_index)
+                leaf = switch_name(ROLE_LEAF, plane, leaf_index)
                 nic = Nic(
-                    host=_host_name(h), plane=plane, ifname=_ifname(_host_name(h), plane),
+                    host=host_name(h), plane=plane, ifname=ifname(host_name(h), plane),
                     mac=f"02:00:{plane:02x}:{(h >> 16) & 0xff:02x}:{(h >> 8) & 0xff:02x}:{h & 0xff:02x}",
                     usid=sid, sid=usid_address((sid,)),
                     addr=ipaddress.IPv6Address((BASELINE_PREFIX << 112) | (plane << 64) | (h + 1)),
@@ -346,14 +270,14 @@ class Fabric:
                 nics.append(nic)
                 links.append(Link(a=nic.host, a_port=plane, b=leaf, b_port=local + 1,
                                   plane=plane, kind="host"))
-            hosts.append(Host(name=_host_name(h), index=h, leaf_index=leaf_index, nics=tuple(nics)))
+            hosts.append(Host(name=host_name(h), index=h, leaf_index=leaf_index, nics=tuple(nics)))
         for plane in range(p.planes):
             for leaf_index in range(p.leaves):
                 for spine in range(p.spines):
                     links.append(Link(
-                        a=_switch_name(ROLE_LEAF, plane, leaf_index),
+                        a=switch_name(ROLE_LEAF, plane, leaf_index),
                         a_port=p.hosts_per_leaf + spine + 1,
-                        b=_switch_name(ROLE_SPINE, plane, spine), b_port=leaf_index + 1,
+                        b=switch_name(ROLE_SPINE, plane, spine), b_port=leaf_index + 1,
                         plane=plane, kind="fabric"))
         object.__setattr__(self, "switches", tuple(switches))
         object.__setattr__(self, "hosts", tuple(hosts))
@@ -396,10 +320,10 @@ class Fabric:
                 f"host links like h0-p0l0") from None
 
     def leaf(self, plane: int, index: int) -> Switch:
-        return self.switch(_switch_name(ROLE_LEAF, plane, index))
+        return self.switch(switch_name(ROLE_LEAF, plane, index))
 
     def spine(self, plane: int, index: int) -> Switch:
-        return self.switch(_switch_name(ROLE_SPINE, plane, index))
+        return self.switch(switch_name(ROLE_SPINE, plane, index))
 
     def fabric_links(self) -> list[Link]:
         return [link for link in self.links if link.kind == "fabric"]
@@ -443,7 +367,7 @@ class Fabric:
         sw = self.switch(switch)
         if sw.role == ROLE_LEAF and port <= self.params.hosts_per_leaf:
             return GATEWAY_MAC
-        return _mac(0x02FD, sw.usid, port)
+        return mac(0x02FD, sw.usid, port)
 
     def peer_mac(self, switch: str, port: int) -> str:
         """The MAC at the far end of port `port`'s cable: a host NIC's, or a switch port's."""

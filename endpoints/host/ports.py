@@ -18,8 +18,6 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from topologies.model import Host
-
 RTMGRP_LINK = 1
 RTM_NEWLINK, RTM_DELLINK, RTM_GETLINK = 16, 17, 18
 NLM_F_REQUEST, NLM_F_DUMP = 0x1, 0x300
@@ -70,12 +68,12 @@ def down_mask(planes: dict[str, int], usable: dict[str, bool]) -> int:
 
 
 class PortWatch:
-    """Link events for one host's NICs; `mask` is its ports down now. `cores()` gives the cores
-    to tell on a change (the agent's QPs' cores)."""
+    """Link events for one host's NICs (`planes`: interface name -> plane); `mask` is its ports
+    down now. `cores()` gives the cores to tell on a change (the agent's QPs' cores)."""
 
-    def __init__(self, host: Host, selector: selectors.BaseSelector,
+    def __init__(self, planes: dict[str, int], selector: selectors.BaseSelector,
                  cores: Callable[[], Iterable[Any]]) -> None:
-        self.planes = {nic.ifname: nic.plane for nic in host.nics}
+        self.planes = dict(planes)
         self.cores = cores
         self.usable: dict[str, bool] = {}
         self.mask = 0

@@ -1,13 +1,10 @@
 """MRC sender, one per QP: sans-IO (events and a clock value in, datagrams out).
 
 Spraying: every packet, first transmission or retransmission, takes the next EV of the EV set's
-shuffled rotation. Loss detection, in the style of RACK over many paths: a packet is lost once a
-packet transmitted after it has been acknowledged (SACK cumulative ACK or bitmap) and it is
-older than srtt + 4 rttvar + `reorder_slack`; an RTO with exponential backoff is the backstop
-for tails. A lost packet's EV becomes ASSUMED_BAD at once (a backup of its plane takes over) and
-only that packet is resent, on another EV. Trimmed packets (NACK TRIMMED) are resent at once and
-only skip their EV. ASSUMED_BAD EVs are probed until `probes_to_resurrect` replies in a row.
-No loss timer fires before `queue_delay_bound` (the longest a packet may legitimately queue).
+shuffled rotation. What is lost is found and queued for resending by the loss recovery
+(`LossRecovery`, endpoints/protocol/recovery.py: path order, dark paths, NACKs, the RTO);
+what a dead NIC port strands, by the port steering (portstatus.py). ASSUMED_BAD EVs are probed
+until `probes_to_resurrect` replies in a row.
 
 With a `NicPacer` (the host's NIC ports, shared by its QPs) a packet is built only when a port
 can take it, so the RTT measures the fabric, not a queue in the sending host.
@@ -16,7 +13,6 @@ Trace (`take_events`): besides completions, RTT samples, retransmissions and EV 
 sample every `cc_sample_interval`, every window decrease with its cause, every EV skip and
 benching with its cause, and the per-EV load every `ev_load_interval`.
 """
-
 from __future__ import annotations
 
 import random
@@ -43,10 +39,11 @@ from endpoints.protocol.events import (
     Rtt,
     Timeout,
 )
-from endpoints.protocol.evset import ASSUMED_BAD, DENIED, GOOD, SKIP, EvInfo, EvReport, EvSet
+from endpoints.protocol.evset import ASSUMED_BAD, DENIED, SKIP, EvInfo, EvReport, EvSet
 from endpoints.protocol.nicpacer import NicPacer
 from endpoints.protocol.portstatus import PortStatus, PortSteering
 from endpoints.protocol.prober import Prober
+from endpoints.protocol.recovery import LossRecovery, SentPacket
 from endpoints.protocol.rtt import RttEstimator
 from endpoints.protocol.wire import ts_age, ts_us
 
@@ -54,23 +51,7 @@ CC_SAMPLE_INTERVAL = 0.005  # s between `Cc` trace samples: a few per RTT at 10 
 EV_LOAD_INTERVAL = 0.05  # s over which `EvLoad` counts packets per EV
 
 
-class _Pkt:
-    __slots__ = ("seq", "msn", "offset", "length", "msg_len", "opcode", "ev", "sent", "ts", "tx",
-                 "retx", "missing")
-
-    def __init__(self, seq: int, msn: int, offset: int, length: int, msg_len: int,
-                 opcode: int) -> None:
-        self.seq, self.msn, self.offset, self.length = seq, msn, offset, length
-        self.msg_len, self.opcode = msg_len, opcode
-        self.ev = 0
-        self.sent = 0.0
-        self.tx = 0
-        self.retx = 0
-        self.missing = False  # a SACK generated after it was sent reported it absent
-        self.ts = 0  # the 32-bit microsecond timestamp it carried (ts_us(sent))
-
-
-class MrcSender(PortSteering, CoreBase):
+class MrcSender(PortSteering, LossRecovery, CoreBase):
     # The EV set and congestion control a sender builds: named override points
     # (endpoints/protocol/replaceable.py) set them in a subclass, nothing else does.
     evset_cls: type[EvSet] = EvSet
@@ -92,8 +73,8 @@ class MrcSender(PortSteering, CoreBase):
         self._lasthop_marked_until = 0.0  # acks read as ECN-marked until then (lasthop_mark_rtts)
         self._frame_overhead = wire.DATA_OVERHEAD + wire.FRAME_OVERHEAD  # wire bytes besides payload
         self.next_seq = self.una = initial_psn
-        self.outstanding: OrderedDict[int, _Pkt] = OrderedDict()  # in transmission order
-        self.retx_queue: deque[_Pkt] = deque()
+        self.outstanding: OrderedDict[int, SentPacket] = OrderedDict()  # in transmission order
+        self.retx_queue: deque[SentPacket] = deque()
         self.retx_seqs: set[int] = set()
         self.retained: dict[int, memoryview] = {}  # msn -> data, until every packet is acked
         self.messages: deque[list[Any]] = deque()  # [msn, data, next_offset], in posting order
@@ -109,7 +90,7 @@ class MrcSender(PortSteering, CoreBase):
         self.ev_rtt: dict[int, RttEstimator] = {}  # each path's own timing
         self.ev_bytes: dict[int, int] = {}  # payload bytes sent per EV (the CLI's `evs`)
         self._median_rtt: float | None = None
-        self.recent: dict[int, _Pkt] = {}  # acknowledged packets at or above una (for SACK reasoning)
+        self.recent: dict[int, SentPacket] = {}  # acknowledged packets at or above una (for SACK reasoning)
         # Path order says lost, pending `reorder_slack`: a trimmed packet's header overtakes the
         # data behind it, and its NACK can come back after the SACK that shows the later packet
         # (they take different reverse EVs); a trim must not bench the path.
@@ -119,7 +100,7 @@ class MrcSender(PortSteering, CoreBase):
         self.prober = Prober(peer_qpn, config.probe_interval, config.probe_timeout,
                              random.Random(self.rng.getrandbits(64)))  # bad EVs
         self.echoes = Echoes(config.echo_keep)  # what an acceptable SACK or NACK echoes
-        self.deferred: dict[int, tuple[float, _Pkt]] = {}  # seq -> (resend at, packet): RNR
+        self.deferred: dict[int, tuple[float, SentPacket]] = {}  # seq -> (resend at, packet): RNR
         self.replies: list[tuple[int, bytes]] = []  # probe replies owed to the receiver
         self.proven_ev: int | None = None  # forward EV that most recently delivered (ack, probe reply)
         self.events: list[Complete | Rtt | Retx | EvState | EvActive | Cc | CwndDec | EvSkip | EvBad |
@@ -202,7 +183,7 @@ class MrcSender(PortSteering, CoreBase):
         return min(deadlines) if deadlines else None
 
     # ----- receiving ------------------------------------------------------------------------
-    def _ack_seq(self, seq: int, now: float) -> _Pkt | None:
+    def _ack_seq(self, seq: int, now: float) -> SentPacket | None:
         p = self.outstanding.pop(seq, None)
         if p is None and seq in self.deferred:
             p = self.deferred.pop(seq)[1]  # refused once (RNR), placed since from another copy
@@ -315,70 +296,11 @@ class MrcSender(PortSteering, CoreBase):
                               round(cc.target, 6), round(cc.ecn_frac, 4), path, round(self.rto, 4),
                               len(self.evs.usable())))
 
-    def _lost_by_path_order(self, s: wire.Sack, base: int, missing: int, newest: dict[int, int],
-                            now: float) -> None:
-        """Each EV is one source route, a FIFO path: a packet this SACK reports missing (bit i of
-        `missing` is PSN base + i) is lost if the same SACK reports a packet sent after it on
-        the same EV as received."""
-        lost = []
-        echo_ts = s.echo_ts
-        outstanding = self.outstanding
-        while missing:
-            low = missing & -missing
-            missing ^= low
-            seq = base + low.bit_length() - 1
-            p = outstanding.get(seq)
-            if p is None:
-                continue
-            if (echo_ts - p.ts) & 0xFFFFFFFF < 0x80000000:
-                p.missing = True  # this SACK was triggered by a packet sent after it
-            if newest.get(p.ev, 0) > p.tx:
-                entry = self.suspects.get(seq)
-                if entry is None or entry[1] != p.tx:
-                    entry = self.suspects[seq] = (now, p.tx)
-                if now - entry[0] >= self.c.reorder_slack:
-                    lost.append(p)
-        for p in lost:
-            self.suspects.pop(p.seq, None)
-            if self.outstanding.pop(p.seq, None) is not None:  # not already resent as stranded
-                self._lose(p, now, "sack")
-
     def _advance_una(self) -> None:
         while self.una < self.next_seq and self.una not in self.outstanding and \
                 self.una not in self.retx_seqs and self.una not in self.deferred:
             self.recent.pop(self.una, None)
             self.una += 1
-
-    def _on_nack(self, n: wire.Nack, now: float) -> None:
-        seq = wire.psn_unwrap(n.psn, self.una)
-        p = self.outstanding.get(seq)
-        if p is None or p.ev != n.echo_ev or p.ts != n.echo_ts:
-            # Not about the latest transmission of a packet in flight: a PSN never sent, one
-            # already acknowledged or resent, or a forgery. Ignored, never a window decrease.
-            self.stats["unacceptable"] += 1
-            return
-        self.stats["nacks"] += 1
-        if n.ports_down != self.ports.remote:
-            self._peer_ports(n.ports_down, n.echo_ts, now)
-        if n.reason in (wire.NACK_TRIMMED, wire.NACK_TRIMMED_LASTHOP):
-            self.stats["trimmed_nacks"] += 1
-            self.outstanding.pop(seq)
-            self._queue_retx(p, now, "trimmed")
-            if n.reason == wire.NACK_TRIMMED:
-                self._skip(p.ev, now, "trim")  # congestion on that path, not failure
-            self.cc.on_trim(now)
-            if n.reason == wire.NACK_TRIMMED_LASTHOP:
-                self._lasthop_marked_until = now + self.c.lasthop_mark_rtts * self.cc.srtt
-            self._trace_cc(now)
-        elif n.reason == wire.NACK_NO_PKT_BUFFER:
-            # Receiver not ready (RoCE's RNR): resend after rnr_delay, no penalty for the path.
-            self.stats["rnr"] += 1
-            self.outstanding.pop(seq)
-            self.deferred[seq] = (now + self.c.rnr_delay, p)
-        elif n.reason in (wire.NACK_PSN_OOR_WINDOW, wire.NACK_NO_BITMAP):
-            self.outstanding.pop(seq)
-            self._queue_retx(p, now, f"nack{n.reason}")
-        self._drain_changes(now)
 
     def _on_probe(self, p: wire.Probe, now: float) -> None:
         if p.opcode == wire.OP_EV_PROBE:
@@ -403,11 +325,7 @@ class MrcSender(PortSteering, CoreBase):
             self.stats["resurrected"] += 1
         self._drain_changes(now)
 
-    # ----- loss detection -------------------------------------------------------------------
-    def _rto_base(self) -> float:
-        rtt = self.cc.rtt
-        return rtt.timeout() if rtt.samples else self.c.rto_initial
-
+    # ----- path timing ----------------------------------------------------------------------
     def _typical_path_delay(self) -> float | None:
         """Median smoothed RTT over the active EVs, refreshed every 16 SACKs (cheap enough)."""
         if self.stats["sacks"] % 16 == 1 or self._median_rtt is None:
@@ -420,105 +338,6 @@ class MrcSender(PortSteering, CoreBase):
         if est is None:
             est = self.ev_rtt[ev] = RttEstimator()
         est.sample(rtt)
-
-    def _dark_window(self, ev: int) -> float:
-        """How long a packet may stay unacknowledged after later ones on other paths were:
-        paths differ in queueing, and one path's queue can grow fast when it takes over a
-        failed sibling's share, hence twice its RTT, never less than the QP's own spread.
-        A path with no RTT sample of its own yet has no timing to judge by (the QP's samples may
-        all be of small packets, on other paths): only the RTO can say it went dark."""
-        est = self.ev_rtt.get(ev)
-        if est is None:
-            return max(self.rto, self.c.queue_delay_bound)
-        return max(self._rto_base(), 2 * est.srtt, est.timeout(), self.c.queue_delay_bound) + \
-            self.c.reorder_slack
-
-    def _detect_losses(self, now: float) -> None:
-        """The time rule, for a path gone dark (nothing on it arrives, so path order proves
-        nothing): a packet a SACK reported missing, with packets sent after it acknowledged,
-        is lost once older than twice its path's RTT (or srtt + 4 rttvar, if larger)."""
-        if self.suspects:
-            confirmed = []
-            for seq, (first, tx) in list(self.suspects.items()):
-                p = self.outstanding.get(seq)
-                if p is None or p.tx != tx:
-                    del self.suspects[seq]  # acknowledged, NACKed or resent meanwhile
-                elif now - first >= self.c.reorder_slack:
-                    del self.suspects[seq]
-                    confirmed.append(p)
-            for p in confirmed:
-                if self.outstanding.pop(p.seq, None) is not None:
-                    self._lose(p, now, "sack")
-        lost = []
-        for p in self.outstanding.values():
-            if p.tx >= self.rack_tx:
-                break  # nothing transmitted after this one has been acknowledged yet
-            if p.missing and now - p.sent >= self._dark_window(p.ev):
-                lost.append(p)
-        for p in lost:
-            if self.outstanding.pop(p.seq, None) is not None:  # not already resent as stranded
-                self._lose(p, now, "dark")
-
-    def _lose(self, p: _Pkt, now: float, reason: str) -> None:
-        """A real loss means a bad path (MRC: congestion is trimmed, not dropped): the EV leaves
-        the active set and what else is in flight on it is resent at once on other EVs. The
-        window is left alone for a path failure, the path state has dealt with it; only a loss
-        on an EV the floor keeps in use, a timeout on an EV already benched, or any loss when
-        path state is off (spray) is treated as congestion."""
-        self.stats["lost"] += 1
-        state = self.evs.state.get(p.ev)
-        if self.evs.mark_bad(p.ev, now):
-            self.stats["bad_evs"] += 1
-            self.events.append(EvBad(now, p.ev, reason, p.seq, round(now - p.sent, 6)))
-            self._queue_retx(p, now, reason)
-            stranded = [q for q in self.outstanding.values() if q.ev == p.ev]
-            for q in stranded:
-                del self.outstanding[q.seq]
-                self.stats["stranded_resent"] += 1
-                self._queue_retx(q, now, "ev_bad")
-            return
-        cause = "timeout" if reason == "rto" else "loss"
-        if self.evs.stateless:
-            self.cc.on_loss(now, cause)  # no path state: a loss can only be read as congestion
-        elif state in (GOOD, SKIP):
-            self.stats["floor_holds"] += 1
-            self.events.append(FloorHold(now, p.ev, reason))
-            self.cc.on_loss(now, cause)
-        elif reason == "rto":
-            self.cc.on_loss(now, cause)
-        self._queue_retx(p, now, reason)
-
-    def _queue_retx(self, p: _Pkt, now: float, reason: str) -> None:
-        self.retx_queue.append(p)
-        self.retx_seqs.add(p.seq)
-        self.events.append(Retx(now, p.seq, p.ev, reason))
-
-    def _rto_for(self, p: _Pkt) -> float:
-        """The QP's RTO, stretched to the packet's own path if that path is slower (a deep
-        queue on one plane must not look like a dead path): at least twice the path's smoothed
-        RTT, since a path that takes over a failed sibling's share can double its queue within
-        one RTT, faster than its variance estimate follows."""
-        est = self.ev_rtt.get(p.ev)
-        if est is None:
-            return max(self.rto, self.c.queue_delay_bound)
-        path = max(2 * est.srtt, est.timeout()) + self.c.reorder_slack
-        return max(self.rto, min(self.c.rto_max, path), self.c.queue_delay_bound)
-
-    def _check_rto(self, now: float) -> None:
-        if not self.outstanding:
-            return
-        oldest = next(iter(self.outstanding.values()))
-        # _rto_for is never below the QP's RTO: younger than that, no need to compute it.
-        if now - oldest.sent < self.rto or now - oldest.sent < self._rto_for(oldest):
-            return
-        self.stats["timeouts"] += 1
-        self.events.append(Timeout(now, oldest.seq, round(self._rto_for(oldest), 6)))
-        expired = [p for p in self.outstanding.values() if now - p.sent >= self._rto_for(p)]
-        for p in expired:
-            if self.outstanding.pop(p.seq, None) is not None:  # not already resent as stranded
-                self._lose(p, now, "rto")
-        self.rto = min(self.rto * 2, self.c.rto_max)
-        self._trace_cc(now, force=True)
 
     # ----- probing --------------------------------------------------------------------------
     def _probe(self, now: float, out: list[tuple[int, bytes]]) -> None:
@@ -546,7 +365,7 @@ class MrcSender(PortSteering, CoreBase):
         return bool(messages) and len(self.outstanding) < int(self.cc.cwnd) and \
             messages[0][0] < self.next_complete + self.c.max_open_messages
 
-    def _emit(self, p: _Pkt, now: float, data: memoryview | None, retx: bool,
+    def _emit(self, p: SentPacket, now: float, data: memoryview | None, retx: bool,
               ev: int | None = None) -> tuple[int, bytes]:
         p.ev = ev = self.evs.next_ev() if ev is None else ev
         self.ev_bytes[ev] = self.ev_bytes.get(ev, 0) + p.length
@@ -613,7 +432,7 @@ class MrcSender(PortSteering, CoreBase):
             msn, data, offset = entry
             length = min(mtu, len(data) - offset)
             first, last = offset == 0, offset + length >= len(data)
-            p = _Pkt(self.next_seq, msn, offset, length, len(data), wire.data_opcode(first, last))
+            p = SentPacket(self.next_seq, msn, offset, length, len(data), wire.data_opcode(first, last))
             self.next_seq += 1
             entry[2] = offset + length
             if first:

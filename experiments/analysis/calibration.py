@@ -24,7 +24,7 @@ import os
 import platform
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from experiments.outdir import REPO, RESULTS
 from topologies import files
@@ -119,21 +119,33 @@ def free_cores(window: float = FREE_WINDOW_S) -> float:
     return round((os.cpu_count() or 1) * max(0.0, 1.0 - busy - steal), 2)
 
 
-def process_ticks() -> dict[int, int]:
-    """pid -> CPU time so far (utime + stime, clock ticks) of every user-space process (kernel
-    threads, whose cmdline is empty, are the kernel's work: forwarding, softirq)."""
+class ProcessTimes(NamedTuple):
+    cmd: str  # the command line, words joined by spaces; empty for a kernel thread
+    user: int  # CPU time so far, clock ticks (utime)
+    system: int  # (stime)
+
+
+def processes(proc: Path = Path("/proc")) -> dict[int, ProcessTimes]:
+    """pid -> command line and CPU time so far of every process, kernel threads included: the
+    one reading of /proc/PID that the fidelity sampler and the cost benchmark share."""
     out = {}
-    for name in os.listdir("/proc"):
+    for name in os.listdir(proc):
         if not name.isdigit():
             continue
         try:
-            if not Path(f"/proc/{name}/cmdline").read_bytes():
-                continue
-            fields = Path(f"/proc/{name}/stat").read_text().rsplit(")", 1)[1].split()
+            cmd = (proc / name / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            # The command's name (in parentheses) may hold spaces and ")": split after the last.
+            fields = (proc / name / "stat").read_text().rsplit(")", 1)[1].split()
         except OSError:
             continue
-        out[int(name)] = int(fields[11]) + int(fields[12])
+        out[int(name)] = ProcessTimes(cmd, int(fields[11]), int(fields[12]))
     return out
+
+
+def process_ticks() -> dict[int, int]:
+    """pid -> CPU time so far (utime + stime, clock ticks) of every user-space process (kernel
+    threads, whose cmdline is empty, are the kernel's work: forwarding, softirq)."""
+    return {pid: p.user + p.system for pid, p in processes().items() if p.cmd}
 
 
 def busy_pids(before: dict[int, int], after: dict[int, int], seconds: float,

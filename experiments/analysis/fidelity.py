@@ -75,11 +75,64 @@ def link_problem(transport: str, achieved: float | None, configured: float) -> s
 STEAL_DISTURBED_PCT = 10.0
 
 
+def stat_times(line: str) -> tuple[int, int, int] | None:
+    """(idle + iowait, steal, total) clock ticks from /proc/stat's first line (None: not one).
+
+    >>> stat_times("cpu  10 0 5 80 5 0 0 3 0 0\\r\\n")
+    (85, 3, 103)
+    >>> stat_times("Warning: Permanently added '10.0.0.2' (ED25519)") is None
+    True
+    """
+    fields = line.split()
+    if len(fields) < 9 or fields[0] != "cpu" or not all(f.isdigit() for f in fields[1:9]):
+        return None
+    ticks = [int(x) for x in fields[1:9]]
+    return ticks[3] + ticks[4], ticks[7], sum(ticks)
+
+
 def _cpu_times() -> tuple[int, int, int]:
     """(idle + iowait, steal, total) clock ticks of the whole machine, from /proc/stat."""
     with open("/proc/stat") as fh:
-        fields = [int(x) for x in fh.readline().split()[1:]]
-    return fields[3] + fields[4], fields[7], sum(fields[:8])
+        times = stat_times(fh.readline())
+    assert times is not None
+    return times
+
+
+class RemoteCpu:
+    """Another machine's CPU idle and steal over 250 ms windows, from the /proc/stat lines a
+    command prints there (`SwitchBackend.remote_cpu_commands`: a split fabric's servers, whose
+    switches forward the run's packets), timed on this machine's clock as they arrive."""
+
+    def __init__(self, argv: list[str]) -> None:
+        self.samples: list[tuple[float, float]] = []  # (monotonic time here, idle %)
+        self.steal_samples: list[tuple[float, float]] = []  # (monotonic time here, steal %)
+        self._proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                      stderr=subprocess.DEVNULL, text=True, start_new_session=True)
+        self._thread = threading.Thread(target=self._read, daemon=True)
+        self._thread.start()
+
+    def _read(self) -> None:
+        assert self._proc.stdout is not None
+        last: tuple[int, int, int] | None = None
+        for line in self._proc.stdout:
+            times = stat_times(line)
+            if times is None:
+                continue
+            if last is not None and times[2] > last[2]:
+                total, now = times[2] - last[2], time.monotonic()
+                self.samples.append((now, 100.0 * (times[0] - last[0]) / total))
+                self.steal_samples.append((now, 100.0 * (times[1] - last[1]) / total))
+            last = times
+
+    def stop(self) -> None:
+        if self._proc.poll() is None:
+            self._proc.terminate()
+        try:
+            self._proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self._proc.kill()
+            self._proc.wait()
+        self._thread.join(timeout=2)
 
 
 # The ovs backend sets net.core.wmem_default to this before ovs-vswitchd opens its packet
@@ -107,9 +160,12 @@ class CpuSampler:
     such process and no such samples."""
 
     def __init__(self, interval: float = 0.25,
-                 forwarding_pids: Callable[[], list[int]] = lambda: []) -> None:
+                 forwarding_pids: Callable[[], list[int]] = lambda: [],
+                 remote: Callable[[], dict[str, list[str]]] = dict) -> None:
         self.interval = interval
         self.forwarding_pids = forwarding_pids
+        self.remote = remote
+        self.servers: dict[str, RemoteCpu] = {}  # other machines' CPU, by server name
         self.samples: list[tuple[float, float]] = []  # (monotonic time, idle %)
         self.steal_samples: list[tuple[float, float]] = []  # (monotonic time, steal %)
         # (monotonic time, idle % + the background processes' share of the machine %)
@@ -120,12 +176,24 @@ class CpuSampler:
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def __enter__(self) -> CpuSampler:
+        self.servers = {name: RemoteCpu(argv) for name, argv in self.remote().items()}
         self._thread.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._thread.join()
+        for server in self.servers.values():
+            server.stop()
+
+    def server_idle(self, server: str, start: float = 0.0, end: float = float("inf"),
+                    q: float = 10) -> tuple[float, float, int] | None:
+        """(q-th percentile, mean) of a remote server's idle % over the window, and its sample
+        count; None when none came."""
+        values = sorted(v for t, v in self.servers[server].samples if start <= t <= end)
+        if not values:
+            return None
+        return round(metrics.percentile(values, q), 1), round(sum(values) / len(values), 1), len(values)
 
     def _find_background(self, before: dict[int, int], seconds: float, own: set[int]) -> None:
         """The processes busy over the first window that are not the run's (`own`)."""

@@ -12,6 +12,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from experiments.analysis.metrics import BIN_S, series, smoothed  # noqa: E402
+from experiments.analysis.transports import planes_used  # noqa: E402
 from topologies.model import FabricParams  # noqa: E402
 
 TRANSPORT_COLOURS = {"mrc": "#1f77b4", "roce": "#d62728", "spray": "#9467bd", "tcp": "#2ca02c",
@@ -23,8 +24,6 @@ def carry_ceiling(summary: dict, label: str) -> float:
     """What the fabric carries for the curve drawn of `label`, in Mbit/s: the run's own
     `capacity_mbps` where the scenario records one, else what the hosts' NICs carry (an incast's
     victim: one host's NICs on the planes its transport uses)."""
-    from experiments.api.flows import planes_used
-
     cap = summary["transports"].get(label, {}).get("capacity_mbps")
     if isinstance(cap, dict):
         cap = max((v for v in cap.values() if isinstance(v, (int, float))), default=None)

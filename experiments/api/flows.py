@@ -27,20 +27,12 @@ from pathlib import Path
 from typing import NamedTuple
 
 from endpoints.host.control import AgentClient
+from experiments.analysis.transports import BASELINE_PLANE
 from experiments.outdir import REPO
 from topologies import files
 from topologies.emulation import Emulation
 
-TRANSPORTS = ("mrc", "roce", "spray", "tcp", "mptcp")
-MULTIPATH = {"mrc", "spray", "mptcp"}  # use every plane; the others are pinned to plane 0
-BASELINE_PLANE = 0
-
-
 SIZED_LIMIT_S = 24 * 3600.0  # a sized transfer's time limit: it ends when its bytes are through
-
-
-def planes_used(transport: str, planes: int) -> tuple[int, ...]:
-    return tuple(range(planes)) if transport in MULTIPATH else (BASELINE_PLANE,)
 
 
 class Progress(NamedTuple):

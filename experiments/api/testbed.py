@@ -32,14 +32,16 @@ from endpoints.host.control import AgentClient
 from endpoints.protocol import wire
 from endpoints.protocol.config import TransportConfig, with_overrides
 from experiments.analysis import fidelity
+from experiments.analysis.transports import BASELINE_PLANE, TRANSPORTS
 from experiments.api.capture import Capture
 from experiments.api.faults import FaultInjector
-from experiments.api.flows import BASELINE_PLANE, TRANSPORTS, AgentFlow, Flow, TcpFlow
+from experiments.api.flows import AgentFlow, Flow, TcpFlow
 from experiments.outdir import REPO
 from topologies import cleanup, files, hostnet, shaping
 from topologies.cluster import make_emulation
 from topologies.emulation import Emulation
 from topologies.model import DEFAULT_DETECT_MS, Fabric, FabricError, Route
+from topologies.pathtables import agent_paths
 from topologies.preflight import EmulationError
 
 AGENT_TRANSPORTS = frozenset({"mrc", "roce", "spray"})  # run by the host agents
@@ -68,7 +70,8 @@ def start_agents(em: Emulation, hosts: Iterable[str], workdir: Path, seed: int,
                  transport: dict | None = None, packet_log: int = 0,
                  procs: dict[str, subprocess.Popen] | None = None,
                  replace: Iterable[overrides.Replacement] = ()) -> dict[str, AgentClient]:
-    """One agent process per host (`python -m endpoints.host.agent`), connected to.
+    """One agent process per host (`python -m endpoints.host.agent`), connected to; each is
+    handed its host's path table from the model (topologies/pathtables.py) in its settings.
     `packet_log`: each agent logs the first N datagrams it sends and receives in its trace;
     each process is put in `procs` (by host) when given. `replace`: code in the product's
     place at named override points (endpoints/host/overrides.py), in every agent; each agent
@@ -77,7 +80,7 @@ def start_agents(em: Emulation, hosts: Iterable[str], workdir: Path, seed: int,
     replace = overrides.check(replace)
     for host in hosts:
         control = str(workdir / f"{host}.sock")
-        settings = {"host": host, "fabric": em.fabric.params.as_dict(), "control": control,
+        settings = {"paths": agent_paths(em.fabric, host), "control": control,
                     "trace": str(workdir / f"{host}-trace.jsonl"), "seed": seed,
                     "transport": transport or {}, "packet_log": packet_log, **fabric_settings(em)}
         if replace:
@@ -168,7 +171,8 @@ class Testbed:
         self.em = make_emulation(fabric, self.workdir, tuple(servers), datapath=datapath,
                                  detect_ms=detect_ms, dataplane_mode=dataplane,
                                  transport=self.transport, switch=switch)
-        self.cpu = fidelity.CpuSampler(forwarding_pids=self.em.forwarding_pids)
+        self.cpu = fidelity.CpuSampler(forwarding_pids=self.em.forwarding_pids,
+                                       remote=self._remote_cpu_commands)
         self.faults = FaultInjector(self.em)
         self.agents: dict[str, AgentClient] = {}
         self.flows: list[Flow] = []  # every flow opened, in order; flow N is flows[N - 1]
@@ -249,6 +253,10 @@ class Testbed:
     def net(self):  # -> mininet.net.Mininet
         """The Mininet network: `bed.net["h0"].cmd("ip -6 addr")`, Mininet's own CLI."""
         return self.em.net
+
+    def _remote_cpu_commands(self) -> dict[str, list[str]]:
+        """The other machines whose CPU the fidelity verdict reads (a split fabric's servers)."""
+        return self.em.switches.remote_cpu_commands() if self.em.switches is not None else {}
 
     def _show_baseline_addresses(self) -> None:
         """Mininet's hosts report each NIC's baseline IPv6 address (they have no IPv4), so

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from experiments.api.flows import TRANSPORTS
+from experiments.analysis.transports import TRANSPORTS
 from experiments.scenarios import (
     allreduce,
     collective,

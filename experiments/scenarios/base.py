@@ -17,8 +17,9 @@ from pathlib import Path
 from endpoints.host import overrides
 from endpoints.protocol.config import TransportConfig, with_overrides
 from experiments.analysis import metrics
+from experiments.analysis.transports import TRANSPORTS
 from experiments.api import capture
-from experiments.api.flows import TRANSPORTS, AgentFlow, Flow
+from experiments.api.flows import AgentFlow, Flow
 from experiments.api.testbed import Testbed
 from experiments.scenarios.schema import DATA_OK, Checks, Figures, Row
 from topologies.model import DEFAULT_DETECT_MS, Fabric, FabricError, FabricParams, check_number

@@ -9,8 +9,9 @@ import time
 from pathlib import Path
 
 from experiments.analysis import metrics
+from experiments.analysis.transports import BASELINE_PLANE
 from experiments.api import traffic
-from experiments.api.flows import BASELINE_PLANE, AgentFlow, finish
+from experiments.api.flows import AgentFlow, finish
 from experiments.api.testbed import Testbed
 from experiments.scenarios.base import DEFAULT_LINK_MBPS, Kind, Options, Record, Scenario
 from experiments.scenarios.failure import busiest_uplink

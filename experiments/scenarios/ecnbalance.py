@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from endpoints.host.agent import SOURCE_ROUTED
+from endpoints.host.paths import SOURCE_ROUTED
 from experiments.analysis import fidelity, metrics
 from experiments.api.flows import finish
 from experiments.api.testbed import Testbed

@@ -31,7 +31,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from endpoints.host.agent import SOURCE_ROUTED
+from endpoints.host.paths import SOURCE_ROUTED
 from experiments.analysis import metrics
 from experiments.api import traffic
 from experiments.api.flows import finish

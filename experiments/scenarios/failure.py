@@ -21,8 +21,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from experiments.analysis import metrics
+from experiments.analysis.transports import BASELINE_PLANE, planes_used
 from experiments.api import traffic
-from experiments.api.flows import BASELINE_PLANE, FlowResult, finish, planes_used
+from experiments.api.flows import FlowResult, finish
 from experiments.api.testbed import Testbed
 from experiments.scenarios.base import (
     DEFAULT_FABRIC,
@@ -323,6 +324,9 @@ FLAPS = ("link-flap", "port-flap")
 PORT_SCENARIOS = ("port-failure", "port-flap")
 FAULT = Failure()
 RECOVERY_ROW = ("recovery / stall ms", lambda t, _: f"{ms(t.get('recovery_ms'))} / {ms(t.get('stall_ms'))}")
+FRACTION_ROW = ("goodput fraction / stall ms",
+                lambda t, _: f"{num(t.get('goodput_fraction'))} / {ms(t.get('stall_ms'))}")
+FLAP_FIGURES = ("stall_ms", "goodput_before_mbps", "goodput_during_mbps", "goodput_fraction", DATA_OK)
 SCENARIOS = (
     Scenario("link-failure", FAULT, "T0-T1 link cut during a long transfer, then restored",
              SMALL, 7.0, 2.5, 5.0, figures_type=FaultFigures, figures=FAILURE_FIGURES, brief=BRIEF,
@@ -336,14 +340,11 @@ SCENARIOS = (
     Scenario("t0-failure", FAULT, "a leaf (T0) of one plane down with every port, then back",
              SMALL, 7.0, 2.5, 5.0, figures_type=FaultFigures,
              figures=(*FAILURE_FIGURES[:-1], "goodput_fraction", DATA_OK), brief=BRIEF, never=NEVER,
-             row=Row("t0-failure: goodput fraction / stall ms",
-                     lambda t, _: f"{num(t.get('goodput_fraction'))} / {ms(t.get('stall_ms'))}")),
+             row=Row(f"t0-failure: {FRACTION_ROW[0]}", FRACTION_ROW[1])),
     Scenario("link-flap", FAULT, "a T0-T1 link flapping at a set rate", SMALL, 8.0, 2.0, 7.0,
              figures_type=FaultFigures,
-             figures=("stall_ms", "goodput_before_mbps", "goodput_during_mbps", "goodput_fraction",
-                      DATA_OK), brief=BRIEF, never=NEVER,
-             row=Row("link-flap: goodput fraction / stall ms",
-                     lambda t, _: f"{num(t.get('goodput_fraction'))} / {ms(t.get('stall_ms'))}")),
+             figures=FLAP_FIGURES, brief=BRIEF, never=NEVER,
+             row=Row(f"link-flap: {FRACTION_ROW[0]}", FRACTION_ROW[1])),
     Scenario("lossy-link", FAULT, "random drop with probability p on one T0-T1 link",
              SMALL, 7.0, 2.5, 6.5, figures_type=FaultFigures,
              figures=("goodput_before_mbps", "goodput_during_mbps", "goodput_fraction", DATA_OK),
@@ -357,8 +358,6 @@ SCENARIOS = (
              never=NEVER, row=Row(f"port-failure: {RECOVERY_ROW[0]}", RECOVERY_ROW[1])),
     Scenario("port-flap", FAULT, "a host's NIC port flapping at a set rate", SMALL, 8.0, 2.0, 7.0,
              figures_type=FaultFigures,
-             figures=("stall_ms", "goodput_before_mbps", "goodput_during_mbps", "goodput_fraction",
-                      DATA_OK), brief=BRIEF, never=NEVER,
-             row=Row("port-flap: goodput fraction / stall ms",
-                     lambda t, _: f"{num(t.get('goodput_fraction'))} / {ms(t.get('stall_ms'))}")),
+             figures=FLAP_FIGURES, brief=BRIEF, never=NEVER,
+             row=Row(f"port-flap: {FRACTION_ROW[0]}", FRACTION_ROW[1])),
 )

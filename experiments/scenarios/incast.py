@@ -10,8 +10,9 @@ import time
 from typing import Any
 
 from experiments.analysis import fidelity, metrics
+from experiments.analysis.transports import planes_used
 from experiments.api import traffic
-from experiments.api.flows import finish, planes_used
+from experiments.api.flows import finish
 from experiments.api.testbed import Testbed
 from experiments.scenarios.base import (
     DEFAULT_LINK_MBPS,

@@ -8,11 +8,12 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from endpoints.host.agent import SOURCE_ROUTED
+from endpoints.host.paths import SOURCE_ROUTED
 from endpoints.protocol import wire
 from experiments.analysis import metrics
+from experiments.analysis.transports import planes_used
 from experiments.api import traffic
-from experiments.api.flows import finish, planes_used
+from experiments.api.flows import finish
 from experiments.api.testbed import AGENT_TRANSPORTS, Testbed
 from experiments.scenarios.base import DEFAULT_LINK_MBPS, TAIL_S, Kind, Options, Record, Scenario, sleep_until
 from experiments.scenarios.schema import DATA_OK, IS_TRUE, Figures, Row, at_least, at_most, num

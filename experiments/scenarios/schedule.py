@@ -27,8 +27,9 @@ import time
 from dataclasses import dataclass
 
 from experiments.analysis import metrics
+from experiments.analysis.transports import planes_used
 from experiments.api import traffic
-from experiments.api.flows import finish, planes_used
+from experiments.api.flows import finish
 from experiments.api.testbed import Testbed
 from experiments.scenarios.base import (
     DEFAULT_FABRIC,

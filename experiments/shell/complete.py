@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from experiments.api.flows import TRANSPORTS, AgentFlow
+from experiments.analysis.transports import TRANSPORTS
+from experiments.api.flows import AgentFlow
 from experiments.api.testbed import Testbed
 from topologies.model import Fabric
 

@@ -24,7 +24,8 @@ from typing import NoReturn
 
 from mininet.cli import CLI
 
-from experiments.api.flows import TRANSPORTS, AgentFlow, Flow
+from experiments.analysis.transports import TRANSPORTS
+from experiments.api.flows import AgentFlow, Flow
 from experiments.api.testbed import Testbed
 from experiments.outdir import RESULTS
 from experiments.shell.complete import Completion

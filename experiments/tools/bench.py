@@ -42,6 +42,7 @@ from experiments.outdir import REPO, RESULTS
 from experiments.tools.benchnet import RECEIVER, SENDER, BenchNet
 from topologies import cleanup, files
 from topologies.model import Fabric, FabricParams
+from topologies.pathtables import agent_paths
 
 DEFAULT_OUT = RESULTS / "bench" / "agent.json"
 GOAL_PPS_PER_CORE = 50_000
@@ -209,7 +210,7 @@ def agents(net: BenchNet, workdir: Path, seed: int, transport: dict, raw_send: b
     try:
         for host in (RECEIVER, SENDER):
             tag = f"{host}-{kind}"
-            settings = {"host": host, "fabric": net.fabric.params.as_dict(),
+            settings = {"paths": agent_paths(net.fabric, host),
                         "control": str(workdir / f"{tag}.sock"),
                         "trace": str(workdir / f"{tag}-trace.jsonl"), "seed": seed,
                         "transport": transport, "raw_send": raw_send,

@@ -51,22 +51,10 @@ BACKGROUND_WINDOW_S = 1.0
 MIN_RATE = 1.0  # Mbit/s: the calibration halves its lowest rate down to this for a faithful pair
 
 
-def _procs() -> dict[int, tuple[str, int, int]]:
-    out = {}
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{name}/stat").read_text()
-            cmd = Path(f"/proc/{name}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
-            continue
-        fields = stat.rsplit(")", 1)[1].split()
-        out[int(name)] = (cmd, int(fields[11]), int(fields[12]))
-    return out
+Procs = dict[int, calibration.ProcessTimes]  # one reading of every process (calibration.processes)
 
 
-def _ticks(procs: dict[int, tuple[str, int, int]]) -> dict[int, int]:
+def _ticks(procs: Procs) -> dict[int, int]:
     return {pid: user + system for pid, (_cmd, user, system) in procs.items()}
 
 
@@ -88,7 +76,7 @@ def background() -> set[int]:
     return calibration.busy_pids(before, calibration.process_ticks(), BACKGROUND_WINDOW_S) - {os.getpid()}
 
 
-def strangers(busy_before: set[int], after: dict[int, tuple[str, int, int]], runner: int) -> set[int]:
+def strangers(busy_before: set[int], after: Procs, runner: int) -> set[int]:
     """The user-space processes of two readings that are not the run's: busy before it started,
     or unmarked (every process a run starts carries `cleanup.MARKER`; its runner, which set the
     marker in its own environment once started, is `runner`). A program started during the run
@@ -99,13 +87,12 @@ def strangers(busy_before: set[int], after: dict[int, tuple[str, int, int]], run
     return busy_before | {pid for pid, (cmd, _, _) in after.items() if cmd and pid not in mine}
 
 
-def _since(before: dict[int, tuple[str, int, int]], after: dict[int, tuple[str, int, int]]) -> dict[int, int]:
+def _since(before: Procs, after: Procs) -> dict[int, int]:
     """`_ticks(before)`, with a process started between the readings at 0 (all its CPU is in it)."""
     return {**{pid: 0 for pid in after}, **_ticks(before)}
 
 
-def _split(before: dict[int, tuple[str, int, int]], after: dict[int, tuple[str, int, int]],
-           seconds: float) -> dict[str, dict[str, float]]:
+def _split(before: Procs, after: Procs, seconds: float) -> dict[str, dict[str, float]]:
     """Cores each role used between two readings, user and system apart."""
     hz = os.sysconf("SC_CLK_TCK")
     roles: dict[str, dict[str, float]] = {}
@@ -135,9 +122,9 @@ def measure(rate: float, seconds: float, seed: int, backend: str, out: Path,
         lines.append(line)
         if "mrc: running" in line and not reading:
             time.sleep(WARM_S)
-            m0, p0, t0 = calibration.machine_times(), _procs(), time.monotonic()
+            m0, p0, t0 = calibration.machine_times(), calibration.processes(), time.monotonic()
             time.sleep(max(seconds - WARM_S - TAIL_S, 1.0))
-            m1, p1, t1 = calibration.machine_times(), _procs(), time.monotonic()
+            m1, p1, t1 = calibration.machine_times(), calibration.processes(), time.monotonic()
             busy, steal = calibration.busy_fraction(m0, m1)
             d = [b - a for a, b in zip(m0, m1, strict=True)]
             cores = os.cpu_count() or 1

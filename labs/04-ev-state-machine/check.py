@@ -7,7 +7,6 @@ the product's link-failure scenario with the student's EV set in every host agen
 from __future__ import annotations
 
 import random
-from typing import NoReturn
 
 from endpoints.host.goodput import BIN_S, bin_of
 from endpoints.protocol.config import TransportConfig
@@ -212,30 +211,23 @@ def real_link_cut(ctx: Context) -> str:
     route = next(r for r in build(EMULATED).routes(src, dst) if link in r.links)
     changes = [(at - start, ev, new) for at, ev, _, new in
                ev_timeline(fabric.REPO / s["_out"] / "traces" / f"{src}-trace.jsonl", qpn)]
-    busy = fabric.unfaithful(s)
-
-    def fail(message: str) -> NoReturn:
-        # On a run the machine's load made unfaithful the machine may be to blame, and the line
-        # says so; it still fails (a broken reaction can load the machine itself).
-        raise CheckFailed(f"{message} (the run: {s['_out']})" + (f"; but {busy}" if busy else ""))
-
     others = sorted({hex(ev) for _, ev, new in changes if new == ASSUMED_BAD and ev != route.ev})
     if others:
-        fail(f"EVs on healthy paths were benched: {', '.join(others)}")
+        fabric.fail(s, f"EVs on healthy paths were benched: {', '.join(others)}")
     benched = [at for at, ev, new in changes if ev == route.ev and new == ASSUMED_BAD]
     if not benched or not cut <= benched[0] <= cut + EMU_BENCH_WITHIN:
         when = f"{(benched[0] - cut) * 1e3:.0f} ms after the cut" if benched else "never"
-        fail(f"{link} was cut: its EV {route.ev:#x} was benched {when} (want within "
-             f"{EMU_BENCH_WITHIN * 1e3:.0f} ms of the cut)")
+        fabric.fail(s, f"{link} was cut: its EV {route.ev:#x} was benched {when} (want within "
+                       f"{EMU_BENCH_WITHIN * 1e3:.0f} ms of the cut)")
     back = [at for at, ev, new in changes if ev == route.ev and new == GOOD and at > restore]
     if not back or back[0] > restore + EMU_BACK_WITHIN:
-        fail(f"EV {route.ev:#x} was not back within {EMU_BACK_WITHIN * 1e3:.0f} ms of "
-             f"restoring {link}")
+        fabric.fail(s, f"EV {route.ev:#x} was not back within {EMU_BACK_WITHIN * 1e3:.0f} ms of "
+                       f"restoring {link}")
     before, during = t["goodput_before_mbps"], t["goodput_during_mbps"]
     if during < RATE_KEPT * before:
-        fail(f"goodput fell from {before:.1f} to {during:.1f} Mbit/s while {link} was cut")
+        fabric.fail(s, f"goodput fell from {before:.1f} to {during:.1f} Mbit/s while {link} was cut")
     if not t["data_ok"]:
-        fail("the receiver did not get every message intact")
+        fabric.fail(s, "the receiver did not get every message intact")
     return (f"{link} cut in the emulation: EV {route.ev:#x} benched after "
             f"{(benched[0] - cut) * 1e3:.0f} ms, back {(back[0] - restore) * 1e3:.0f} ms after "
             f"the restore; {before:.1f} Mbit/s before, {during:.1f} while cut; data intact")

@@ -7,8 +7,6 @@ agent."""
 
 from __future__ import annotations
 
-from typing import NoReturn
-
 from endpoints.protocol import wire
 from endpoints.protocol.events import EvState
 from endpoints.protocol.evset import ASSUMED_BAD
@@ -130,31 +128,24 @@ def real_incast(ctx: Context) -> str:
                             transports=("mrc",), duration=EMU_DURATION, fault_at=EMU_INCAST[0],
                             fault_end=EMU_INCAST[1])
     t = s["transports"]["mrc"]
-    busy = fabric.unfaithful(s)
-
-    def fail(message: str) -> NoReturn:
-        # On a run the machine's load made unfaithful the machine may be to blame, and the line
-        # says so; it still fails (a broken reaction can load the machine itself).
-        raise CheckFailed(f"{message} (the run: {s['_out']})" + (f"; but {busy}" if busy else ""))
-
     trims = t["switch_ports"]["trimmed"]
     if not trims:
-        fail("the switches trimmed nothing: the incast did not happen")
+        fabric.fail(s, "the switches trimmed nothing: the incast did not happen")
     if t["evs_marked_bad"] > EMU_BENCHED_MAX:
-        fail(f"{t['evs_marked_bad']} EVs benched by the crowd's senders: a trim must never look "
-             f"like a broken path")
+        fabric.fail(s, f"{t['evs_marked_bad']} EVs benched by the crowd's senders: a trim must never look "
+                       f"like a broken path")
     if t["timeouts"] > EMU_BENCHED_MAX:
-        fail(f"{t['timeouts']} retransmission timeouts: a trimmed packet must be resent at once")
+        fabric.fail(s, f"{t['timeouts']} retransmission timeouts: a trimmed packet must be resent at once")
     victim = t["victim_goodput_fraction"] or 0.0
     if victim < EMU_VICTIM_KEPT:
-        fail(f"the victim {t['victim']['src']}->{t['victim']['dst']} kept {victim:.2f} of its "
-             f"goodput during the incast (want {EMU_VICTIM_KEPT})")
+        fabric.fail(s, f"the victim {t['victim']['src']}->{t['victim']['dst']} kept {victim:.2f} of its "
+                       f"goodput during the incast (want {EMU_VICTIM_KEPT})")
     crowd = t["incast_fraction_of_receiver_link"]
     if crowd < EMU_CROWD_SHARE:
-        fail(f"the 7 senders got {crowd:.2f} of the receiver's links (want {EMU_CROWD_SHARE}): "
-             f"resend trimmed packets at once")
+        fabric.fail(s, f"the 7 senders got {crowd:.2f} of the receiver's links (want {EMU_CROWD_SHARE}): "
+                       f"resend trimmed packets at once")
     if not t["data_ok"]:
-        fail("a flow's data arrived damaged or incomplete")
+        fabric.fail(s, "a flow's data arrived damaged or incomplete")
     drop = s["transports"].get("mrc-droptail")
     contrast = (f"; switches dropping instead: {drop['evs_marked_bad']} EVs benched, "
                 f"{drop['timeouts']} timeouts") if drop else ""

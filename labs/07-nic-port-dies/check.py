@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import random
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 from endpoints.protocol import wire
 from endpoints.protocol.config import TransportConfig
@@ -335,34 +335,29 @@ def real_port_failure(ctx: Context) -> str:
     start = s["traces"]["windows"]["mrc"][0]
     cut, restore = (e["t"] for e in s["faults"])  # since the transfer started
     link = t["target"]
-    busy = fabric.unfaithful(s)
-
-    def fail(message: str) -> NoReturn:
-        raise CheckFailed(f"{message} (the run: {s['_out']})" + (f"; but {busy}" if busy else ""))
-
     records = _trace(fabric.REPO / s["_out"] / "traces" / f"{src}-trace.jsonl", qpn)
     ports = [(r["t"] - start, r["parked"]) for r in records if r["event"] == "ports"]
     # The fault's times are taken as the command returns: the agents may react a little before.
     parked = [at for at, planes in ports if 0 in planes and at >= cut - EMU_EARLY]
     if not parked or parked[0] > cut + EMU_PARK_WITHIN:
         when = f"{(parked[0] - cut) * 1e3:.0f} ms after the cut" if parked else "never"
-        fail(f"{link} (the receiver's plane-0 port) was cut: the sender parked plane 0 {when} "
-             f"(want within {EMU_PARK_WITHIN * 1e3:.0f} ms)")
+        fabric.fail(s, f"{link} (the receiver's plane-0 port) was cut: the sender parked plane 0 {when} "
+                       f"(want within {EMU_PARK_WITHIN * 1e3:.0f} ms)")
     back = [at for at, planes in ports if at > parked[0] and 0 not in planes]
     if back and back[0] < restore - EMU_EARLY:
-        fail(f"plane 0 was unparked {(restore - back[0]) * 1e3:.0f} ms before {link} was restored")
+        fabric.fail(s, f"plane 0 was unparked {(restore - back[0]) * 1e3:.0f} ms before {link} was restored")
     if not back or back[0] > restore + EMU_BACK_WITHIN:
-        fail(f"plane 0 was not unparked within {EMU_BACK_WITHIN * 1e3:.0f} ms of restoring {link}")
+        fabric.fail(s, f"plane 0 was not unparked within {EMU_BACK_WITHIN * 1e3:.0f} ms of restoring {link}")
     plane0 = {r.ev for r in build(EMULATED).routes(src, dst) if r.plane == 0}
     used = sum(n for r in records if r["event"] == "ev_load" and r["t"] - start > back[0]
                for ev, n in r["sent"].items() if int(ev) in plane0)
     if not used:
-        fail("plane 0 carried no data after its port came back")
+        fabric.fail(s, "plane 0 carried no data after its port came back")
     if t["stall_ms"] > EMU_STALL_MS:
-        fail(f"the goodput stalled {t['stall_ms']:.0f} ms around the cut (want at most "
-             f"{EMU_STALL_MS:.0f})")
+        fabric.fail(s, f"the goodput stalled {t['stall_ms']:.0f} ms around the cut (want at most "
+                       f"{EMU_STALL_MS:.0f})")
     if not t["data_ok"]:
-        fail("the receiver did not get every message intact")
+        fabric.fail(s, "the receiver did not get every message intact")
     return (f"{link} cut in the emulation: plane 0 parked {(parked[0] - cut) * 1e3:+.0f} ms from "
             f"the cut, back {(back[0] - restore) * 1e3:+.0f} ms from the restore, {used} packets on it "
             f"since; stall {t['stall_ms']:.0f} ms; data intact")

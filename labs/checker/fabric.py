@@ -14,7 +14,7 @@ import os
 import shlex
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from labs.checker.core import CheckFailed, Context, Skipped
 from topologies.model import Fabric
@@ -120,3 +120,11 @@ def unfaithful(summary: dict) -> str | None:
     return (f"the emulated run in {summary['_out']} was not faithful ({fid['problems'][0]}): "
             f"if the checks before this one pass, the machine was too busy to judge your code: "
             f"run `{summary.get('_rerun', 'sudo make check-lab N=..')}` again when it is quiet")
+
+
+def fail(summary: dict, message: str) -> NoReturn:
+    """Fail a check of the emulated run `summary`, naming the run's folder. On a run the
+    machine's load made unfaithful the machine may be to blame, and the line says so; it still
+    fails (a broken reaction can load the machine itself)."""
+    busy = unfaithful(summary)
+    raise CheckFailed(f"{message} (the run: {summary['_out']})" + (f"; but {busy}" if busy else ""))

@@ -14,7 +14,7 @@ import time
 import pytest
 
 from tests.conftest import require_or_skip
-from tests.integration.helpers import REPO, assert_nothing_left
+from tests.integration.helpers import REPO, again_if_disturbed, assert_nothing_left
 from topologies import cluster_lab
 from topologies.servers import SSH_CONFIG_ENV
 
@@ -77,6 +77,35 @@ def test_split_fabric_proves_every_path_and_leaves_nothing(server):
     assert result["placement"] == {"servers": ["head", server.address], "head": "head", "split": True,
                                    "planes": {"head": [], server.address: [0, 1]}}
     assert result["remote_servers"] == [server.address]
+    assert _server_left(server) == []
+    assert_nothing_left()
+
+
+def test_split_link_failure_rides_through_and_the_servers_cpu_is_in_the_verdict(server, tmp_path):
+    """The link-failure scenario on the split fabric (the cut link's routers on the server): MRC
+    rides through and the single-path baseline stalls for the routing delay, as unsplit
+    (test_scenarios); the server's CPU is sampled over ssh into every transport's verdict."""
+    for attempt in (1, 2):
+        out = tmp_path / f"split-{attempt}"
+        argv = [sys.executable, "-m", "experiments.cli", "run", "link-failure", "--switch", "linux",
+                "--servers", f"head,{server.address}", "--transports", "mrc,roce", "--duration", "5",
+                "--fault-at", "2.5", "--fault-end", "4", "--seed", "1", "--out", str(out)]
+        for key, value in SHAPE.items():
+            argv += [f"--{key}", str(value)]
+        proc = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=400, env=_env(server))
+        assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+        s = json.loads((out / "summary.json").read_text())
+        if not again_if_disturbed(s["fidelity"], attempt):
+            break
+    assert s["fidelity"]["faithful"], s["fidelity"]["problems"]
+    placed = s["switches"]["placement"]
+    assert placed["split"] is True and placed["planes"][server.address] == [0, 1]
+    mrc, roce = s["transports"]["mrc"], s["transports"]["roce"]
+    assert mrc["stall_ms"] < 200 and roce["stall_ms"] >= s["routing"]["detect_ms"] / 2
+    for transport, entry in s["fidelity"]["per_transport"].items():
+        seen = entry["servers"][server.address]  # sampled there, every 250 ms of the run
+        assert seen["samples"] >= 8, (transport, seen)
+        assert 0 <= seen["cpu_idle_p10_pct"] <= seen["cpu_idle_mean_pct"] <= 100
     assert _server_left(server) == []
     assert_nothing_left()
 

@@ -39,6 +39,10 @@ def set_mtu(ifnames: list[str], netns_pid: int | None, mtu: int = LINK_MTU) -> N
             ipr.link("set", index=ipr.link_lookup(ifname=name)[0], mtu=mtu)
 
 
+# How often a remote server's CPU times are read (the head's fidelity sampler's own interval).
+REMOTE_CPU_INTERVAL_S = 0.25
+
+
 class SwitchBackend(ABC):
     """One run's switches. `fabric`: the model; `workdir`: the run's private folder (logs)."""
 
@@ -101,6 +105,13 @@ class SwitchBackend(ABC):
     def forwarding_pids(self) -> list[int]:
         """The processes that forward packets (CPU headroom samples; empty when forwarding
         runs in the kernel's softirq, charged to no process)."""
+
+    def remote_cpu_commands(self) -> dict[str, list[str]]:
+        """{server: argv} that prints that server's /proc/stat first line every
+        `REMOTE_CPU_INTERVAL_S` until it is killed, for every other machine forwarding this
+        fabric's packets (a split fabric's servers: docs/cluster.md); none when all of it runs
+        here."""
+        return {}
 
     # ----- observation -----------------------------------------------------------------------
     @abstractmethod

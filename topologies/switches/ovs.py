@@ -50,11 +50,20 @@ from typing import Any
 
 from topologies import preflight
 from topologies.switches.base import SwitchBackend
+from topologies.switches.ovsprocs import (
+    NETNS_DIR,
+    NETNS_PREFIX,
+    RUN_ROOT,
+    daemon_pid,
+    delete_netns,
+    instance_netns,
+    kill_daemons,
+    legacy_bridges,
+    netns_pids,
+    run_dirs,
+)
 
-RUN_ROOT = Path("/run/mrclab-ovs")
 OF_SOCKET = RUN_ROOT / "of.sock"  # the controller's OpenFlow socket
-NETNS_DIR = Path("/run/netns")
-NETNS_PREFIX = "mrclab-ovs"
 # Switch ports one ovs-vswitchd holds at most when planes share it (see above): ~100 ports
 # forwarded at 6x the rate of ~850 (docs/architecture.md). The environment variable
 # overrides it (the tests use it to give small fabrics several instances).
@@ -67,7 +76,6 @@ FAIL_COOKIE = 0xDEAD  # marks the flow that makes a switch stop forwarding (`set
 # are global (a namespace reads the root's), so they are raised before any instance starts.
 SOCKET_BUFFER = 16 << 20
 BUFFER_SYSCTLS = ("wmem_default", "rmem_default", "wmem_max", "rmem_max")
-DAEMONS = ("ovs-vswitchd", "ovsdb-server")
 # ovs-vswitchd's memory allocator. On every loop the netdev datapath allocates a frame buffer
 # for each slot of a receive batch on each port it polls and frees the slots left empty
 # (netdev-linux, NETDEV_MAX_BURST per recvmmsg): thousands of frame-sized blocks per loop at
@@ -78,9 +86,6 @@ DAEMONS = ("ovs-vswitchd", "ovsdb-server")
 # for comparison.
 ALLOCATOR = "tcmalloc_minimal"
 ALLOCATOR_ENV = "MRCLAB_OVS_ALLOCATOR"
-# The system OVS of earlier versions held every bridge: a killed run of one left them there.
-LEGACY_BRIDGE_TAG = "mrclab"
-BRIDGE_NAME = re.compile(r"p\d+[ls]\d+")  # the model's switch names (topologies/model.py)
 _PORT_RE = re.compile(r"port\s+(\d+):\s*rx pkts=(\d+), bytes=(\d+), drop=(\d+).*?"
                       r"tx pkts=(\d+), bytes=(\d+), drop=(\d+)", re.S)
 
@@ -319,7 +324,7 @@ class OvsBackend(SwitchBackend):
     # ----- teardown and leftovers ------------------------------------------------------------
     def stop(self) -> None:
         t0 = time.monotonic()
-        _kill_daemons([inst.rundir for inst in self._started])
+        kill_daemons([inst.rundir for inst in self._started])
         self.timings["stop_daemons"] = time.monotonic() - t0
         if self.net is not None:
             for node in self.net.switches:  # a namespace lives while a process is in it
@@ -327,7 +332,7 @@ class OvsBackend(SwitchBackend):
                     node.terminate()
         self.timings["stop_shells"] = time.monotonic() - t0
         for inst in self._started:
-            _delete_netns(inst.netns)
+            delete_netns(inst.netns)
             shutil.rmtree(inst.rundir, ignore_errors=True)
         OF_SOCKET.unlink(missing_ok=True)  # the controller's, which has stopped listening
         self._started = []
@@ -335,21 +340,21 @@ class OvsBackend(SwitchBackend):
 
     @classmethod
     def leftovers(cls) -> dict[str, list[str]]:
-        return {"ovs_instances": [str(d) for d in _run_dirs()], "ovs_netns": _instance_netns(),
+        return {"ovs_instances": [str(d) for d in run_dirs()], "ovs_netns": instance_netns(),
                 "bridges": legacy_bridges()}
 
     @classmethod
     def cleanup_leftovers(cls) -> dict[str, int]:
-        dirs = _run_dirs()
-        _kill_daemons(dirs)
+        dirs = run_dirs()
+        kill_daemons(dirs)
         for d in dirs:
             shutil.rmtree(d, ignore_errors=True)
-        names = _instance_netns()
+        names = instance_netns()
         for name in names:
             for pid in netns_pids(name):  # a killed run's switch shells, still inside
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
-            _delete_netns(name)
+            delete_netns(name)
         OF_SOCKET.unlink(missing_ok=True)
         bridges = legacy_bridges()
         if bridges:
@@ -443,85 +448,3 @@ def _unquote_words(cmd: str) -> list[str]:
     """A queued ovs-vsctl command line as argv (no shell in between: its one quoted value,
     the controller target, loses its shell escaping)."""
     return [w.replace('\\"', '"') for w in cmd.split()]
-
-
-# ----- finding an instance's processes and what a killed run left ------------------------------
-def daemon_pid(rundir: Path, daemon: str) -> int | None:
-    """The pid in `rundir`'s pid file, if that process is `daemon` serving this run folder
-    (pids are reused: the command line must say so)."""
-    try:
-        pid = int((rundir / f"{daemon}.pid").read_text().strip())
-        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-    except (OSError, ValueError):
-        return None
-    if not argv or Path(argv[0].decode(errors="replace")).name != daemon or \
-            not any(str(rundir).encode() in arg for arg in argv):
-        return None
-    return pid
-
-
-def _kill_daemons(rundirs: list[Path], timeout: float = 5.0) -> None:
-    pids = [pid for d in rundirs for daemon in DAEMONS if (pid := daemon_pid(d, daemon))]
-    for pid in pids:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
-    deadline = time.monotonic() + timeout
-    while any(_alive(p) for p in pids) and time.monotonic() < deadline:
-        time.sleep(0.01)
-
-
-def _alive(pid: int) -> bool:
-    """Not yet exited (a zombie has: init here reaps orphans only about once a second)."""
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return False
-    return state not in ("Z", "X")
-
-
-def _run_dirs() -> list[Path]:
-    if not RUN_ROOT.is_dir():
-        return []
-    return sorted(d for d in RUN_ROOT.iterdir() if d.is_dir() and not d.is_symlink())
-
-
-def _instance_netns() -> list[str]:
-    try:
-        return sorted(n for n in os.listdir(NETNS_DIR)
-                      if n.startswith(NETNS_PREFIX) and n[len(NETNS_PREFIX):].isdigit())
-    except OSError:
-        return []
-
-
-def _delete_netns(name: str) -> None:
-    if (NETNS_DIR / name).exists():
-        subprocess.run(["ip", "netns", "delete", name], capture_output=True)
-
-
-def netns_pids(name: str) -> list[int]:
-    """Processes whose network namespace is the named one."""
-    try:
-        target = os.stat(NETNS_DIR / name).st_ino
-    except OSError:
-        return []
-    out = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            with contextlib.suppress(OSError):
-                if os.stat(f"/proc/{entry}/ns/net").st_ino == target:
-                    out.append(int(entry))
-    return out
-
-
-def legacy_bridges() -> list[str]:
-    """Bridges an earlier version left in the system OVS (tagged, or named like the model's
-    switches); empty where the system OVS does not run."""
-    if shutil.which("ovs-vsctl") is None or not Path("/var/run/openvswitch/db.sock").exists():
-        return []
-    tagged = subprocess.run(
-        ["ovs-vsctl", "--timeout=5", "--columns=name", "--format=csv", "--no-headings",
-         "find", "bridge", f"external_ids:{LEGACY_BRIDGE_TAG}=1"], capture_output=True, text=True)
-    names = {line.strip().strip('"') for line in tagged.stdout.splitlines() if line.strip()}
-    listed = subprocess.run(["ovs-vsctl", "--timeout=5", "list-br"], capture_output=True, text=True)
-    names |= {b for b in listed.stdout.split() if BRIDGE_NAME.fullmatch(b)}
-    return sorted(names)

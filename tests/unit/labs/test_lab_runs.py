@@ -107,6 +107,24 @@ def test_no_root_says_the_exact_command(monkeypatch: pytest.MonkeyPatch) -> None
         fabric.scenario_run(Context(lab.folder, lab.folder / "solution", True), "incast", {})
 
 
+def test_a_failed_emulated_check_names_its_run_and_a_busy_machine() -> None:
+    """Labs 4, 5 and 7 fail an emulated check through one helper: the line names the run's
+    folder and, on an unfaithful run, that the machine may be to blame; it fails either way."""
+    from labs.checker.core import CheckFailed
+
+    faithful = {"_out": "results/lab-04", "fidelity": {"faithful": True, "problems": []}}
+    with pytest.raises(CheckFailed) as caught:
+        fabric.fail(faithful, "EV 0x1 was not back")
+    assert str(caught.value) == "EV 0x1 was not back (the run: results/lab-04)"
+    busy = {"_out": "results/lab-05", "_rerun": "sudo make check-lab N=5",
+            "fidelity": {"faithful": False, "problems": ["idle 2% of a core"]}}
+    with pytest.raises(CheckFailed) as caught:
+        fabric.fail(busy, "no trims")
+    assert str(caught.value).startswith("no trims (the run: results/lab-05); but the emulated run "
+                                        "in results/lab-05 was not faithful (idle 2% of a core)")
+    assert "`sudo make check-lab N=5` again" in str(caught.value)
+
+
 def test_lab8_reads_its_own_capture_and_says_what_to_run(tmp_path: Path,
                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     """Lab 8 reads results/lab-08/<receiver>.pcap, which its README's command writes; without

@@ -135,3 +135,31 @@ def test_linux_ports_get_the_models_macs_and_ifindexes_unique_over_the_fabric(tm
     assert len(indexes) == len(set(indexes)) and min(indexes) >= routers.IFINDEX_BASE
     assert all(o[o.index("address") + 1] == fabric.port_mac(*key) for key, o in opts.items())
     assert switches.make("ovs", fabric, tmp_path, datapath="user").port_link_options("p0l0", 1) == ""
+
+
+def test_a_run_folders_pid_file_names_its_daemon_only_while_that_daemon_holds_the_pid(tmp_path):
+    """Pids are reused: the pid in a run folder's pid file is the daemon's only when that
+    process is the daemon (by name) serving that run folder (by its command line)."""
+    import subprocess
+    import sys
+
+    from topologies.switches import ovsprocs
+
+    mine, other = tmp_path / "i0", tmp_path / "i1"
+    mine.mkdir()
+    other.mkdir()
+    # Popen returns once the child has exec'd: its command line is the daemon's from then on.
+    proc = subprocess.Popen([str(tmp_path / "ovsdb-server"), "-c", "import time; time.sleep(600)",
+                             str(mine)], executable=sys.executable)
+    try:
+        for folder in (mine, other):
+            (folder / "ovsdb-server.pid").write_text(f"{proc.pid}\n")
+            (folder / "ovs-vswitchd.pid").write_text(f"{proc.pid}\n")
+        assert ovsprocs.daemon_pid(mine, "ovsdb-server") == proc.pid
+        assert ovsprocs.daemon_pid(mine, "ovs-vswitchd") is None  # another daemon's name
+        assert ovsprocs.daemon_pid(other, "ovsdb-server") is None  # serving another folder
+        (mine / "ovsdb-server.pid").write_text("not a pid\n")
+        assert ovsprocs.daemon_pid(mine, "ovsdb-server") is None
+    finally:
+        proc.kill()
+        proc.wait()

@@ -24,7 +24,8 @@ from endpoints.protocol.receiver import MrcReceiver
 from endpoints.protocol.replaceable import MRC_TRIM_REACTION, cores
 from endpoints.protocol.sender import MrcSender
 from experiments.sim.simnet import sim_fabric
-from topologies.model import FabricParams
+from topologies.model import FabricParams, build
+from topologies.pathtables import agent_paths
 
 ROOT = Path(__file__).resolve().parents[4]
 LAB4 = ROOT / "labs/04-ev-state-machine/solution/ev_states.py"
@@ -115,8 +116,8 @@ def test_a_replaced_trim_reaction_is_carried_out() -> None:
 
 def _agent(tmp_path: Path, replace: list[dict]) -> subprocess.Popen:
     """A real agent process (in a network namespace of its own when root can make one)."""
-    settings = {"host": "h0", "fabric": FabricParams(planes=2, leaves=2, spines=2,
-                                                     hosts_per_leaf=1).as_dict(),
+    fabric = build(FabricParams(planes=2, leaves=2, spines=2, hosts_per_leaf=1))
+    settings = {"paths": agent_paths(fabric, "h0"),
                 "control": str(tmp_path / "h0.sock"), "seed": 1, "replace": replace}
     (tmp_path / "agent.json").write_text(json.dumps(settings))
     command = [sys.executable, "-m", "endpoints.host.agent", "--config", str(tmp_path / "agent.json")]

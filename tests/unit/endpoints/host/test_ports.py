@@ -8,6 +8,7 @@ from endpoints.host import ports
 from topologies.model import FabricParams, build
 
 HOST = build(FabricParams(planes=4, leaves=2, spines=2, hosts_per_leaf=1)).host("h0")
+NICS = {nic.ifname: nic.plane for nic in HOST.nics}  # as the agent's path table gives them
 
 
 def _newlink(ifname: str, flags: int, kind: int = ports.RTM_NEWLINK) -> bytes:
@@ -34,7 +35,7 @@ def test_the_cores_hear_the_mask_only_when_it_changes():
             told.append(mask)
 
     with selectors.DefaultSelector() as sel:
-        watch = ports.PortWatch(HOST, sel, lambda: [Core()])
+        watch = ports.PortWatch(NICS, sel, lambda: [Core()])
         try:
             watch._readable()  # the dump: no NIC of h0 in this namespace, every port counts as up
             assert watch.mask == 0 and told == []

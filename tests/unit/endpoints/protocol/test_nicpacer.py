@@ -93,9 +93,9 @@ def test_a_sender_on_a_stamping_pacer_measures_no_host_queue():
 
 
 def test_a_lazily_woken_sender_fills_each_port_with_two_frames_and_no_deeper_queue():
-    # The agents' lazy wake-ups (endpoints/host/agent.py, pacer_wake_lag): the depth unchanged,
+    # The agents' lazy wake-ups (endpoints/host/dataloop.py, pacer_wake_lag): the depth unchanged,
     # the sender woken only when a port has less than half a frame left.
-    from endpoints.host.agent import pacer_wake_lag
+    from endpoints.host.dataloop import pacer_wake_lag
     lag = pacer_wake_lag(FRAME_S)
     pacer = NicPacer(2, RATE, FRAME, refill=lag, extra_bytes=wire.IPV6_HDR)
     eager = NicPacer(2, RATE, FRAME, extra_bytes=wire.IPV6_HDR)

@@ -73,6 +73,28 @@ def test_a_busy_program_is_told_apart_from_the_run(monkeypatch):
     assert cost_bench.background() == {7}  # the benchmark's own process is never its load
 
 
+def test_one_reading_of_proc_serves_both_the_run_and_the_user_space_processes(tmp_path, monkeypatch):
+    """`processes` reads every process (a kernel thread with an empty command line too; a
+    command whose name holds ") " is split at the last parenthesis); `process_ticks` is the same
+    reading without the kernel's threads, user and system time added."""
+    def stat(pid: int, comm: str, utime: int, stime: int) -> str:
+        return f"{pid} ({comm}) S 1 {pid} {pid} 0 -1 4194560 0 0 0 0 {utime} {stime} 0 0 20 0 1 0\n"
+
+    for pid, cmdline, comm, utime, stime in ((2, b"", "kthreadd", 3, 40),
+                                             (41, b"python3\0-m\0endpoints.host.agent\0", "py) x", 7, 5)):
+        (tmp_path / str(pid)).mkdir()
+        (tmp_path / str(pid) / "cmdline").write_bytes(cmdline)
+        (tmp_path / str(pid) / "stat").write_text(stat(pid, comm, utime, stime))
+    (tmp_path / "self").mkdir()  # not a process's folder
+    (tmp_path / "99").mkdir()  # a process gone between the listing and the reading
+    read = calibration.processes(tmp_path)
+    assert read == {2: ("", 3, 40), 41: ("python3 -m endpoints.host.agent ", 7, 5)}
+    assert read[41].user == 7 and read[41].system == 5
+    original = calibration.processes
+    monkeypatch.setattr(calibration, "processes", lambda: original(tmp_path))
+    assert calibration.process_ticks() == {41: 12}
+
+
 def test_a_program_the_run_did_not_start_is_not_the_run_even_if_it_starts_during_it(monkeypatch):
     """Only the run's processes (marked, and its runner) and the kernel's threads are the run's:
     a program started mid-run (not busy before it) is counted apart, from its first tick."""

@@ -90,6 +90,12 @@ def test_the_demo_says_not_faithful_and_why():
                "routing": {"detect_ms": 900.0}, "fidelity": fid}
     text = format_table(summary, Path("results/demo"))
     assert "link 17.41/20.0 Mbit/s  NOT FAITHFUL: mrc: the receiver's plane-0 link carried 17.41" in text
+    assert "disturbed" not in text
+    fid["disturbed"] = ["mrc: the hypervisor took up to 30.0% of the VM's CPU"]
+    text = format_table(summary, Path("results/demo"))
+    assert text.endswith("17.41 of 20 Mbit/s (87%, below the 95% a full link carries in a faithful run)"
+                         "  disturbed: mrc: the hypervisor took up to 30.0% of the VM's CPU\n"
+                         "results: results/demo/summary.json, results/demo/recovery.png")
 
 
 def test_another_programs_busy_loop_counts_as_headroom_and_the_runs_own_processes_do_not():
@@ -121,3 +127,45 @@ def test_another_programs_busy_loop_counts_as_headroom_and_the_runs_own_processe
     share = 100.0 / (os.cpu_count() or 1)
     idle, headroom = cpu.mean_idle(), cpu.low_headroom(q=50)
     assert idle is not None and headroom is not None and headroom >= idle + share / 2
+
+
+def test_another_machines_cpu_is_read_from_the_lines_its_command_prints_and_stops_with_it():
+    """A split fabric's server (here: a local shell standing in for ssh) is sampled as the head
+    is, and stopping the sampler ends its command."""
+    import time
+
+    loop = ["sh", "-c", "echo Warning: a banner; while :; do head -1 /proc/stat; sleep 0.1; done"]
+    server = fidelity.RemoteCpu(loop)
+    try:
+        time.sleep(0.8)
+        assert len(server.samples) >= 3 and len(server.steal_samples) == len(server.samples)
+        assert all(0.0 <= v <= 100.0 for _, v in server.samples + server.steal_samples)
+    finally:
+        server.stop()
+    assert server._proc.poll() is not None
+
+
+def _with_server(idle: float, samples: int = 40) -> fidelity.CpuSampler:
+    cpu = _cpu(35.0)
+    server = object.__new__(fidelity.RemoteCpu)  # never started: its samples are what the test says
+    server.samples = [(t / 4, idle) for t in range(samples)]
+    server.steal_samples = []
+    cpu.servers = {"s1": server}
+    return cpu
+
+
+def test_a_busy_server_makes_a_split_run_unfaithful_and_a_silent_one_is_a_warning():
+    opts = default_options("link-failure")
+    record = Record(windows={"mrc": (0.0, 10.0)}, link_rates={"mrc": 19.9})
+    fid = runner._fidelity(opts, record, _with_server(4.0), datapath="kernel")
+    assert fid["faithful"] is False
+    assert fid["problems"] == ["mrc: server s1's CPU idle was below 4.0% for 10% of the run (< 10.0%)"]
+    assert fid["per_transport"]["mrc"]["servers"] == {
+        "s1": {"cpu_idle_p10_pct": 4.0, "cpu_idle_mean_pct": 4.0, "samples": 40}}
+    fid = runner._fidelity(opts, record, _with_server(50.0), datapath="kernel")
+    assert fid["faithful"] is True
+    assert fid["per_transport"]["mrc"]["servers"]["s1"]["cpu_idle_p10_pct"] == 50.0
+    fid = runner._fidelity(opts, record, _with_server(50.0, samples=0), datapath="kernel")
+    assert fid["faithful"] is True and "servers" not in fid["per_transport"]["mrc"]
+    assert fid["warnings"] == [
+        "mrc: server s1's CPU was not sampled (its /proc/stat did not arrive over ssh)"]

@@ -14,7 +14,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from endpoints.host import agent
+from endpoints.host import dataloop
 from endpoints.protocol import wire
 from experiments.tools import bench
 
@@ -113,18 +113,18 @@ def test_message_contents_are_reproducible_distinct_and_never_repeat_within_a_me
         return SimpleNamespace(msg_seed=seed, pattern=b"")
 
     a, b = qp(5), qp(5)
-    first = bytes(agent._message_data(a, 0, 1 << 20))
-    assert first == bytes(agent._message_data(b, 0, 1 << 20))  # same data_seed, same bytes
-    assert first != bytes(agent._message_data(a, 1, 1 << 20))  # every message differs
-    assert first != bytes(agent._message_data(qp(6), 0, 1 << 20))
+    first = bytes(dataloop._message_data(a, 0, 1 << 20))
+    assert first == bytes(dataloop._message_data(b, 0, 1 << 20))  # same data_seed, same bytes
+    assert first != bytes(dataloop._message_data(a, 1, 1 << 20))  # every message differs
+    assert first != bytes(dataloop._message_data(qp(6), 0, 1 << 20))
     # A packet's worth of bytes at one offset never reappears at another offset.
     chunks = {first[i:i + 1024] for i in range(0, len(first), 1024)}
     assert len(chunks) == len(first) // 1024
-    small = agent._message_data(a, 3, 1000)
+    small = dataloop._message_data(a, 3, 1000)
     assert len(small) == 1000
-    big = bytes(agent._message_data(a, 2, 3 * agent.PATTERN_BYTES + 17))
-    assert len(big) == 3 * agent.PATTERN_BYTES + 17
-    assert big[:agent.PATTERN_BYTES] == big[agent.PATTERN_BYTES:2 * agent.PATTERN_BYTES]
+    big = bytes(dataloop._message_data(a, 2, 3 * dataloop.PATTERN_BYTES + 17))
+    assert len(big) == 3 * dataloop.PATTERN_BYTES + 17
+    assert big[:dataloop.PATTERN_BYTES] == big[dataloop.PATTERN_BYTES:2 * dataloop.PATTERN_BYTES]
 
 
 # A fresh interpreter started the way a shell without job control starts a background command

@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 
 from experiments import cli
-from experiments.cliwords import CliError, clean_text
 from experiments.scenarios.base import DEFAULT_FABRIC
+from experiments.shell.cliwords import CliError, clean_text
 from topologies.model import FabricParams
 
-README = Path(__file__).resolve().parents[3] / "README.md"
+README = Path(__file__).resolve().parents[4] / "README.md"
 
 
 def _fabric(argv: list[str]) -> FabricParams:

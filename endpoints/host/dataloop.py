@@ -1,0 +1,437 @@
+"""The host agent's data loop: its QPs' datagrams through real sockets and the sans-IO cores,
+the NIC ports as a transmit scheduler, the trace, and the host's queues sampled.
+
+One epoll wait per turn (a datagram, a timer, a control command: the control channel's
+selector is in the same wait), then every QP's timers and transmissions (`_service`). Each
+EV's datagrams go from this host's NIC to the peer's NIC on the EV's plane, marked with the EV:
+the host's encapsulation program wraps them to the path's uSID carrier (endpoints/host/netio.py).
+Goodput is binned (endpoints/host/goodput.py) on CLOCK_MONOTONIC, which every namespace shares,
+so the runner can line bins up with the faults it injects.
+
+The host's NIC ports are a transmit scheduler (`NicPacer`, shared by the host's QPs): an MRC
+sender builds a packet only when its port can take one, every packet sent is charged to its
+port, and every `HOST_SAMPLE_S` the model is resynchronised with the real qdisc backlog read
+over rtnetlink (endpoints/host/qdisc.py). Control packets (SACK, NACK, probes) leave through
+sockets whose SO_PRIORITY names the host qdisc's strict-priority class (`control_priority`
+setting), as at every switch port: a SACK never queues behind this host's own data.
+
+The trace holds the cores' events, one JSON object per line, a `host` sample every
+`HOST_SAMPLE_S` (each NIC's root-qdisc qlen, backlog bytes and drops, the agent's send backlog
+and how late its loop ran), and with the
+`packet_log` setting the first N datagrams the agent sent and received (event "packet": the
+direction, the EV, CE on arrival, and in "hdr" every header field by `wire.fields` name), so a
+capture can be checked against what the agent meant: bounded, so a long run pays nothing once
+the log is full.
+"""
+
+from __future__ import annotations
+
+import collections
+import hashlib
+import json
+import random
+import select
+import selectors
+import socket
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from endpoints.host import netio
+from endpoints.host.goodput import GoodputBins
+from endpoints.host.paths import PeerPaths
+from endpoints.host.qdisc import QdiscReader
+from endpoints.protocol import wire
+from endpoints.protocol.config import TransportConfig
+from endpoints.protocol.core import Core, ReceiverCore, SenderCore
+from endpoints.protocol.events import as_record
+from endpoints.protocol.nicpacer import DEPTH_FRAMES, NicPacer
+
+# Datagrams drained per wake-up before timers and transmits get a turn: small enough that the
+# receiver's SACK cadence (sack_every) survives a busy moment, large enough to amortise epoll.
+RECV_BURST = 16
+# Message contents are windows of one seeded random pattern per QP: drawing every 1 MB message
+# from random.Random cost ~4.5 ms, ~4 us per packet sent. Messages up to this size repeat no
+# byte sequence; longer ones repeat with this prime period, never a multiple of a packet size.
+PATTERN_BYTES = 1_052_693  # a prime just above 2**20
+# Host queue sampling (trace) and NIC pacer resynchronisation period: one rtnetlink dump, a
+# fraction of a millisecond; faster sampling cost a visible share of the CPU.
+HOST_SAMPLE_S = 0.020
+# Batched wake-ups, off by default: with `nic_refill_frames` the NIC pacer lets each port run
+# that many frames ahead and wakes its senders once per that many (the host qdisc paces them;
+# each frame is timestamped with its modelled departure), and with `rx_holdoff_frames` the
+# receive socket rests that many frame times after a wake-up that took a partial burst, as a NIC
+# moderates interrupts. Measured (docs/experiments.md, "What a run costs"): 3 and 1 cut the
+# permutation's fixed CPU from 0.45 to 0.15-0.28 of a core and the CPU per packet at 2-5 Mbit/s
+# by a fifth, but not at 10 Mbit/s; and they changed results: spray through a cut link fell
+# from 0.89 to 0.44-0.47 of its goodput (the modelled departures ran ahead of the real qdisc, so
+# SACKs echoed timestamps "from the future" and lost their RTT samples; the rest alone, 0.73).
+# Until the departure is read from the kernel rather than modelled, the agents run unbatched.
+NIC_REFILL_FRAMES = 0.0
+RX_HOLDOFF_FRAMES = 0.0
+# Lazy pacer wake-ups (unlike the batching above, the host queue stays within DEPTH_FRAMES and
+# frames keep their hand-over timestamps): a sender waiting for a busy port is woken only when
+# the port has this much left to send, not as soon as it could take one more frame. Any wake-up
+# in between (a datagram arriving, another timer) still fills every port that is ready, and a
+# timer wake-up finds both planes ready and fills each with two frames: about one pacing
+# wake-up per two frame times instead of one per frame and port (below half a frame left, the
+# ready test takes two; 0.45: the encapsulation's header makes a frame charged a little more
+# than one). The margin must cover how late the loop may wake: epoll rounds a timeout up to a
+# whole millisecond, so at least NIC_WAKE_MIN_S; above DEPTH_FRAMES' worth (fast links) the
+# pacer wakes as soon as it can, as before. Setting `nic_lazy_wake` false: the eager wake-ups.
+NIC_WAKE_FRAMES = 0.45  # frames a port still holds when its waiting sender is woken
+NIC_WAKE_MIN_S = 0.0015  # ... and at least this long: epoll's 1 ms rounding plus scheduling
+
+
+def pacer_wake_lag(frame_s: float) -> float:
+    """Frames a busy port drains below its ready threshold before a waiting sender is woken
+    (NicPacer's `refill`), for frames of `frame_s` seconds: DEPTH_FRAMES less the wake margin.
+
+    >>> round(pacer_wake_lag(0.0068), 2), round(pacer_wake_lag(0.0017), 2), pacer_wake_lag(0.0005)
+    (1.05, 0.62, 0.0)
+    """
+    return max(DEPTH_FRAMES - max(NIC_WAKE_FRAMES, NIC_WAKE_MIN_S / frame_s), 0.0)
+
+
+@dataclass
+class Qp:
+    qpn: int
+    peer: str
+    peer_qpn: int
+    transport: str  # one of TRANSPORTS
+    core: Core  # sender or receiver, whichever is set
+    paths: PeerPaths
+    sender: SenderCore | None = None
+    receiver: ReceiverCore | None = None
+    bins: GoodputBins = field(default_factory=GoodputBins)  # receivers: bytes delivered
+    digests: dict[int, str] = field(default_factory=dict)  # msn -> sha256 of the message
+    stream_until: float = 0.0
+    stream_bytes: int = 0  # size of each streamed message
+    stream_left: int | None = None  # bytes still to post in a sized transfer (None: timed)
+    msg_seed: int = 0
+    pattern: bytes = b""  # twice PATTERN_BYTES of seeded random bytes, made on the first post
+    last_delivered: int = 0
+    completed: int = 0  # messages fully acknowledged (sender side)
+
+    @property
+    def role(self) -> str:
+        return "send" if self.sender is not None else "recv"
+
+class DataLoop:
+    """The sockets, the NIC pacer, the QPs (`qps`, opened and closed by the control commands)
+    and the loop that runs them (`run`, until `running` is false)."""
+
+    def __init__(self, settings: dict, config: TransportConfig, link_mbps: float, planes: int,
+                 nics: dict[str, int]) -> None:
+        """`config`: the agent's transport config; `link_mbps`, `planes`: the fabric's;
+        `nics`: this host's NICs, interface name -> plane."""
+        self.config = config
+        # The NIC ports, shared by this host's QPs (`nic_pacing` false: NICs not shaped, as fast
+        # as the agent), and the host qdisc's class for control packets (0: none, one class).
+        # MRC datagrams leave the host IPv6-in-IPv6 (the encapsulation's outer header, charged
+        # with every frame; the go-back-N baseline's are 40 bytes shorter, a 1% overcharge).
+        frame = wire.frame_bytes(self.config.mtu_payload)
+        refill = float(settings.get("nic_refill_frames", NIC_REFILL_FRAMES))
+        lag = pacer_wake_lag(self.config.frame_time(link_mbps)) \
+            if settings.get("nic_lazy_wake", True) else 0.0
+        self.pacer = NicPacer(planes, link_mbps * 1e6, frame, extra_bytes=wire.IPV6_HDR,
+                              depth=DEPTH_FRAMES + refill, refill=refill + lag,
+                              stamp_departure=refill > 0) \
+            if settings.get("nic_pacing", True) else None
+        # (NICs not shaped: datagrams come as fast as the peers send, and resting would only
+        # cap the rate.)
+        self.rx_holdoff = float(settings.get("rx_holdoff_frames", RX_HOLDOFF_FRAMES)) * \
+            self.config.frame_time(link_mbps) if self.pacer is not None else 0.0
+        self.control_priority = int(settings.get("control_priority", 0))
+        # raw_send: every packet built in Python and sent on the raw socket (the former path,
+        # kept for comparison and for kernels that refuse the per-path sockets).
+        self.rx_size = wire.data_len(self.config.mtu_payload) + 64  # never truncate a datagram
+        self.tx = netio.Transmitter(kernel_checksum=not settings.get("raw_send", False))
+        # The local address is not needed (the EV names the path): one control message fewer.
+        self.rx = netio.open_receiver(wire.MRC_PORT, pktinfo=False)
+        self.selector = selectors.DefaultSelector()  # the control server's sockets
+        # The loop waits on an epoll of its own holding the receive socket and the control
+        # selector's epoll (itself pollable): the common wake-up, a datagram or a timer, then
+        # skips the selectors module's per-call bookkeeping.
+        self._wait = select.epoll()
+        self._wait.register(self.rx.fileno(), select.EPOLLIN)
+        self._wait.register(self.selector.fileno(), select.EPOLLIN)
+        self.qps: dict[int, Qp] = {}
+        self.backlog = netio.Backlog(self.tx)  # backpressure: per path, bounded
+        self.trace = open(settings["trace"], "a") if settings.get("trace") else None
+        # Datagrams still to log (0: off); the hot paths test it once per burst.
+        self.packet_log = int(settings.get("packet_log", 0)) if self.trace is not None else 0
+        self.stats: collections.Counter[str] = collections.Counter()
+        self.running = True
+        # Host queues: the NICs' root qdiscs by interface index, read every HOST_SAMPLE_S.
+        self._nic_plane: dict[int, int] = {}
+        self._qreader: QdiscReader | None = None
+        try:
+            self._qreader = QdiscReader()
+            self._nic_plane = {socket.if_nametoindex(name): plane for name, plane in nics.items()}
+        except OSError:
+            self._qreader = None  # no such interfaces here (a unit test): the model alone
+        self._next_host_sample = 0.0
+        self._loop_lag = 0.0
+        # Wake-ups, the cost that matters on a VM (docs/experiments.md, "What a run costs"):
+        # loop turns, those the receive socket woke, datagrams taken and sent; cumulative, in
+        # every `host` trace sample and in agent_stats.
+        self.wakes = self.rx_wakes = self.rx_dgrams = self.tx_dgrams = 0
+
+    # ----- posting ----------------------------------------------------------------------------
+    def post(self, qp: Qp, size: int, now: float) -> int:
+        assert qp.sender is not None
+        data = _message_data(qp, len(qp.digests), size)
+        msn = qp.sender.send_message(data, now)
+        qp.digests[msn] = hashlib.sha256(data).hexdigest()
+        return msn
+
+    def refill(self, qp: Qp, now: float) -> int:
+        """Keep two messages not yet transmitted, so the window never waits for a message's
+        tail to be acknowledged before the next one is posted; returns how many were posted."""
+        posted = 0
+        while qp.stream_until > now and qp.sender is not None and qp.sender.unsent_messages < 2:
+            size = qp.stream_bytes if qp.stream_left is None else min(qp.stream_bytes, qp.stream_left)
+            self.post(qp, size, now)
+            posted += 1
+            if qp.stream_left is not None:
+                qp.stream_left -= size
+                if qp.stream_left == 0:
+                    qp.stream_until = 0.0  # everything posted: the transfer ends when acked
+        return posted
+
+    # ----- data path ------------------------------------------------------------------------
+    def _transmit(self, qp: Qp, items: list[tuple[int, bytes]]) -> None:
+        paths, planes = qp.paths.tx, qp.paths.plane
+        send = self.backlog.send  # NIC backpressure is queued per path, not lost
+        log = self.packet_log > 0
+        pacer, now = self.pacer, time.monotonic()
+        data_max, overhead = wire.DATA_OPCODE_MAX, wire.FRAME_OVERHEAD
+        paced = qp.transport != "roce"  # the MRC sender charged its own data packets
+        self.tx_dgrams += len(items)
+        for ev, payload in items:
+            control = payload[0] > data_max
+            key = (ev, control)
+            path = paths.get(key)
+            if path is None:
+                # MRC's packets ride the trimmable class; the RoCE baseline's do not. Control
+                # packets take the host qdisc's priority class.
+                tclass = netio.ECN_ECT0 if qp.transport == "roce" else wire.DATA_TCLASS
+                path = paths[key] = self.tx.path(*qp.paths.dst[ev], ev, tclass=tclass,
+                                                 mark=ev if qp.paths.encap else 0,
+                                                 priority=self.control_priority if control else 0)
+            if pacer is not None and (control or not paced):
+                pacer.charge(planes[ev], len(payload) + overhead, now)
+            send(path, payload)
+            if log:
+                self._log_packet("tx", qp.qpn, ev, payload, None)
+
+    def _log_packet(self, direction: str, qpn: int | None, ev: int, datagram: bytes,
+                    ce: bool | None) -> None:
+        """One "packet" trace line (see the module docstring); off the hot path once full.
+        `qpn`: the local QP (None: a datagram for no open QP, or not MRC)."""
+        if self.packet_log <= 0 or self.trace is None:
+            return
+        self.packet_log -= 1
+        try:
+            header: dict = wire.fields(datagram)
+        except wire.MalformedPacket:
+            header = {"len": len(datagram), "malformed": True}
+        record = {"qpn": qpn, "event": "packet", "t": time.monotonic(), "dir": direction, "ev": ev,
+                  "hdr": header}
+        if ce is not None:
+            record["ce"] = int(ce)
+        if self.packet_log == 0:
+            record["log_full"] = True  # the last one: what follows was not logged
+        self.trace.write(_json_line(record))
+
+    def _receive(self, now: float) -> int:
+        """Take up to RECV_BURST datagrams; how many were taken."""
+        # The per-datagram work is inlined (netio.parse_ancillary, the EV from the source port
+        # and the flow label, wire.qpn_of's test: an opcode in the vendor range 0xE0-0xFF is
+        # one compare, then the version byte):
+        # at tens of thousands of datagrams per second, function calls are a visible share.
+        recvmsg, size, space = self.rx.recvmsg, self.rx_size, netio.CMSG_SPACE
+        flowinfo, tclass_kind, tclass_byte = netio.IPV6_FLOWINFO, netio.IPV6_TCLASS, _TCLASS_BYTE
+        qps, stats = self.qps, self.stats
+        min_len, version_off, version = wire.COMMON.size, wire.VERSION_OFF, wire.VERSION
+        # opcode & 0xE0 == 0xE0 (the vendor range) is opcode >= 0xE0: one compare
+        vendor_min, qpn_at = wire.OPCODE_VENDOR_MASK, wire.QPN_OFF
+        log = self.packet_log > 0
+        received, taken = False, 0
+        while taken < RECV_BURST:
+            try:
+                data, anc, _flags, addr = recvmsg(size, space)
+            except BlockingIOError:
+                break
+            taken += 1
+            label = tclass = 0
+            for _level, kind, value in anc:  # only IPPROTO_IPV6 messages are enabled
+                if kind == flowinfo:
+                    label = int.from_bytes(value[2:4], "big")  # the label's low 16 bits
+                elif kind == tclass_kind:
+                    tclass = value[tclass_byte]
+            ev, ce = (label << 16) | addr[1], (tclass & 3) == netio.ECN_CE
+            if len(data) < min_len or data[0] < vendor_min or data[version_off] != version:
+                stats["malformed"] += 1  # not MRC (wire.is_mrc)
+                if log:
+                    self._log_packet("rx", None, ev, data, ce)
+                continue
+            qp = qps.get(int.from_bytes(data[qpn_at:qpn_at + 3], "big"))
+            if log:  # a datagram for no open QP too: it was on the wire all the same
+                self._log_packet("rx", None if qp is None else qp.qpn, ev, data, ce)
+            if qp is None:
+                stats["unknown_qp"] += 1
+                continue
+            qp.core.on_datagram(data, ev, now, ce)
+            received = True
+        if received:
+            # Goodput bins once per burst, not per datagram: the burst shares `now`, so its bin.
+            for qp in qps.values():
+                if qp.receiver is not None:
+                    delivered = qp.receiver.bytes_delivered
+                    if delivered != qp.last_delivered:
+                        qp.bins.add(now, delivered - qp.last_delivered)
+                        qp.last_delivered = delivered
+        return taken
+
+    def _service(self, now: float) -> float | None:
+        """Run every QP's timers and transmissions; return the earliest deadline."""
+        earliest: float | None = None
+        for qp in self.qps.values():
+            core = qp.core
+            items = core.poll(now)
+            if items:
+                self._transmit(qp, items)
+            if qp.receiver is not None:
+                for msn, data in qp.receiver.take_completed():
+                    qp.digests[msn] = hashlib.sha256(data).hexdigest()
+            elif qp.sender is not None:
+                qp.completed += len(qp.sender.take_completed())
+                # Polled again only for what was just posted: at the same `now` with nothing
+                # new, a second poll has nothing to send (its timers ran in the first), and at
+                # one or two packets per wake-up it was a third of the sender's loop.
+                if qp.stream_until and self.refill(qp, now):
+                    items = core.poll(now)
+                    if items:
+                        self._transmit(qp, items)
+            if self.trace is not None:
+                for event in core.take_events():
+                    self.trace.write(_json_line(as_record(qp.qpn, event)))
+            deadline = core.next_deadline()
+            if deadline is not None and (earliest is None or deadline < earliest):
+                earliest = deadline
+        return earliest
+
+    def run(self) -> None:
+        deadline: float | None = None
+        rx = self.rx.fileno()
+        backlogged = self.backlog.queues  # truthy while a path waits (Backlog.__bool__, inline)
+        holdoff, resting_until = self.rx_holdoff, 0.0
+        monotonic, receive = time.monotonic, self._receive
+        while self.running:
+            now = monotonic()
+            timeout = 0.05 if deadline is None else min(max(deadline - now, 0.0), 0.05)
+            if backlogged:
+                timeout = min(timeout, 0.0002)
+            if now < resting_until:
+                # The receive socket rests: wait for a deadline or a command only, then take
+                # whatever arrived meanwhile in one burst.
+                for key, _ in self.selector.select(min(timeout, resting_until - now)):
+                    key.data(key)
+                now = monotonic()
+                taken = receive(now)
+                self.rx_dgrams += taken
+                # Rest again after a partial burst; nothing came, or a full burst: no rest.
+                resting_until = now + holdoff if 0 < taken < RECV_BURST else 0.0
+            else:
+                for fd, _ in self._wait.poll(timeout):  # rounded up to whole ms, as selectors does
+                    if fd == rx:
+                        now = monotonic()
+                        taken = receive(now)
+                        self.rx_wakes += 1
+                        self.rx_dgrams += taken
+                        if 0 < taken < RECV_BURST and holdoff:  # (0: never rests)
+                            resting_until = now + holdoff
+                    else:
+                        for key, _ in self.selector.select(0):
+                            key.data(key)
+            self.wakes += 1
+            if backlogged:
+                self.backlog.flush()
+            now = time.monotonic()
+            if deadline and now - deadline > self._loop_lag:  # 0.0: "at once", not a time
+                self._loop_lag = now - deadline
+            deadline = self._service(now)
+            if now >= self._next_host_sample:
+                self._sample_host(now)
+
+    def _sample_host(self, now: float) -> None:
+        """Read the NICs' qdisc backlog: resynchronise the pacer with it, and trace it."""
+        self._next_host_sample = now + HOST_SAMPLE_S
+        nics: dict[str, list[int]] = {}
+        if self._qreader is not None:
+            try:
+                for q in self._qreader.read(roots_only=True):
+                    plane = self._nic_plane.get(q.ifindex)
+                    if plane is not None:
+                        nics[str(plane)] = [q.qlen, q.backlog, q.drops]
+                        if self.pacer is not None:
+                            self.pacer.sync(plane, q.backlog, now)
+            except OSError:
+                pass  # a dump interrupted (interfaces going away at teardown)
+        if self.trace is not None:
+            self.trace.write(_json_line({"qpn": None, "event": "host", "t": now, "nics": nics,
+                                         "backlog": len(self.backlog),
+                                         "loop_lag": round(self._loop_lag, 6),
+                                         "loop": self.loop_counts()}))
+        self._loop_lag = 0.0
+
+    def loop_counts(self) -> dict[str, int]:
+        return {"wakes": self.wakes, "rx_wakes": self.rx_wakes, "rx_dgrams": self.rx_dgrams,
+                "tx_dgrams": self.tx_dgrams}
+
+    def close(self) -> None:
+        if self._qreader is not None:
+            self._qreader.close()
+        self._wait.close()
+        self.rx.close()
+        self.tx.close()
+        if self.trace is not None:
+            self.trace.close()
+
+
+_TCLASS_BYTE = 0 if sys.byteorder == "little" else 3  # IPV6_TCLASS arrives as a native int
+
+
+def _json_line_encoder() -> Callable[[object], str]:
+    """`json.dumps(obj) + "\n"`, the same text, for the trace's hundreds of lines a second:
+    json.dumps builds a new C encoder on every call, half its cost for a record this small;
+    this one is built once with dumps' own settings, less the circular-reference check (a
+    trace record is flat). Plain json.dumps where the C encoder is missing."""
+    make = getattr(json.encoder, "c_make_encoder", None)
+    if make is None:
+        return lambda obj: json.dumps(obj) + "\n"
+    encode = make(None, json.JSONEncoder().default, json.encoder.encode_basestring_ascii, None,
+                  ": ", ", ", False, False, True)  # indent, separators, sort_keys, skipkeys, allow_nan
+    return lambda obj: "".join(encode(obj, 0)) + "\n"
+
+
+_json_line = _json_line_encoder()
+
+
+def _message_data(qp: Qp, msn_hint: int, size: int) -> bytes | memoryview:
+    """Message `msn_hint` of a QP: a window of the QP's seeded pattern at an offset that differs
+    for every message, so contents are reproducible from `data_seed` and differ between
+    messages; repeated when the message is longer than the pattern. A view, not a copy: the
+    pattern is immutable and lives as long as the QP."""
+    if not qp.pattern:
+        one = random.Random(qp.msg_seed * 7919).randbytes(PATTERN_BYTES)
+        qp.pattern = one + one
+    start = (msn_hint * 2_654_435_761 + qp.msg_seed) % PATTERN_BYTES
+    if size <= PATTERN_BYTES:
+        return memoryview(qp.pattern)[start:start + size]
+    reps = -(-(start + size) // PATTERN_BYTES)
+    return (qp.pattern[:PATTERN_BYTES] * reps)[start:start + size]
+

@@ -1,0 +1,18 @@
+"""The transports a run compares and which planes each one uses: facts that the API (which
+starts the flows) and the analysis (which reads what the fabric carried for them) share, kept
+here, below both, so that neither imports the other for them."""
+
+from __future__ import annotations
+
+TRANSPORTS = ("mrc", "roce", "spray", "tcp", "mptcp")  # the runner's, the tables' columns' order
+MULTIPATH = frozenset({"mrc", "spray", "mptcp"})  # use every plane; the others are pinned to plane 0
+BASELINE_PLANE = 0
+
+
+def planes_used(transport: str, planes: int) -> tuple[int, ...]:
+    """The planes `transport` sends on in a fabric of `planes` planes.
+
+    >>> planes_used("mrc", 3), planes_used("roce", 3)
+    ((0, 1, 2), (0,))
+    """
+    return tuple(range(planes)) if transport in MULTIPATH else (BASELINE_PLANE,)

@@ -85,6 +85,14 @@ def _link_rate(text: str) -> float | str:
         raise argparse.ArgumentTypeError(f"expected Mbit/s or auto, got {text!r}") from None
 
 
+def _qp_counts(text: str) -> tuple[int, ...]:
+    """--qps: comma-separated whole numbers (their range is checked with the other options)."""
+    try:
+        return tuple(int(part) for part in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected QP counts like 1,4,16, got {text!r}") from None
+
+
 def _params(args: argparse.Namespace) -> FabricParams:
     return FabricParams(planes=args.planes, leaves=args.leaves, spines=args.spines,
                         hosts_per_leaf=args.hosts_per_leaf, link_mbps=args.link_mbps)
@@ -178,6 +186,8 @@ def make_parser() -> argparse.ArgumentParser:
     run.add_argument("--steps", type=int, default=None, help="collective: ring steps per phase (default: 20)")
     run.add_argument("--step-kb", type=int, default=None,
                      help="collective: chunk per host per step (default: 64)")
+    run.add_argument("--qps", type=_qp_counts, default=None, metavar="N[,N...]",
+                     help="allreduce: RoCE's QPs per host pair, a sweep per count (default: 1,4,16)")
     run.add_argument("--seed", type=int, default=1, help="drives every random choice")
     run.add_argument("--port-status", choices=("on", "off"), default="on",
                      help="MRC hosts stop using a plane whose NIC port is down, theirs or a "
@@ -256,7 +266,8 @@ def _check_workdir(text: str) -> Path:
 
 # `mrclab run` flags that set one Options field each (None: not given, the default applies).
 RUN_FIELDS = ("duration", "fault_at", "fault_end", "detect_ms", "link", "fail_switch", "loss",
-              "flaps_per_min", "down_ms", "senders", "steps", "step_kb", "fault_count", "fault_every")
+              "flaps_per_min", "down_ms", "senders", "steps", "step_kb", "fault_count", "fault_every",
+              "qps")
 
 
 def run_options(args: argparse.Namespace):  # -> experiments.scenarios.Options

@@ -182,7 +182,8 @@ class AgentCommands:
         if not isinstance(overrides, dict):
             raise ControlError("config must be an object of transport parameters")
         base = with_overrides(self.config, overrides, per_qp=True)  # ValueError names the problem
-        paths = self.paths.peer_paths(peer, transport, plane)
+        entropy = _number(req, "entropy", 0, 0xFF, default=0)
+        paths = self.paths.peer_paths(peer, transport, plane, entropy)
         # The cores' seed: from the runner (reproducible whatever the QPN), else from the QPN.
         seed = _number(req, "seed", 0, MAX_SEED, default=self.seed * 1_000_003 + qpn)
         psn = _number(req, "psn", 0, wire.PSN_MASK, default=0)  # initial PSN, both ends agree

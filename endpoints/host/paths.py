@@ -70,13 +70,15 @@ class PathTable:
         """The EVs of `peer`'s source-routed paths to this host (what a receiver may see)."""
         return list(self._peers[peer]["forward"])
 
-    def peer_paths(self, peer: str, transport: str, plane: int) -> PeerPaths:
-        key = (peer, f"{transport}{plane}")
+    def peer_paths(self, peer: str, transport: str, plane: int, entropy: int = 0) -> PeerPaths:
+        """`entropy`: a single-path QP's own share of its ECMP hash, so that QPs of one host
+        pair on one plane may take different paths (RoCE with N QPs); 0 for every QP otherwise."""
+        key = (peer, f"{transport}{plane}/{entropy}")
         if key in self._paths_cache:
             return self._paths_cache[key]
         if transport not in SOURCE_ROUTED:
             # One path per QP: destination routing over the plane's ECMP groups.
-            ev = self._ecmp_evs[plane]
+            ev = ecmp_ev_with(self._ecmp_evs[plane], entropy)
             me, (them, text) = _addr(self._addrs[plane])[0], _addr(self._peers[peer]["addrs"][plane])
             table = PeerPaths([EvInfo(ev, plane)], {ev: (me, them, text)}, encap=False)
         else:
@@ -87,3 +89,16 @@ class PathTable:
             table = PeerPaths(evs, dst, encap=True)
         self._paths_cache[key] = table
         return table
+
+
+EV_INDEX_MASK = 0x3FFF  # an EV's UDP source port is the ephemeral range's base plus this much
+
+
+def ecmp_ev_with(ev: int, entropy: int) -> int:
+    """A destination-routed EV moved by `entropy` within its source port's range (the port's
+    low bits XORed, its plane and range kept): another ECMP hash input, the same EV for 0.
+
+    >>> hex(ecmp_ev_with(0x2C084, 0)), hex(ecmp_ev_with(0x2C084, 1))
+    ('0x2c084', '0x2c185')
+    """
+    return ev ^ (entropy * 257 & EV_INDEX_MASK)

@@ -44,6 +44,16 @@ class EvState(NamedTuple):
     event: Literal["ev_state"] = "ev_state"
 
 
+class EvActive(NamedTuple):
+    """A forward EV joined (True) or left (False) the active set; at the QP's first send one
+    for every EV of its set, its starting role, so that the trace alone holds every EV's
+    active/backup role over time (the paper's Fig. 13) without polling."""
+    t: float
+    ev: int
+    active: bool
+    event: Literal["ev_active"] = "ev_active"
+
+
 class ReverseEvState(NamedTuple):
     """A receiver's reverse EV was found dead (ASSUMED_BAD) or alive again (GOOD)."""
     t: float
@@ -165,8 +175,8 @@ class GoBack(NamedTuple):
     event: Literal["go_back"] = "go_back"
 
 
-Event = (Complete | Rtt | Retx | EvState | ReverseEvState | Timeout | GoBack | Cc | CwndDec | EvSkip
-         | EvBad | FloorHold | EvLoad | SackCadence | Ports)
+Event = (Complete | Rtt | Retx | EvState | EvActive | ReverseEvState | Timeout | GoBack | Cc | CwndDec
+         | EvSkip | EvBad | FloorHold | EvLoad | SackCadence | Ports)
 
 
 def as_record(qpn: int, event: Event) -> dict[str, object]:

@@ -109,6 +109,10 @@ class EvSet:
         self.changes: list[tuple[int, str, str]] = []  # (ev, old, new), drained by the sender
         self.entered: Counter[tuple[int, str]] = Counter()  # (ev, state) -> times it entered it
         self.parked: dict[int, list[int]] = {}  # plane -> its active EVs while its port is down
+        # (ev, active) joins and leaves of the active set, drained by the sender; every EV's
+        # starting role first
+        self._was_active = set(self.active)
+        self.moves: list[tuple[int, bool]] = [(ev, ev in self._was_active) for ev in self.plane]
 
     # ----- queries --------------------------------------------------------------------------
     def usable(self) -> list[int]:
@@ -232,6 +236,15 @@ class EvSet:
         return min(candidates, key=lambda ev: -self.bad_since.get(ev, float("-inf")))
 
     # ----- state changes --------------------------------------------------------------------
+    def _note_moves(self) -> None:
+        """Record which EVs joined or left the active set since the last call (after every
+        change of the set: rare, so a diff rather than bookkeeping at each list edit)."""
+        now_active = set(self.active)
+        if now_active != self._was_active:
+            self.moves += [(ev, ev in now_active) for ev in self.plane
+                           if (ev in now_active) != (ev in self._was_active)]
+            self._was_active = now_active
+
     def _set(self, ev: int, new: str) -> None:
         old = self.state[ev]
         if old != new:
@@ -270,6 +283,7 @@ class EvSet:
                 self.active.append(spare)
         elif ev in self.backup.get(plane, []):
             self.backup[plane].remove(ev)
+        self._note_moves()
         return True
 
     def probe_result(self, ev: int, ok: bool, needed: int) -> bool:
@@ -283,6 +297,7 @@ class EvSet:
         plane = self.plane[ev]
         self.backup[plane].append(ev)
         self._rebalance(plane)
+        self._note_moves()
         return True
 
     def _rebalance(self, plane: int) -> None:
@@ -305,6 +320,7 @@ class EvSet:
         for b in (*self.backup.values(), *self.parked.values()):
             if ev in b:
                 b.remove(ev)
+        self._note_moves()
 
     # ----- NIC ports ------------------------------------------------------------------------
     def park(self, plane: int) -> bool:
@@ -317,6 +333,7 @@ class EvSet:
         self.active = [ev for ev in self.active if self.plane[ev] != plane]
         self._deck = []
         self._plane_deck[plane].clear()
+        self._note_moves()
         return True
 
     def unpark(self, plane: int) -> bool:
@@ -328,4 +345,5 @@ class EvSet:
         self.active += [ev for ev in evs if self.state[ev] in (GOOD, SKIP)]
         self._rebalance(plane)
         self._deck = []
+        self._note_moves()
         return True

@@ -29,6 +29,7 @@ from endpoints.protocol.events import (
     Cc,
     Complete,
     CwndDec,
+    EvActive,
     EvBad,
     EvLoad,
     EvSkip,
@@ -102,7 +103,7 @@ class MrcSender(PortSteering, LossRecovery, CoreBase):
         self.deferred: dict[int, tuple[float, SentPacket]] = {}  # seq -> (resend at, packet): RNR
         self.replies: list[tuple[int, bytes]] = []  # probe replies owed to the receiver
         self.proven_ev: int | None = None  # forward EV that most recently delivered (ack, probe reply)
-        self.events: list[Complete | Rtt | Retx | EvState | Cc | CwndDec | EvSkip | EvBad |
+        self.events: list[Complete | Rtt | Retx | EvState | EvActive | Cc | CwndDec | EvSkip | EvBad |
                           FloorHold | EvLoad | Timeout] = []
         self.bytes_acked = 0
         self.cc_sample_interval: float | None = CC_SAMPLE_INTERVAL  # None: no `Cc` samples
@@ -350,6 +351,9 @@ class MrcSender(PortSteering, LossRecovery, CoreBase):
         for ev, old, new in self.evs.changes:
             self.events.append(EvState(now, ev, old, new))
         self.evs.changes.clear()
+        for ev, active in self.evs.moves:
+            self.events.append(EvActive(now, ev, active))
+        self.evs.moves.clear()
 
     # ----- transmitting ---------------------------------------------------------------------
     def _can_send_new(self) -> bool:
@@ -437,7 +441,7 @@ class MrcSender(PortSteering, LossRecovery, CoreBase):
                 self.messages.popleft()
             self.stats["sent"] += 1
             out.append(self._emit(p, now, data, False, ev))
-        if self.evs.changes:
+        if self.evs.changes or self.evs.moves:
             self._drain_changes(now)
         if self.ev_load_interval is not None and now >= self._ev_load_since + self.ev_load_interval:
             if self._ev_sent:

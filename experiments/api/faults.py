@@ -10,6 +10,9 @@
 * lossy link: random drop with probability p on both directions of a link (or one: the egress
   of its end on one switch, as loss on one EV's path), with an nftables netdev egress rule
   (`numgen random`), which works on kernels without netem.
+* loss at every NIC (`set_nic_loss`, the MRC paper's Fig. 16): random drop with probability p
+  of what every host sends and receives on every plane, by rules on each host link's switch
+  port (egress towards the host, ingress from it): the hosts' own stacks stay untouched.
 * flapping link: cut and restored on a period, in a background thread, until stopped.
 """
 
@@ -38,6 +41,7 @@ class FaultInjector:
     em: Emulation
     timeline: list[dict] = field(default_factory=list)
     _lossy: dict[str, float] = field(default_factory=dict)  # link -> drop probability
+    _nic_loss: float | None = None  # every host link's drop probability (set_nic_loss)
     _down: set[str] = field(default_factory=set)  # links cut (by hand or by a flapper, now)
     _failed: set[str] = field(default_factory=set)  # switches not forwarding
     _flappers: dict[str, _Flapper] = field(default_factory=dict)
@@ -51,10 +55,11 @@ class FaultInjector:
 
     def active(self) -> dict:
         """What is faulted now: "down_links", "failed_switches" (sorted names), "lossy" (link ->
-        drop probability), "flapping" (link -> its down time, period and flaps so far)."""
+        drop probability), "nic_loss" (every NIC's, None without), "flapping" (link -> its
+        down time, period and flaps so far)."""
         with self._lock:
             return {"down_links": sorted(self._down), "failed_switches": sorted(self._failed),
-                    "lossy": dict(self._lossy),
+                    "lossy": dict(self._lossy), "nic_loss": self._nic_loss,
                     "flapping": {n: {"down_s": f.down_s, "period_s": f.period_s, "flaps": f.flaps}
                                  for n, f in self._flappers.items() if f.is_alive()}}
 
@@ -146,9 +151,50 @@ class FaultInjector:
             extra["from"] = from_switch
         return self._record("loss", name, None, **extra)
 
+    def set_nic_loss(self, probability: float) -> float:
+        """Drop with `probability` what every host's NIC sends and what it receives, on every
+        plane: an egress rule (towards the host) and an ingress rule (from it) on each host
+        link's leaf port. `clear_nic_loss` (or `clear_loss()`) removes them."""
+        if not 0.0 <= probability <= 1.0:
+            raise FabricError(f"loss probability must be in [0, 1], got {probability}")
+        threshold = round(probability * LOSS_SCALE)
+        for link in self._host_links():
+            ifname = link.b_ifname  # the leaf's end (`a` is the host)
+            script = [f"add table netdev {NFT_TABLE}"]
+            for hook, chain in (("egress", _chain(ifname)), ("ingress", _chain(ifname, "in"))):
+                script += [f"add chain netdev {NFT_TABLE} {chain} {{ type filter hook {hook} device "
+                           f"\"{ifname}\" priority 0; policy accept; }}",
+                           f"flush chain netdev {NFT_TABLE} {chain}",
+                           f"add rule netdev {NFT_TABLE} {chain} numgen random mod {LOSS_SCALE} < "
+                           f"{threshold} counter drop"]
+            _nft(self._where(ifname), "\n".join(script))
+        with self._lock:
+            self._nic_loss = probability
+        return self._record("nic_loss", "every host link", None, probability=probability)
+
+    def clear_nic_loss(self) -> None:
+        """Remove every NIC's loss rules; the timeline records how many packets they dropped."""
+        if self._nic_loss is None:
+            return
+        counts = self.loss_counters()
+        dropped = 0
+        for link in self._host_links():
+            ifname = link.b_ifname
+            for chain in (_chain(ifname), _chain(ifname, "in")):
+                dropped += counts.get(chain.removeprefix("loss_"), 0)
+                _nft(self._where(ifname), f"delete chain netdev {NFT_TABLE} {chain}", check=False)
+        with self._lock:
+            self._nic_loss = None
+        self._record("nic_loss_cleared", "every host link", dropped=dropped)
+        if not self._lossy:
+            for prefix in self._loss_namespaces():
+                _nft(prefix, f"delete table netdev {NFT_TABLE}", check=False)
+
     def clear_loss(self, name: str | None = None) -> None:
         """Remove the loss rules of link `name` (all by default); the timeline records what
         each rule dropped."""
+        if name is None:
+            self.clear_nic_loss()
         names = sorted(self._lossy) if name is None else [self.em.fabric.link(name).name]
         counts = self.loss_counters() if names else {}
         for n in names:
@@ -160,9 +206,12 @@ class FaultInjector:
                 self._lossy.pop(n, None)
             ifnames = [ifname.replace("-", "_") for ifname in (link.a_ifname, link.b_ifname)]
             self._record("loss_cleared", n, dropped={i: counts[i] for i in ifnames if i in counts})
-        if not self._lossy:
+        if not self._lossy and self._nic_loss is None:
             for prefix in self._loss_namespaces():
                 _nft(prefix, f"delete table netdev {NFT_TABLE}", check=False)
+
+    def _host_links(self) -> list:
+        return [link for link in self.em.fabric.links if link.kind == "host"]
 
     def _where(self, ifname: str) -> tuple[str, ...]:
         """The argv prefix that runs a command where switch port `ifname` lives (its
@@ -230,6 +279,15 @@ def loss_ends(a: str, a_ifname: str, b: str, b_ifname: str, from_switch: str | N
     if from_switch not in (a, b):
         raise FabricError(f"{from_switch} is not an end of link {a}-{b}: loss one way is sent by {a} or {b}")
     return (a_ifname,) if from_switch == a else (b_ifname,)
+
+
+def _chain(ifname: str, suffix: str = "") -> str:
+    """The nftables chain of a loss rule on port `ifname` (`suffix` "in": its ingress one).
+
+    >>> _chain("p0l0-eth1", "in")
+    'loss_p0l0_eth1_in'
+    """
+    return f"loss_{ifname.replace('-', '_')}{'_' + suffix if suffix else ''}"
 
 
 def _nft(prefix: tuple[str, ...], script: str, check: bool = True) -> None:

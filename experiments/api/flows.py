@@ -86,9 +86,12 @@ class AgentFlow:
     def __init__(self, agents: dict[str, AgentClient], transport: str, src: str, dst: str,
                  qpn: int, msg_bytes: int = 256 * 1024, config: dict | None = None,
                  trace: Path | None = None, psn: int = 0, seed: int | None = None,
-                 number: int | None = None) -> None:
+                 number: int | None = None, plane: int = BASELINE_PLANE, entropy: int = 0) -> None:
         """`psn`: the initial PSN of both ends; `seed`: the cores' (by default the agents derive
-        it from the QPN); `number`: the flow's in its testbed (by default its QPN)."""
+        it from the QPN); `number`: the flow's in its testbed (by default its QPN); `plane`
+        and `entropy`: a single-path QP's plane and its share of the ECMP hash (one of a host
+        pair's N RoCE QPs, each hashed on its own; MRC sprays over every plane whatever they
+        are)."""
         self.agents, self.transport, self.src, self.dst = agents, transport, src, dst
         self.qpn, self.msg_bytes, self.trace = qpn, msg_bytes, trace
         self.number = qpn if number is None else number
@@ -100,10 +103,12 @@ class AgentFlow:
             opts["seed"] = seed
         if config:
             opts["config"] = config
+        if entropy:
+            opts["entropy"] = entropy
         agents[dst].call("open", qpn=qpn, peer=src, peer_qpn=qpn, transport=transport, role="recv",
-                         plane=BASELINE_PLANE, **opts)
+                         plane=plane, **opts)
         agents[src].call("open", qpn=qpn, peer=dst, peer_qpn=qpn, transport=transport, role="send",
-                         plane=BASELINE_PLANE, **opts)
+                         plane=plane, **opts)
 
     def start(self, seconds: float | None = None, nbytes: int | None = None) -> None:
         """Stream for `seconds`, or carry `nbytes` in all (messages of `msg_bytes`)."""

@@ -32,7 +32,7 @@ from endpoints.host.control import AgentClient
 from endpoints.protocol import wire
 from endpoints.protocol.config import TransportConfig, with_overrides
 from experiments.analysis import fidelity
-from experiments.analysis.transports import TRANSPORTS
+from experiments.analysis.transports import BASELINE_PLANE, TRANSPORTS
 from experiments.api.capture import Capture
 from experiments.api.faults import FaultInjector
 from experiments.api.flows import AgentFlow, Flow, TcpFlow
@@ -332,10 +332,11 @@ class Testbed:
 
     # ----- traffic --------------------------------------------------------------------------
     def flow(self, transport: str, src: str, dst: str,
-             config: TransportConfig | None = None) -> Flow:
+             config: TransportConfig | None = None, plane: int = BASELINE_PLANE, entropy: int = 0) -> Flow:
         """A flow of `transport` (mrc, roce, spray, tcp, mptcp) from host `src` to host `dst`,
         ready to `start`. `config`: this QP's own transport parameters (agent transports only;
-        the fabric-wide ones, such as mtu_payload, stay the testbed's)."""
+        the fabric-wide ones, such as mtu_payload, stay the testbed's); `plane`, `entropy`: a
+        RoCE QP's plane and ECMP hash share (AgentFlow: one of N QPs of a host pair)."""
         if transport not in TRANSPORTS:
             raise FabricError(f"unknown transport {transport!r}: use one of {', '.join(TRANSPORTS)}")
         self.fabric.routes(src, dst)  # FabricError for an unknown host or src == dst
@@ -358,7 +359,8 @@ class Testbed:
             qpn, psn = self._new_qp(src, dst)
             flow = AgentFlow(self.agents, transport, src, dst, qpn, config=overrides,
                              trace=self.workdir / f"{src}-trace.jsonl", psn=psn,
-                             seed=self.seed * 1_000_003 + number, number=number)
+                             seed=self.seed * 1_000_003 + number, number=number, plane=plane,
+                             entropy=entropy)
         self.flows.append(flow)
         return flow
 
@@ -389,11 +391,12 @@ class Testbed:
         return out
 
     def agent_flow(self, transport: str, src: str, dst: str,
-                   config: TransportConfig | None = None) -> AgentFlow:
+                   config: TransportConfig | None = None, plane: int = BASELINE_PLANE,
+                   entropy: int = 0) -> AgentFlow:
         """A flow of one of the agents' transports (mrc, roce, spray)."""
         if transport not in AGENT_TRANSPORTS:
             raise ValueError(f"{transport} is not run by the agents: use one of {sorted(AGENT_TRANSPORTS)}")
-        flow = self.flow(transport, src, dst, config)
+        flow = self.flow(transport, src, dst, config, plane, entropy)
         assert isinstance(flow, AgentFlow)
         return flow
 

@@ -61,6 +61,9 @@ def write_data_and_plot(figure: Figure, folder: Path, runs: list[tuple[Run, Path
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    if figure.plot == "algbw":  # Fig. 16: a panel per loss rate
+        write_algbw(figure, folder, runs)
+        return
     if figure.plot == "ev_states":  # Fig. 13: goodput above, every EV's state below
         fig, (ax, ev_ax) = plt.subplots(2, 1, figsize=(8, 7), height_ratios=(1, 1.6))
     else:
@@ -122,6 +125,35 @@ def write_data_and_plot(figure: Figure, folder: Path, runs: list[tuple[Run, Path
         writer = csv.writer(fh)
         writer.writerow(header)
         writer.writerows(table)
+
+
+ALGBW_HEADER = ("series", "loss", "size_kb", "algbw_mbps")
+
+
+def write_algbw(figure: Figure, folder: Path, runs: list[tuple[Run, Path, Summary]]) -> None:
+    """Fig. 16's plot (algorithm bandwidth against message size, a panel per loss rate, a line
+    per transport and QP count) and data.csv (a row per point; empty: did not finish)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from experiments.scenarios.allreduce import draw_algbw, series
+
+    transports = {k: v for _, _, summary in runs for k, v in summary["transports"].items()}
+    rates = list(dict.fromkeys(rate for _, rate, _, _ in series(transports)))
+    fig, axes = plt.subplots(1, max(len(rates), 1), figsize=(4 * max(len(rates), 1), 4), squeeze=False)
+    draw_algbw(list(axes[0]), transports)
+    fig.suptitle(f"{figure.key}: {figure.title}", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(folder / "plot.png", dpi=90)
+    plt.close(fig)
+    with (folder / "data.csv").open("w", newline="") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(ALGBW_HEADER)
+        for label, rate, sizes, values in series(transports):
+            writer.writerows([label, rate, kb, "" if v is None else v]
+                             for kb, v in zip(sizes, values, strict=True))
 
 
 EV_HEADER = ("ev", "path", "t0_s", "t1_s", "state")

@@ -12,6 +12,7 @@ from dataclasses import replace
 
 from experiments.analysis.transports import TRANSPORTS
 from experiments.scenarios import (
+    allreduce,
     collective,
     ecnbalance,
     evloss,
@@ -24,7 +25,7 @@ from experiments.scenarios import (
 from experiments.scenarios.base import Options, Scenario, check
 from topologies.model import FabricError
 
-KINDS = (failure, schedule, permutation, incast, ecnbalance, evloss, collective)
+KINDS = (failure, schedule, permutation, incast, ecnbalance, evloss, collective, allreduce)
 SCENARIOS: dict[str, Scenario] = {s.name: s for kind in KINDS for s in kind.SCENARIOS}
 
 

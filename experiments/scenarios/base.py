@@ -126,6 +126,7 @@ class Options:
     senders: int = 7  # incast: the paper's 7:1
     steps: int = 20
     step_kb: int = 64
+    qps: tuple[int, ...] = (1,)  # allreduce: RoCE's QPs per host pair, one sweep per count
     datapath: str = "auto"
     dataplane: str = "auto"  # switch egress: auto (eBPF where it loads) | ebpf | droptail
     switch_backend: str = "auto"  # auto | ovs | linux (topologies/switches/)
@@ -193,6 +194,7 @@ SHARED_OPTIONS = frozenset({"transports", "seed", "datapath", "dataplane", "swit
                             "servers"})
 MAX_DURATION_S = 3600.0  # one transport's traffic; longer runs are not what a testbed run is for
 MAX_STEPS = 1000  # collective ring steps per phase (each a full ring exchange)
+MAX_QPS = 64  # allreduce: RoCE QPs per host pair (the paper's most is 16)
 MAX_SEED = 2**63 - 1
 MAX_PACKET_LOG = 1_000_000  # datagrams each agent logs each way (a trace line each)
 
@@ -225,6 +227,10 @@ def check(opts: Options) -> Options:
     check_number("--senders", opts.senders, 1, 65536, integral=True)  # incast: also vs the hosts
     check_number("--steps", opts.steps, 2, MAX_STEPS, integral=True)
     check_number("--step-kb", opts.step_kb, 1, 65536, integral=True)
+    for n in opts.qps:
+        check_number("--qps", n, 1, MAX_QPS, integral=True)
+    if not opts.qps or len(set(opts.qps)) != len(opts.qps):
+        raise FabricError(f"--qps takes distinct QP counts like 1,4,16, got {opts.qps}")
     if opts.link is not None:
         fabric.link(opts.link)  # FabricError naming the valid forms; the kind checks which kind
     if opts.fail_switch is not None:

@@ -17,8 +17,10 @@ adds the wait for the first drop) and the spacing of the EV's packets (path-orde
 needs a later packet on the same EV: at emulated rates an EV carries a packet every few ms
 where a round trip takes about one); which EV took its place (a backup of its plane that
 carried no data before and does after), goodput during the loss over before, and every EV's
-state over time (polled from the sender every POLL_S), drawn as ev_states.png: EV on the y
-axis, colour the state.
+state over time, drawn as ev_states.png: EV on the y axis, colour the state. Everything but
+the choice of the lossy EV comes from the sender agent's trace, each change at its own time:
+`ev_state` (GOOD, SKIP, ASSUMED_BAD), `ev_active` (joined or left the active set), `ev_bad`
+(the bench's rule and the lost packet's age) and `ev_load` (packets per EV per 50 ms).
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from typing import Any
 from endpoints.host.paths import SOURCE_ROUTED
 from experiments.analysis import metrics
 from experiments.api import traffic
-from experiments.api.flows import ev_timeline, finish
+from experiments.api.flows import finish
 from experiments.api.testbed import Testbed
 from experiments.scenarios.base import (
     TAIL_S,
@@ -49,7 +51,6 @@ from experiments.scenarios.schema import DATA_OK, Figures, Row, ms, num
 from topologies.model import Fabric, FabricError, FabricParams, Route
 
 LOSSY_PLANE = 0
-POLL_S = 0.05  # the sender's EV set is read this often (one control call each)
 # The paper's EV set: 2 per plane x 8 planes. Here 8 planes x 2 spines, one host per leaf (the
 # fewest hosts: the flow's two), links at half the default rate so that the host's 8 ports
 # carry what the default fabric's 4 do (the agents' packet rate, not the links, is this VM's
@@ -59,7 +60,7 @@ FABRIC = FabricParams(planes=8, leaves=2, spines=2, hosts_per_leaf=1, link_mbps=
 ACTIVE, BACKUP = "ACTIVE", "BACKUP"
 CATEGORIES = (ACTIVE, BACKUP, "SKIP", "ASSUMED_BAD", "DENIED")
 
-Sample = tuple[float, Mapping[int, tuple[str, bool, int]]]  # t, ev -> (state, active, bytes_sent)
+Record_ = Mapping[str, Any]  # one trace record of the sender's QP, `t` from the flow's start
 
 
 class EvLossFigures(Figures, total=False):
@@ -71,8 +72,8 @@ class EvLossFigures(Figures, total=False):
     link: str  # the link whose egress dropped
     backup_ev: int | None  # the EV of its plane that took its place
     backup_label: str | None
-    backup_bytes_before: int | None  # data the backup carried before the loss (none: a backup)
-    backup_bytes_during: int | None  # ... and while the loss lasted
+    backup_packets_before: int | None  # data packets the backup carried before the loss (none: a backup)
+    backup_packets_during: int | None  # ... and while the loss lasted
     bad_after_ms: float | None  # from the loss's start to the EV's ASSUMED_BAD; None: never benched
     bench_rule: str | None  # the sender's rule that benched it: sack (path order), dark or rto
     lost_age_ms: float | None  # from sending the packet judged lost to the bench
@@ -84,7 +85,7 @@ class EvLossFigures(Figures, total=False):
     goodput_during_mbps: float
     goodput_fraction: float | None
     evs: dict[str, str]  # EV (hex) -> its path's label, in the plot's order
-    ev_bands: dict[str, list[list]]  # EV (hex) -> [t0, t1, category] from the flow's start
+    ev_bands: dict[str, list[list]]  # EV (hex) -> [t0, t1, category] from the flow's start (trace)
     sender_stats: dict[str, int]
     receiver_stats: dict[str, int]
 
@@ -105,56 +106,57 @@ def choose_ev(rows: Sequence[Mapping[str, Any]], routes: Sequence[Route], plane:
                  if r.plane == plane and r.ev in active), None)
 
 
-def bands(samples: Sequence[Sample], t_end: float) -> dict[int, list[list]]:
-    """Each EV's [t0, t1, category] spans from polled samples (each sample's category holds
-    until the next sample, the last until `t_end`), equal neighbours merged."""
-    out: dict[int, list[list]] = {}
-    for i, (t, evs) in enumerate(samples):
-        nxt = samples[i + 1][0] if i + 1 < len(samples) else t_end
-        for ev, (state, active, _) in evs.items():
-            spans = out.setdefault(ev, [])
-            cat = category(state, active)
-            if spans and spans[-1][2] == cat and spans[-1][1] == t:
-                spans[-1][1] = nxt
-            else:
-                spans.append([t, nxt, cat])
-    return {ev: [[round(a, 3), round(b, 3), c] for a, b, c in spans] for ev, spans in out.items()}
+def bands(records: Sequence[Record_], t_end: float) -> dict[int, list[list]]:
+    """Each EV's [t0, t1, category] spans from the sender's trace: its `ev_state` (state) and
+    `ev_active` (role) records, every change at its own time, the last span until `t_end`,
+    equal neighbours merged. An EV's first span starts at its first record (its starting
+    role, written at the QP's first send)."""
+    now: dict[int, list] = {}  # ev -> [state, active]
+    points: dict[int, list[tuple[float, str]]] = {}  # ev -> (t, category from t)
+    for r in sorted((r for r in records if r.get("event") in ("ev_state", "ev_active")),
+                    key=lambda r: r["t"]):
+        cur = now.setdefault(r["ev"], ["GOOD", False])
+        if r["event"] == "ev_state":
+            cur[0] = r["new"]
+        else:
+            cur[1] = bool(r["active"])
+        cat, pts = category(cur[0], cur[1]), points.setdefault(r["ev"], [])
+        if pts and pts[-1][0] == r["t"]:
+            pts.pop()  # records of one instant (a bench and the role it costs): the last holds
+        if not pts or pts[-1][1] != cat:
+            pts.append((r["t"], cat))
+    # (+ 0.0: a first send a hair before the flow's start is 0.0, not -0.0)
+    return {ev: [[round(t, 3) + 0.0, round(pts[i + 1][0] if i + 1 < len(pts) else t_end, 3), cat]
+                 for i, (t, cat) in enumerate(pts)] for ev, pts in points.items()}
 
 
-def sent_between(samples: Sequence[Sample], ev: int, t_from: float, t_to: float) -> int | None:
-    """Bytes the sender sent on `ev` between the samples nearest inside [t_from, t_to]."""
-    inside = [evs for t, evs in samples if t_from <= t <= t_to and ev in evs]
-    if len(inside) < 2:
-        return None
-    return inside[-1][ev][2] - inside[0][ev][2]
+def packets_between(records: Sequence[Record_], ev: int, t_from: float, t_to: float) -> int:
+    """Data packets the sender sent on `ev` in the `ev_load` intervals ending in (t_from, t_to]."""
+    key = str(ev)
+    return sum(r["sent"].get(key, 0) for r in records
+               if r.get("event") == "ev_load" and t_from < r["t"] <= t_to)
 
 
-def packet_gap_ms(samples: Sequence[Sample], ev: int, t_from: float, t_to: float,
-                  payload: int) -> float | None:
-    """The mean spacing of `ev`'s data packets (`payload` bytes each) between the samples
-    nearest inside [t_from, t_to]; None when it sent nothing there."""
-    inside = [(t, evs[ev][2]) for t, evs in samples if t_from <= t <= t_to and ev in evs]
-    if len(inside) < 2 or inside[-1][1] <= inside[0][1]:
-        return None
-    packets = (inside[-1][1] - inside[0][1]) / payload
-    return round((inside[-1][0] - inside[0][0]) * 1000 / packets, 2)
+def packet_gap_ms(records: Sequence[Record_], ev: int, t_from: float, t_to: float) -> float | None:
+    """The mean spacing of `ev`'s data packets over [t_from, t_to] (its `ev_load` counts); None
+    when it sent nothing there."""
+    packets = packets_between(records, ev, t_from, t_to)
+    return round((t_to - t_from) * 1000 / packets, 2) if packets else None
 
 
-def backup_taken(samples: Sequence[Sample], plane_of: Mapping[int, int], lossy: int,
+def backup_taken(records: Sequence[Record_], plane_of: Mapping[int, int], lossy: int,
                  fault_t: float) -> int | None:
-    """The EV of `lossy`'s plane that was not active at the last sample before `fault_t` and is
-    active at a later sample: the backup that took the lossy EV's place (None: none did)."""
-    before = [evs for t, evs in samples if t < fault_t]
-    if not before:
-        return None
+    """The EV of `lossy`'s plane that was out of the active set at `fault_t` and joined it
+    later (its `ev_active` records): the backup that took the lossy EV's place (None: none
+    did, or the trace holds no role from before the fault)."""
     plane = plane_of[lossy]
-    idle = {ev for ev, (_, active, _) in before[-1].items()
-            if ev != lossy and plane_of.get(ev) == plane and not active}
-    for t, evs in samples:
-        if t >= fault_t:
-            for ev in sorted(idle):
-                if evs.get(ev, ("", False, 0))[1]:
-                    return ev
+    role: dict[int, bool] = {}
+    for r in sorted((r for r in records if r.get("event") == "ev_active"), key=lambda r: r["t"]):
+        ev = r["ev"]
+        if r["t"] < fault_t:
+            role[ev] = bool(r["active"])
+        elif r["active"] and ev != lossy and plane_of.get(ev) == plane and role.get(ev) is False:
+            return int(ev)
     return None
 
 
@@ -195,36 +197,27 @@ class EvLoss(Kind):
         src, dst = traffic.cross_leaf_pair(fabric)
         routes = fabric.routes(src, dst)
         flow = bed.agent_flow(transport, src, dst)
-        samples: list[Sample] = []
         chosen: Route | None = None
         link, srtt_ms, loss_t, end_t = "", None, None, None
         first = len(faults.timeline)
         t0 = time.monotonic()
         flow.start(opts.duration)
-        ticks = [i * POLL_S for i in range(round(opts.duration / POLL_S) + 1)]
-        actions = [(fault_at, "loss"), (fault_end, "clear")]
-        for tick in ticks:
-            while actions and actions[0][0] <= tick:
-                at, what = actions.pop(0)
-                sleep_until(t0 + at)  # on time, not at the next poll
-                if what == "loss":
-                    reply = flow.evs()
-                    srtt_ms = reply.get("congestion", {}).get("srtt_ms")
-                    chosen = choose_ev(reply["rows"], routes, LOSSY_PLANE)
-                    if chosen is None:
-                        raise RuntimeError(f"{transport} has no active EV in use on plane {LOSSY_PLANE}")
-                    link = chosen.links[1]  # the source leaf's uplink to the EV's spine
-                    loss_t = faults.set_loss(link, opts.loss, from_switch=link.split("-")[0]) - t0
-                elif chosen is not None:
-                    faults.clear_loss(link)
-                    end_t = time.monotonic() - t0
-            sleep_until(t0 + tick)
-            rows = flow.evs()["rows"]
-            samples.append((time.monotonic() - t0, {r["ev"]: (r["state"], r["active"], r["bytes_sent"])
-                                                   for r in rows}))
+        sleep_until(t0 + fault_at)
+        # The one control call of the run: which EVs are active now (the lossy one is one of
+        # them) and the smoothed RTT the bench is measured in; every EV's state over time is
+        # read from the sender's trace afterwards, each change at its own time.
+        reply = flow.evs()
+        srtt_ms = reply.get("congestion", {}).get("srtt_ms")
+        chosen = choose_ev(reply["rows"], routes, LOSSY_PLANE)
+        if chosen is None:
+            raise RuntimeError(f"{transport} has no active EV in use on plane {LOSSY_PLANE}")
+        link = chosen.links[1]  # the source leaf's uplink to the EV's spine
+        loss_t = faults.set_loss(link, opts.loss, from_switch=link.split("-")[0]) - t0
+        sleep_until(t0 + fault_end)
+        faults.clear_loss(link)
+        end_t = time.monotonic() - t0
         sleep_until(t0 + opts.duration + TAIL_S)
         (result,) = finish([flow])
-        assert chosen is not None and loss_t is not None
         events = [{**e, "t": e["t"] - t0} for e in faults.timeline[first:]]
         record.timeline += [{**e, "transport": label} for e in events]
         record.windows[label] = (t0, t0 + opts.duration)
@@ -232,28 +225,28 @@ class EvLoss(Kind):
         mbps = metrics.series(result.bins, int(t0 / metrics.BIN_S), n)
         record.curves[label] = mbps
         before = metrics.mean(mbps[round(WARMUP_S / metrics.BIN_S):round(loss_t / metrics.BIN_S)])
-        during = metrics.mean(mbps[round(loss_t / metrics.BIN_S):round((end_t or fault_end) / metrics.BIN_S)])
-        trace = ev_timeline(flow.trace, flow.qpn) if flow.trace is not None else []
-        changes = [[c[0] - t0, *c[1:]] for c in trace]
+        during = metrics.mean(mbps[round(loss_t / metrics.BIN_S):round(end_t / metrics.BIN_S)])
+        records = _trace(flow.trace, flow.qpn, t0)
+        changes = [[r["t"], r["ev"], r["old"], r["new"]] for r in records if r.get("event") == "ev_state"]
         bad_t = first_bad(changes, chosen.ev, loss_t)
-        bench = first_bench(_trace(flow.trace, flow.qpn, t0), chosen.ev, loss_t)
-        gap_ms = packet_gap_ms(samples, chosen.ev, WARMUP_S, loss_t, opts.transport().mtu_payload)
+        bench = first_bench(records, chosen.ev, loss_t)
+        gap_ms = packet_gap_ms(records, chosen.ev, WARMUP_S, loss_t)
         age_ms = None if bench is None else round(bench["age"] * 1000, 2)
         plane_of = {r.ev: r.plane for r in routes}
-        backup = backup_taken(samples, plane_of, chosen.ev, loss_t)
+        backup = backup_taken(records, plane_of, chosen.ev, loss_t)
         label_of = {r.ev: r.label for r in routes}
-        order = sorted((ev for ev in plane_of if any(ev in s for _, s in samples)),
-                       key=lambda ev: (plane_of[ev], label_of[ev]))
+        ev_bands = bands(records, opts.duration)
+        order = sorted((ev for ev in plane_of if ev in ev_bands), key=lambda ev: (plane_of[ev], label_of[ev]))
         dropped: dict[str, int] = next((e.get("dropped", {}) for e in events
                                         if e["action"] == "loss_cleared"), {})
         bad_ms = None if bad_t is None else round((bad_t - loss_t) * 1000, 1)
         record.transports[label] = {
             "src": src, "dst": dst, "ev": chosen.ev, "ev_label": chosen.label, "link": link,
             "backup_ev": backup, "backup_label": None if backup is None else label_of[backup],
-            "backup_bytes_before": None if backup is None else
-            sent_between(samples, backup, WARMUP_S, loss_t),
-            "backup_bytes_during": None if backup is None else
-            sent_between(samples, backup, loss_t, end_t or fault_end),
+            "backup_packets_before": None if backup is None else
+            packets_between(records, backup, WARMUP_S, loss_t),
+            "backup_packets_during": None if backup is None else
+            packets_between(records, backup, loss_t, end_t),
             "bad_after_ms": bad_ms, "bench_rule": None if bench is None else bench["rule"],
             "lost_age_ms": age_ms, "srtt_ms": srtt_ms,
             "bench_rtts": None if age_ms is None or not srtt_ms else round(age_ms / srtt_ms, 2),
@@ -262,7 +255,7 @@ class EvLoss(Kind):
             "goodput_before_mbps": round(before, 2), "goodput_during_mbps": round(during, 2),
             "goodput_fraction": round(during / before, 3) if before else None,
             "evs": {f"{ev:#x}": label_of[ev] for ev in order},
-            "ev_bands": {f"{ev:#x}": spans for ev, spans in bands(samples, opts.duration).items()},
+            "ev_bands": {f"{ev:#x}": ev_bands[ev] for ev in order},
             DATA_OK: result.data_ok and result.delivered,
             **result.detail,
         }

@@ -62,6 +62,17 @@ def test_the_data_gives_every_path_the_model_gave():
     assert sizes == {1, p.planes, p.planes * p.spines}  # ECMP, same-leaf, cross-leaf
 
 
+def test_a_roce_qps_entropy_moves_its_source_port_within_its_plane_and_range():
+    table = _table("h0")
+    evs = {e: table.peer_paths("h2", "roce", 1, e).evs[0].ev for e in range(16)}
+    assert evs[0] == _from_model(FABRIC, "h0", "h2", "roce", 1)[0][0].ev  # 0: every QP's path as before
+    assert len(set(evs.values())) == 16  # each QP its own ECMP hash input
+    assert {ev_plane(ev) for ev in evs.values()} == {1}
+    assert all(0xC000 <= ev & 0xFFFF <= 0xFFFF for ev in evs.values())  # an ephemeral source port
+    assert table.peer_paths("h2", "roce", 1, 3) is table.peer_paths("h2", "roce", 1, 3)
+    assert table.peer_paths("h2", "mrc", 0, 3).evs == table.peer_paths("h2", "mrc", 0).evs
+
+
 def test_an_unknown_peer_is_refused_as_the_model_refuses_it():
     table = _table("h0")
     with pytest.raises(FabricError) as model:

@@ -42,6 +42,25 @@ def test_bad_ev_replaced_by_backup_of_same_plane_and_never_used():
     assert victim not in {s.next_ev() for _ in range(500)}
 
 
+def test_moves_record_every_evs_starting_role_then_each_join_and_leave():
+    s = _set(2, 4, active_fraction=0.5)
+    start = dict(s.moves)
+    assert set(start) == set(s.plane) and {ev for ev, a in start.items() if a} == set(s.active)
+    s.moves.clear()
+    victim = s.active[0]
+    spare = next(b for b in s.backup[s.plane[victim]] if s.state[b] == GOOD)
+    assert s.mark_bad(victim, 1.0)
+    assert sorted(s.moves) == sorted([(victim, False), (spare, True)])
+    s.moves.clear()
+    s.skip(s.active[0])  # a state change that leaves the set as it is
+    assert s.moves == []
+    plane = 1
+    parked = [e for e in s.active if s.plane[e] == plane]
+    assert s.park(plane) and sorted(s.moves) == sorted((e, False) for e in parked)
+    s.moves.clear()
+    assert s.unpark(plane) and sorted(s.moves) == sorted((e, True) for e in parked)
+
+
 def test_plane_keeps_its_share_when_it_runs_out_of_backups():
     s = _set(4, 2, active_fraction=1.0)
     s.mark_bad((1 << 16) | 0, 0.0)

@@ -7,7 +7,7 @@ import pytest
 
 from endpoints.protocol import wire
 from endpoints.protocol.config import TransportConfig
-from endpoints.protocol.events import EvState, Retx, ReverseEvState
+from endpoints.protocol.events import EvActive, EvState, Retx, ReverseEvState
 from endpoints.protocol.evset import ASSUMED_BAD, GOOD, SKIP, EvInfo
 from endpoints.protocol.receiver import MrcReceiver, ReverseEvs
 from endpoints.protocol.sender import MrcSender
@@ -218,6 +218,16 @@ def test_one_of_16_paths_dropping_20_percent_is_benched_at_once_and_line_rate_ho
     assert [e.ev for e in _went_bad(res)] == [lossy]  # that EV and nothing else
     assert _went_bad(res)[0].t < 0.05  # within a few RTTs (~6 ms) of the start
     assert fab.links[("up", 0, 0)].dropped <= 3 and snd.stats["lost"] <= 3
+    # The trace says so at the bench's time: the lossy EV left the active set, a backup of
+    # plane 0 (idle until then) joined it.
+    bench_t = _went_bad(res)[0].t
+    moves = [e for e in res.sender_events if isinstance(e, EvActive) and e.t == bench_t]
+    plane0_evs = {_ev(fab, 0, s) for s in range(4)}
+    assert (lossy, False) in [(e.ev, e.active) for e in moves]
+    joined = [e.ev for e in moves if e.active]
+    assert len(joined) == 1 and joined[0] in plane0_evs - {lossy}
+    assert not any(e.ev == joined[0] and e.active for e in res.sender_events
+                   if isinstance(e, EvActive) and e.t < bench_t)
     # Out of the rotation: it carried ~1% of its plane's packets (a few data packets, then
     # probes), where its share as an active EV would be a third.
     plane0 = sum(fab.links[("up", 0, s)].carried for s in range(4))

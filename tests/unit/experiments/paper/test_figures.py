@@ -101,12 +101,12 @@ def test_fig10_a_t0_down_costs_about_one_port_of_the_planes_each_side():
 
 
 def test_fig12_the_lossy_ev_is_benched_fast_its_backup_takes_over_and_goodput_holds():
-    def ev(rtts: float | None = 1.5, frac: float = 0.98, before: int = 0, during: int = 900_000,
+    def ev(rtts: float | None = 1.5, frac: float = 0.98, before: int = 0, during: int = 900,
            backup: str | None = "p0/s0") -> dict:
         return _summary(mrc={"ev_label": "p0/s1", "bench_rtts": rtts, "srtt_ms": 8.0,
                              "lost_age_ms": None if rtts is None else rtts * 8, "ev_gap_ms": 6.0,
                              "bad_after_ms": 30.0, "backup_label": backup,
-                             "backup_bytes_before": before, "backup_bytes_during": during,
+                             "backup_packets_before": before, "backup_packets_during": during,
                              "goodput_fraction": frac, "goodput_before_mbps": 76.0,
                              "goodput_during_mbps": 76.0 * frac, "dropped": 40})
 
@@ -130,3 +130,48 @@ def test_fig12_runs_the_papers_16_ev_set_one_active_one_backup_per_plane():
     assert params["ev_set_size"] == fabric.planes * fabric.spines == 16
     assert params["active_fraction"] * fabric.spines == 1  # one active EV per plane
     assert params["backup_min_paths"] <= fabric.spines  # ... and so its other is a backup
+
+
+def _allreduce(mrc: tuple[float, float, float], roce: dict[int, tuple[float | None, ...]]) -> dict:
+    """An allreduce summary at one size (2048 KB): MRC's and each RoCE QP count's algorithm
+    bandwidth at loss 0, 0.1% and 1% (None: it did not finish)."""
+    rates = ("0", "0.001", "0.01")
+
+    def table(values: tuple[float | None, ...]) -> dict:
+        return {r: {"128": 1.0, "2048": v} for r, v in zip(rates, values, strict=True)}
+
+    base = {"sizes_kb": [128, 2048], "loss_rates": [0.0, 0.001, 0.01]}
+    return _summary(mrc={**base, "algbw_mbps": {"1": table(mrc)}},
+                    roce={**base, "algbw_mbps": {str(q): table(v) for q, v in roce.items()}})
+
+
+def test_fig16_mrc_keeps_its_bandwidth_under_loss_and_beats_roce_at_every_qp_count():
+    roce = {1: (6.0, 5.0, None), 16: (12.0, 8.0, 1.0)}
+    ok = _judge("fig16", _allreduce((12.0, 11.5, 4.0), roce))
+    assert ok.holds, ok.measured
+    assert ok.figures["mrc_kept_heavy"] == 0.333 and ok.figures["roce_most_qps"] == 16
+    assert ok.figures["roce_heavy_mbps"] == {"1": 0.0, "16": 1.0}  # not finished: unusable
+    assert not _judge("fig16", _allreduce((12.0, 11.5, 2.9), roce)).holds  # kept under a quarter
+    assert not _judge("fig16", _allreduce((12.0, 10.7, 4.0), roce)).holds  # 0.1% cost over 10%
+    assert not _judge("fig16", _allreduce((12.0, 11.5, 4.0), {**roce, 4: (12.0, 9.0, 4.5)})).holds
+    behind = _judge("fig16", _allreduce((11.0, 11.0, 4.0), roce))  # 0.92 of RoCE with 16 QPs
+    assert not behind.holds and behind.figures["mrc_vs_roce_most_qps"] == 0.917
+    assert not _judge("fig16", _allreduce((8.0, 8.0, 4.0), {1: (6.0, 5.0, 0.0), 16: (8.0, 8.0, 1.0)})).holds
+
+
+def test_fig17_mrc_must_beat_roces_best_qp_count_at_every_size_and_loss_rate():
+    def ahead_when_small(summary: dict) -> dict:
+        """MRC at 2.0 and RoCE at 1.0 Mbit/s at 128 KB, whatever the loss."""
+        for name, t in summary["transports"].items():
+            for by_rate in t["algbw_mbps"].values():
+                for by_size in by_rate.values():
+                    by_size["128"] = 2.0 if name == "mrc" else 1.0
+        return summary
+
+    roce = {1: (6.0, 5.0, 2.0), 16: (5.5, 5.0, None)}
+    level = _judge("fig17", _allreduce((12.0, 11.5, 4.0), roce))  # 1.0 each at 128 KB
+    assert not level.holds and level.figures["at_size_kb"] == 128
+    won = _judge("fig17", ahead_when_small(_allreduce((12.0, 11.5, 4.0), roce)))
+    assert won.holds and won.figures["mrc_over_roce_best_min"] == 2.0, won.measured
+    behind = _judge("fig17", ahead_when_small(_allreduce((12.0, 11.5, 4.0), {**roce, 16: (13.0, 5.0, 1.0)})))
+    assert not behind.holds and behind.figures["at_size_kb"] == 2048 and behind.figures["at_loss"] == 0.0

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from experiments.paper import page
-from experiments.paper.figures import BY_KEY, FIGURES
+from experiments.paper.figures import BY_KEY, FIGURES, Figure
 
 
 def _fake_run(folder: Path, mrc: dict, roce: dict, faithful: bool = True) -> None:
@@ -53,7 +53,7 @@ def test_a_result_against_the_paper_is_a_finding_and_an_unfaithful_one_gets_no_v
     assert page.settle(BY_KEY["fig11"], tmp_path / "c")["verdict"] == page.DID_NOT_RUN
 
 
-def test_the_index_lists_every_figure_of_the_paper_with_its_verdict(tmp_path):
+def test_the_index_lists_every_figure_of_the_paper_with_its_verdict(tmp_path, monkeypatch):
     page.settle(BY_KEY["fig11"], _fig11(tmp_path))
     md, html = page.index(tmp_path, {})  # fig11 read back from its folder
     text = md.read_text()
@@ -61,8 +61,11 @@ def test_the_index_lists_every_figure_of_the_paper_with_its_verdict(tmp_path):
         assert f"{figure.key}" in text
     row = next(line for line in text.splitlines() if line.startswith("| [fig11]"))
     assert row.endswith(f"**{page.REPRODUCED}** |")
-    fig16 = next(line for line in text.splitlines() if line.startswith("| fig16"))
-    assert page.NOT_YET in fig16 and "RoCE with N QPs" in fig16
+    lacking = Figure("fig99", "a figure", "the paper", "a claim", "", needs="a workload")
+    monkeypatch.setattr(page, "FIGURES", (*FIGURES, lacking))  # every figure runs here now
+    text = page.index(tmp_path, {})[0].read_text()
+    fig99 = next(line for line in text.splitlines() if line.startswith("| fig99"))
+    assert page.NOT_YET in fig99 and "needs a workload" in fig99
     fig20 = next(line for line in text.splitlines() if line.startswith("| fig20"))
     assert page.DID_NOT_RUN in fig20 and "mrclab paper fig20" in fig20
     assert html.read_text().count("data:image/png;base64,") == 1
@@ -73,7 +76,7 @@ def test_fig12s_page_draws_each_evs_state_and_writes_its_spans(tmp_path):
     folder = tmp_path / "fig12"
     mrc = {"ev_label": "p0/s1", "ev": 0x10001, "bench_rtts": 1.2, "lost_age_ms": 9.6, "srtt_ms": 8.0,
            "ev_gap_ms": 6.0, "bad_after_ms": 30.0,
-           "backup_label": "p0/s0", "backup_bytes_before": 0, "backup_bytes_during": 800_000,
+           "backup_label": "p0/s0", "backup_packets_before": 0, "backup_packets_during": 800,
            "goodput_fraction": 0.99, "goodput_before_mbps": 76.0, "goodput_during_mbps": 75.2,
            "dropped": 30, "evs": {"0x10000": "p0/s0", "0x10001": "p0/s1"},
            "ev_bands": {"0x10000": [[0.0, 1.5, "BACKUP"], [1.5, 5.0, "ACTIVE"]],
@@ -87,3 +90,28 @@ def test_fig12s_page_draws_each_evs_state_and_writes_its_spans(tmp_path):
                         "0x10001,p0/s1,0.0,1.5,ACTIVE", "0x10001,p0/s1,1.5,1.6,ASSUMED_BAD",
                         "0x10001,p0/s1,1.6,5.0,BACKUP"]
     assert (folder / "plot.png").stat().st_size > 5000
+
+
+def test_fig16_draws_a_panel_per_loss_rate_and_writes_a_row_per_point(tmp_path):
+    from experiments.scenarios.allreduce import LOSS_RATES
+
+    run = tmp_path / "fig16" / page.run_folder(BY_KEY["fig16"], 0, BY_KEY["fig16"].runs[0])
+    run.mkdir(parents=True)
+
+    def table(scale: float) -> dict:
+        return {f"{r:g}": {"128": round(scale * (1 - 10 * r), 3), "512": None if r else scale}
+                for r in LOSS_RATES}
+
+    base = {"sizes_kb": [128, 512], "loss_rates": list(LOSS_RATES), "data_ok": True}
+    summary = {"transports": {"mrc": {**base, "algbw_mbps": {"1": table(12.0)}},
+                              "roce": {**base, "algbw_mbps": {"1": table(6.0), "16": table(11.0)}}},
+               "fabric": {"planes": 2}, "seed": 1, "switch_backend": "linux", "faults": [],
+               "fidelity": {"faithful": True, "problems": []}}
+    (run / "summary.json").write_text(json.dumps(summary))
+    s = page.settle(BY_KEY["fig16"], tmp_path / "fig16")
+    assert s["verdict"] == page.NOT_REPRODUCED  # MRC's largest size did not finish under loss
+    rows = (tmp_path / "fig16" / "data.csv").read_text().splitlines()
+    assert rows[0] == ",".join(page.ALGBW_HEADER)
+    assert len(rows) == 1 + 3 * len(LOSS_RATES) * 2  # 3 series x 3 rates x 2 sizes
+    assert "roce x16 QPs,0.01,512," in rows  # did not finish: no value
+    assert (tmp_path / "fig16" / "plot.png").stat().st_size > 10_000

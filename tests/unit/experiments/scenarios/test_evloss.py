@@ -1,5 +1,6 @@
-"""ev-loss's pure pieces: which EV is made lossy, each EV's state spans for the Fig. 13 plot,
-which backup took the lossy EV's place, when it was benched; and the options it refuses."""
+"""ev-loss's pure pieces: which EV is made lossy, each EV's state spans for the Fig. 13 plot
+(from a small synthetic sender trace), which backup took the lossy EV's place, when it was
+benched; and the options it refuses."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ from experiments.scenarios.evloss import (
     first_bad,
     first_bench,
     packet_gap_ms,
-    sent_between,
+    packets_between,
 )
 from topologies.model import Fabric, FabricError
 
@@ -65,28 +66,50 @@ def test_category_splits_good_into_active_and_backup():
     assert category("ASSUMED_BAD", False) == "ASSUMED_BAD" and category("SKIP", True) == "SKIP"
 
 
-SAMPLES = [
-    (0.0, {1: ("GOOD", True, 0), 2: ("GOOD", False, 0)}),
-    (0.5, {1: ("GOOD", True, 1000), 2: ("GOOD", False, 0)}),
-    (1.0, {1: ("ASSUMED_BAD", False, 1500), 2: ("GOOD", True, 200)}),
-    (1.5, {1: ("GOOD", False, 1600), 2: ("GOOD", True, 900)}),
+def _role(t, ev, active):
+    return {"event": "ev_active", "t": t, "ev": ev, "active": active}
+
+
+def _state(t, ev, old, new):
+    return {"event": "ev_state", "t": t, "ev": ev, "old": old, "new": new}
+
+
+def _load(t, sent):
+    return {"event": "ev_load", "t": t, "interval": 0.05, "sent": {str(ev): n for ev, n in sent.items()}}
+
+
+# A synthetic sender trace, times from the flow's start: EV 1 active and EV 2 its plane's
+# backup, EV 3 active on another plane; EV 1 benched at 1.0076 s (between two 50 ms polls) and
+# EV 2 joins at that instant; EV 1 resurrected as a backup at 1.5.
+TRACE = [
+    _role(0.001, 1, True), _role(0.001, 2, False), _role(0.001, 3, True),
+    _load(0.05, {1: 5, 3: 5}), _load(0.5, {1: 10, 3: 10}), _load(1.0, {1: 4, 3: 4}),
+    _state(1.0076, 1, "GOOD", "ASSUMED_BAD"), _role(1.0076, 1, False), _role(1.0076, 2, True),
+    {"event": "rtt", "t": 1.1, "ev": 3, "rtt": 0.001},  # other records are ignored
+    _load(1.05, {2: 3, 3: 3}), _load(1.5, {2: 7, 3: 7}),
+    _state(1.5, 1, "ASSUMED_BAD", "GOOD"),
+    _state(1.6, 3, "GOOD", "SKIP"), _state(1.65, 3, "SKIP", "GOOD"),
 ]
 
 
-def test_bands_merge_equal_neighbours_and_last_until_the_end():
-    out = bands(SAMPLES, 2.0)
-    assert out[1] == [[0.0, 1.0, ACTIVE], [1.0, 1.5, "ASSUMED_BAD"], [1.5, 2.0, BACKUP]]
-    assert out[2] == [[0.0, 1.0, BACKUP], [1.0, 2.0, ACTIVE]]
+def test_bands_hold_every_change_at_its_own_time_however_short():
+    out = bands(TRACE, 2.0)
+    assert out[1] == [[0.001, 1.008, ACTIVE], [1.008, 1.5, "ASSUMED_BAD"], [1.5, 2.0, BACKUP]]
+    assert out[2] == [[0.001, 1.008, BACKUP], [1.008, 2.0, ACTIVE]]
+    # a 50 ms SKIP that a poll every 50 ms could miss
+    assert out[3] == [[0.001, 1.6, ACTIVE], [1.6, 1.65, "SKIP"], [1.65, 2.0, ACTIVE]]
+    # the bench and the role it costs, recorded at one instant, make one span, not two
+    assert all(a < b for spans in out.values() for a, b, _ in spans)
+    assert bands(list(reversed(TRACE)), 2.0) == out  # the order of the lines does not matter
 
 
 def test_the_backup_that_took_over_was_idle_before_the_loss_and_active_after():
     plane_of = {1: 0, 2: 0, 3: 1}
-    assert backup_taken(SAMPLES, plane_of, 1, 0.7) == 2
-    assert backup_taken(SAMPLES, plane_of, 1, 0.0) is None  # no sample before the loss
-    other_plane = [(t, {**evs, 3: ("GOOD", t >= 1.0, 0)}) for t, evs in SAMPLES]
-    assert backup_taken(other_plane, {1: 0, 2: 1, 3: 1}, 1, 0.7) is None  # only its own plane's
-    assert sent_between(SAMPLES, 2, 0.7, 2.0) == 700 and sent_between(SAMPLES, 2, 0.0, 0.6) == 0
-    assert sent_between(SAMPLES, 2, 1.9, 2.0) is None
+    assert backup_taken(TRACE, plane_of, 1, 0.7) == 2
+    assert backup_taken(TRACE, plane_of, 1, 0.0) is None  # no role known before the loss
+    assert backup_taken(TRACE, {1: 0, 2: 1, 3: 1}, 1, 0.7) is None  # only its own plane's
+    assert packets_between(TRACE, 2, 0.7, 2.0) == 10 and packets_between(TRACE, 2, 0.0, 1.0) == 0
+    assert packets_between(TRACE, 1, 0.0, 1.0) == 19 and packets_between(TRACE, 2, 1.9, 2.0) == 0
 
 
 def test_first_bad_is_the_first_bench_after_the_loss_began():
@@ -114,6 +137,6 @@ def test_the_bench_is_timed_from_the_lost_packet_and_the_evs_packet_spacing_is_m
                {"event": "ev_bad", "t": 1.2, "ev": 1, "rule": "dark", "age": 0.010}]
     assert first_bench(records, 1, 1.0) == records[3]  # after the loss began, this EV's
     assert first_bench(records, 3, 0.0) is None
-    # EV 1 sent 1000 bytes in the 0.5 s between the samples at 0.0 and 0.5: ten 100-byte packets
-    assert packet_gap_ms(SAMPLES, 1, 0.0, 0.6, 100) == 50.0
-    assert packet_gap_ms(SAMPLES, 2, 0.0, 0.6, 100) is None  # a backup sends nothing
+    # EV 1 sent 5 + 10 packets in the intervals ending within [0.0, 0.6]: one every 40 ms
+    assert packet_gap_ms(TRACE, 1, 0.0, 0.6) == 40.0
+    assert packet_gap_ms(TRACE, 2, 0.0, 0.6) is None  # a backup sends nothing

@@ -16,7 +16,7 @@ def test_every_scenario_has_a_kind_headline_figures_and_valid_defaults():
     assert list(SCENARIOS) == ["link-failure", "switch-failure", "t0-failure", "link-flap",
                                "lossy-link", "port-failure", "port-flap", "link-cascade",
                                "flap-together", "port-flaps", "uplink-failures", "permutation",
-                               "incast", "ecn-balance", "ev-loss", "collective"]
+                               "incast", "ecn-balance", "ev-loss", "collective", "allreduce", "alltoall"]
     for name, sc in SCENARIOS.items():
         assert isinstance(sc.kind, Kind) and sc.kind.name
         assert sc.figures[-1] == "data_ok"

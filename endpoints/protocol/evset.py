@@ -109,12 +109,19 @@ class EvSet:
         self.changes: list[tuple[int, str, str]] = []  # (ev, old, new), drained by the sender
         self.entered: Counter[tuple[int, str]] = Counter()  # (ev, state) -> times it entered it
         self.parked: dict[int, list[int]] = {}  # plane -> its active EVs while its port is down
-        # (ev, active) joins and leaves of the active set, drained by the sender; every EV's
-        # starting role first
+        # (ev, active) joins and leaves of the active set (`moves`), every EV's starting role first
         self._was_active = set(self.active)
-        self.moves: list[tuple[int, bool]] = [(ev, ev in self._was_active) for ev in self.plane]
+        self._moves: list[tuple[int, bool]] = [(ev, ev in self._was_active) for ev in self.plane]
 
     # ----- queries --------------------------------------------------------------------------
+    @property
+    def moves(self) -> list[tuple[int, bool]]:
+        """(ev, active) joins and leaves of the active set so far, drained by the sender (clear
+        the list). Read against the set as it is now, so a transition written elsewhere (a lab's
+        `mark_bad`) is recorded too; the set's own transitions record each step as they go."""
+        self._note_moves()
+        return self._moves
+
     def usable(self) -> list[int]:
         return [ev for ev in self.active if self.state[ev] in (GOOD, SKIP)]
 
@@ -241,7 +248,7 @@ class EvSet:
         change of the set: rare, so a diff rather than bookkeeping at each list edit)."""
         now_active = set(self.active)
         if now_active != self._was_active:
-            self.moves += [(ev, ev in now_active) for ev in self.plane
+            self._moves += [(ev, ev in now_active) for ev in self.plane
                            if (ev in now_active) != (ev in self._was_active)]
             self._was_active = now_active
 

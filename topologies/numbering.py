@@ -28,6 +28,11 @@ from __future__ import annotations
 
 import ipaddress
 
+from endpoints.evnumber import EV_INDEX_MASK as EV_INDEX_MASK  # the EV layout's home
+from endpoints.evnumber import EV_PORT_BASE as EV_PORT_BASE
+from endpoints.evnumber import ev_plane as ev_plane
+from endpoints.evnumber import ev_value as ev_value
+
 USID_BLOCK = 0xFCBB_BB00  # 32-bit locator block, fcbb:bb00::/32
 BASELINE_PREFIX = 0xFD00  # fd00::/16, destination-routed addresses for the ECMP baseline
 ROLE_LEAF, ROLE_SPINE, ROLE_HOST = 1, 2, 3
@@ -35,7 +40,6 @@ MAX_PLANES = 15  # 4-bit plane field, value 0 unused
 MAX_INDEX = 1024  # 10-bit index field per role and plane
 MAX_USIDS_IN_ADDRESS = 6  # 128 - 32 bits of block = 96 bits = 6 x 16-bit uSIDs
 IFNAME_MAX = 15  # Linux IFNAMSIZ - 1
-EV_PORT_BASE = 0xC000  # an EV's low half, the UDP source port, starts the ephemeral range
 
 
 def switch_name(role: int, plane: int, index: int) -> str:
@@ -62,22 +66,6 @@ def link_name(lower: str, upper: str) -> str:
     'p0l0-p0s1'
     """
     return f"{lower}-{upper}"
-
-
-def ev_value(plane: int, index: int) -> int:
-    """The 32-bit EV naming route `index` of a host pair's route list on `plane`.
-
-    >>> hex(ev_value(1, 5))
-    '0x2c005'
-    >>> ev_plane(ev_value(3, 0))
-    3
-    """
-    return ((plane + 1) << 16) | (EV_PORT_BASE + index)
-
-
-def ev_plane(ev: int) -> int:
-    """The plane an EV made by `ev_value` crosses."""
-    return (ev >> 16) - 1
 
 
 def usid(role: int, plane: int, index: int) -> int:

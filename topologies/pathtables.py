@@ -17,7 +17,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from topologies.model import Fabric, ev_value
+from endpoints.evnumber import EV_INDEX_MASK, ev_value
+from topologies.model import Fabric
 
 
 def ecmp_ev(fabric: Fabric, host: str, plane: int) -> int:
@@ -28,7 +29,7 @@ def ecmp_ev(fabric: Fabric, host: str, plane: int) -> int:
     >>> hex(ecmp_ev(build(planes=2, leaves=2, spines=2, hosts_per_leaf=1), "h1", 1))
     '0x2c084'
     """
-    return ev_value(plane, 0x3FFF & (fabric.host(host).index * 131 + plane))
+    return ev_value(plane, EV_INDEX_MASK & (fabric.host(host).index * 131 + plane))
 
 
 def agent_paths(fabric: Fabric, host: str) -> dict[str, Any]:

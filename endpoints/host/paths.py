@@ -14,6 +14,7 @@ import ipaddress
 from dataclasses import dataclass, field
 from typing import Any
 
+from endpoints.evnumber import EV_INDEX_MASK
 from endpoints.host import netio
 from endpoints.protocol.evset import EvInfo
 
@@ -91,7 +92,6 @@ class PathTable:
         return table
 
 
-EV_INDEX_MASK = 0x3FFF  # an EV's UDP source port is the ephemeral range's base plus this much
 
 
 def ecmp_ev_with(ev: int, entropy: int) -> int:

@@ -23,7 +23,7 @@ PRODUCT = ("topologies", "endpoints", "controller", "experiments")
 FLOORS = (("endpoints/", 1), ("topologies/", 2), ("controller/", 3), ("experiments/", 4))
 # Pure layers: no sockets, clocks, processes or files.
 PURE = ("topologies/model.py", "topologies/numbering.py", "topologies/pathtables.py", "endpoints/protocol/",
-        "endpoints/numbercheck.py", "controller/tables.py",
+        "endpoints/numbercheck.py", "endpoints/evnumber.py", "controller/tables.py",
         "controller/kernel_tables.py", "controller/routing.py", "experiments/api/traffic.py",
         "experiments/analysis/metrics.py", "experiments/sim/simnet.py", "experiments/shell/text.py",
         "experiments/analysis/capacity.py", "experiments/analysis/transports.py",

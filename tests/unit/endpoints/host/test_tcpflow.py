@@ -35,11 +35,24 @@ def test_sized_transfer_ends_on_its_own_with_every_byte_checked(tmp_path):
     assert json.loads((tmp_path / "client.json").read_text())["bytes_sent"] == nbytes
 
 
+def _connect(port: int) -> socket.socket:
+    """A connection to the server thread once it listens (as tcpflow.client retries: on a
+    loaded machine the thread may not have bound its socket yet)."""
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            return socket.create_connection(("::1", port), timeout=5)
+        except ConnectionRefusedError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+
+
 def test_what_the_server_received_so_far_is_readable_while_it_runs(tmp_path):
     port, out = _free_port(), tmp_path / "server.json"
     server = _serve(port, out)
     stream = tcpflow.pattern(0, 300_000)
-    with socket.create_connection(("::1", port), timeout=5) as sock:
+    with _connect(port) as sock:
         sock.sendall(stream[:100_000])
         time.sleep(3 * tcpflow.PROGRESS_S)
         live = json.loads(out.read_text())

@@ -47,6 +47,7 @@ VXLAN_PORT = 4789
 # carries LINK_MTU frames unfragmented where the network between the servers carries
 # LINK_MTU + TUNNEL_OVERHEAD; the outer packets are fragmented where it carries less.
 TUNNEL_OVERHEAD = 50
+SSH_FAILED = 255  # ssh's exit status for its own errors (the remote command's otherwise)
 PARALLEL_SSH = 8  # ssh sessions at once for per-router batches (see docs/cluster.md on MaxSessions)
 SERVER_TOOLS = ("mnexec", "sudo", "ip", "tc", "nsenter")
 
@@ -176,16 +177,25 @@ class SplitLinuxBackend(LinuxBackend):
             config = {**base, "status": str(folder / STATUS_FILE),
                       "events": str(folder / "controller-events.jsonl"),
                       "notify": str(folder / NOTIFY_FILE), "routers": str(folder / "routers.json")}
-            path = folder / "controller.json"
-            self._put(server, path, json.dumps(config))
-            command = (f"cd {shlex.quote(str(CHECKOUT))} && exec {shlex.quote(sys.executable)} -m "
-                       f"controller.run --backend linux --config {shlex.quote(str(path))} "
-                       f"> {shlex.quote(str(folder / 'controller.log'))} 2>&1")
-            # A terminal: when the head's ssh goes (a teardown, or the head killed), the
-            # controller over there gets SIGHUP and its parent goes.
+            self._put(server, folder / "controller.json", json.dumps(config))
+            self.start_controller(server)
+
+    def ssh_errors(self, server: str) -> Path:
+        """Where the head keeps what ssh said of the control plane's session to `server`."""
+        return self.workdir / f"ssh-controller-{server}.err"
+
+    def start_controller(self, server: str) -> None:
+        """The control plane on `server` (its config already there), over a session of its own."""
+        folder = self.folders[server]
+        command = (f"cd {shlex.quote(str(CHECKOUT))} && exec {shlex.quote(sys.executable)} -m "
+                   f"controller.run --backend linux --config {shlex.quote(str(folder / 'controller.json'))} "
+                   f"> {shlex.quote(str(folder / 'controller.log'))} 2>&1")
+        # A terminal: when the head's ssh goes (a teardown, or the head killed), the
+        # controller over there gets SIGHUP and its parent goes.
+        with open(self.ssh_errors(server), "w") as errors:
             self.controllers[server] = subprocess.Popen(
                 ssh_command(self.server_ips[server], command, tty=True), stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+                stdout=subprocess.DEVNULL, stderr=errors, start_new_session=True)
 
     def _put(self, server: str, path: Path, text: str) -> None:
         result = server_run(self.server_ips[server], f"cat > {shlex.quote(str(path))}", stdin=text)
@@ -415,11 +425,22 @@ class SplitEmulation(Emulation):
         want = {s: sum(1 for sw in self.fabric.switches if backend.server_of(sw.name) == s)
                 for s in backend.servers}
         deadline = time.monotonic() + timeout
+        restarted: set[str] = set()
         while time.monotonic() < deadline:
-            for server, proc in backend.controllers.items():
-                if proc.poll() is not None:
-                    raise EmulationError(f"the control plane on {server} exited: see "
-                                         f"{backend.folders[server] / 'controller.log'} there")
+            for server, proc in list(backend.controllers.items()):
+                if proc.poll() is None:
+                    continue
+                said = backend.ssh_errors(server).read_text(errors="replace").strip().splitlines()
+                if proc.returncode == SSH_FAILED and server not in restarted:
+                    # ssh's own failure (its session, not the control plane: a CI rehearsal's
+                    # first split run lost it once): one more session
+                    restarted.add(server)
+                    backend.start_controller(server)
+                    continue
+                raise EmulationError(
+                    f"the control plane on {server} exited (status {proc.returncode}"
+                    + (f"; ssh: {said[-1][:200]}" if said else "")
+                    + f"): see {backend.folders[server] / 'controller.log'} there")
             if all(len(backend.read_status(s).get("ready_dpids", ())) >= n for s, n in want.items()):
                 return
             time.sleep(0.2)

@@ -1,5 +1,7 @@
 """What a split fabric decides before it touches a machine (no root, no ssh)."""
 
+import time
+
 import pytest
 
 from topologies import cluster, servers
@@ -40,3 +42,56 @@ def test_ssh_takes_the_configured_file(monkeypatch):
     argv = servers.ssh_command("10.0.0.2", "true", tty=True)
     assert argv[argv.index("-F") + 1] == "/x/ssh_config"
     assert argv[-2:] == ["root@10.0.0.2", "true"] and "-tt" in argv and "BatchMode=yes" in argv
+
+
+class _Sessions(cluster.SplitLinuxBackend):
+    """A split backend whose control-plane sessions are local commands (no ssh): each
+    `start_controller` takes the next of `commands`; a server reports its switches ready once
+    its session has lived for half a second."""
+
+    def __init__(self, fabric, workdir, commands):
+        split = cluster.placement.place(fabric, ("head", "s1"))
+        super().__init__(fabric, workdir, split, {"s1": "192.0.2.1"})
+        self.commands = list(commands)
+
+    def start_controller(self, server):
+        import subprocess
+
+        with open(self.ssh_errors(server), "w") as errors:
+            self.controllers[server] = subprocess.Popen(["sh", "-c", self.commands.pop(0)], stderr=errors)
+        self.started = time.monotonic()
+
+    def read_status(self, server):
+        ready = self.controllers[server].poll() is None and time.monotonic() - self.started > 0.5
+        return {"ready_dpids": [sw.dpid for sw in self.fabric.switches]} if ready else {}
+
+
+def _waited(tmp_path, commands):
+    fabric = build(planes=2, leaves=2, spines=2, hosts_per_leaf=1)
+    em = cluster.make_emulation(fabric, tmp_path, ("head", "s1"))
+    em.switches = backend = _Sessions(fabric, tmp_path, commands)
+    backend.start_controller("s1")
+    try:
+        em._wait_flows(timeout=10)
+    finally:
+        for proc in backend.controllers.values():
+            proc.kill()
+            proc.wait()
+    return backend
+
+
+def test_a_control_plane_session_that_ssh_lost_is_started_once_more(tmp_path):
+    backend = _waited(tmp_path, ["sleep 0.2; echo 'mux_client_request_session: failed' >&2; exit 255",
+                                 "sleep 30"])
+    assert backend.commands == []  # the second session was started, and it serves
+
+
+def test_a_control_plane_that_exits_is_one_line_with_what_ssh_said(tmp_path):
+    from topologies.preflight import EmulationError
+
+    with pytest.raises(EmulationError) as err:
+        _waited(tmp_path, ["echo 'Connection closed by 192.0.2.1' >&2; exit 1"])
+    assert str(err.value).startswith("the control plane on s1 exited (status 1; ssh: Connection closed by "
+                                     "192.0.2.1): see ")
+    with pytest.raises(EmulationError, match=r"exited \(status 255; ssh: lost again\)"):
+        _waited(tmp_path, ["exit 255", "sleep 0.3; echo 'lost again' >&2; exit 255"])

@@ -198,9 +198,23 @@ class SplitLinuxBackend(LinuxBackend):
                 stdout=subprocess.DEVNULL, stderr=errors, start_new_session=True)
 
     def _put(self, server: str, path: Path, text: str) -> None:
-        result = server_run(self.server_ips[server], f"cat > {shlex.quote(str(path))}", stdin=text)
+        """Write `text` to `path` on `server` whole: a reader polling for the file (the control
+        plane waits for routers.json) never sees it empty or half written. A CI rehearsal's
+        control plane read routers.json between `cat`'s open and its write, and exited."""
+        part = shlex.quote(f"{path}.part")
+        result = server_run(self.server_ips[server], f"cat > {part} && mv -f {part} {shlex.quote(str(path))}",
+                            stdin=text)
         if result.returncode != 0:
             raise EmulationError(f"writing {path} on {server}: {result.stderr.strip()[:200]}")
+
+    def log_tail(self, server: str) -> str:
+        """The last line of the control plane's log on `server` ("" if it cannot be read)."""
+        path = shlex.quote(str(self.folders[server] / "controller.log"))
+        try:
+            result = server_run(self.server_ips[server], f"tail -n 1 {path}", timeout=10)
+        except subprocess.TimeoutExpired:
+            return ""
+        return result.stdout.strip() if result.returncode == 0 else ""
 
     def read_status(self, server: str) -> dict:
         path = shlex.quote(str(self.folders[server] / STATUS_FILE))
@@ -440,6 +454,7 @@ class SplitEmulation(Emulation):
                 raise EmulationError(
                     f"the control plane on {server} exited (status {proc.returncode}"
                     + (f"; ssh: {said[-1][:200]}" if said else "")
+                    + (f"; its log: {last[:300]}" if (last := backend.log_tail(server)) else "")
                     + f"): see {backend.folders[server] / 'controller.log'} there")
             if all(len(backend.read_status(s).get("ready_dpids", ())) >= n for s, n in want.items()):
                 return

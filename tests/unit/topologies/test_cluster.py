@@ -65,6 +65,9 @@ class _Sessions(cluster.SplitLinuxBackend):
         ready = self.controllers[server].poll() is None and time.monotonic() - self.started > 0.5
         return {"ready_dpids": [sw.dpid for sw in self.fabric.switches]} if ready else {}
 
+    def log_tail(self, server):
+        return "json.decoder.JSONDecodeError: Expecting value"
+
 
 def _waited(tmp_path, commands):
     fabric = build(planes=2, leaves=2, spines=2, hosts_per_leaf=1)
@@ -91,7 +94,28 @@ def test_a_control_plane_that_exits_is_one_line_with_what_ssh_said(tmp_path):
 
     with pytest.raises(EmulationError) as err:
         _waited(tmp_path, ["echo 'Connection closed by 192.0.2.1' >&2; exit 1"])
-    assert str(err.value).startswith("the control plane on s1 exited (status 1; ssh: Connection closed by "
-                                     "192.0.2.1): see ")
-    with pytest.raises(EmulationError, match=r"exited \(status 255; ssh: lost again\)"):
+    assert str(err.value).startswith(
+        "the control plane on s1 exited (status 1; ssh: Connection closed by 192.0.2.1; its log: "
+        "json.decoder.JSONDecodeError: Expecting value): see ")
+    with pytest.raises(EmulationError, match=r"exited \(status 255; ssh: lost again; its log: "):
         _waited(tmp_path, ["exit 255", "sleep 0.3; echo 'lost again' >&2; exit 255"])
+
+
+def test_a_file_put_on_a_server_appears_whole(tmp_path, monkeypatch):
+    """The control plane there polls for routers.json and reads it as soon as it exists: the
+    file is written beside its name and renamed into place (a rehearsal's control plane read it
+    empty and exited). The command runs here through a local shell standing in for ssh."""
+    import subprocess
+
+    ran = []
+
+    def local(ip, command, stdin=None, timeout=60):
+        ran.append(command)
+        return subprocess.run(["sh", "-c", command], input=stdin, capture_output=True, text=True)
+
+    monkeypatch.setattr(cluster, "server_run", local)
+    backend = _Sessions(build(planes=2, leaves=2, spines=2, hosts_per_leaf=1), tmp_path, [])
+    target = tmp_path / "routers.json"
+    backend._put("s1", target, '{"p0l0": 1}')
+    assert target.read_text() == '{"p0l0": 1}' and not (tmp_path / "routers.json.part").exists()
+    assert ran[0].startswith("cat > ") and " && mv -f " in ran[0]

@@ -57,8 +57,8 @@ def assess_load(opts: Options, backend: str, free_cores: float | None = None) ->
                           calibration=cal)
     # which calibration the figures came from (the summary records it)
     out["calibration"] = None if cal is None else {
-        k: cal.get(k) for k in ("fixed_cores", "marginal_us_per_packet", "fingerprint", "fabric", "seed",
-                                "reference")}
+        k: cal.get(k) for k in ("fixed_cores", "marginal_us_per_packet", "idle", "fingerprint",
+                                "fabric", "seed", "reference")}
     return out
 
 
@@ -79,11 +79,13 @@ def execute(opts: Options, workdir: Path, say: Progress) -> tuple[Record, dict]:
     kind, record = opts.scenario.kind, Record()
     fabric = Fabric(opts.fabric)
     backend = switches.resolve(opts.switch_backend)
-    load = assess_load(opts, backend, calibration.free_cores())
+    free = calibration.free_cores()
+    load = assess_load(opts, backend, free)
     if not load["within"]:
         say(f"warning: at {opts.fabric.link_mbps:g} Mbit/s this run {capacity.describe(load)}: "
             f"expect the switches or the agents, not the links, to set the pace (--link-mbps "
-            f"{faithful_link_mbps(opts, load['backend']):g} fits; --link-mbps auto picks it)")
+            f"{faithful_link_mbps(opts, load['backend'], free):g} fits; "
+            f"--link-mbps auto picks it)")
     with Testbed(fabric, workdir, seed=opts.seed, datapath=opts.datapath, detect_ms=opts.detect_ms,
                  dataplane=opts.dataplane, switch=opts.switch_backend,
                  packet_log=opts.packet_log, replace=opts.replace, servers=opts.servers,
@@ -96,7 +98,7 @@ def execute(opts: Options, workdir: Path, say: Progress) -> tuple[Record, dict]:
                                                          for r in opts.replace))
         captures = [bed.capture(target, workdir / f"{target}.pcap") for target in opts.capture]
         bed.prepare(opts.transports)
-        sampled = 0.0
+        sampled, sampling = 0.0, {}
         # The agents sample their own host NICs (their `host` trace lines, the NIC pacer's reads):
         # the runner samples hosts only when no agent runs (TCP and MPTCP alone).
         host_interval = None if bed.agents else queuesampler.HOST_INTERVAL_S
@@ -115,7 +117,9 @@ def execute(opts: Options, workdir: Path, say: Progress) -> tuple[Record, dict]:
                     raise
                 finally:
                     sampler.active.clear()
-                    sampled += time.monotonic() - started
+                    ended = time.monotonic()
+                    sampled += ended - started
+                    sampling[label] = [round(started, 4), round(ended, 4)]
                 bed.check_alive()
                 # the QP number the agents trace (random per QP); a TCP flow's number otherwise
                 record.qps[label] = [[f.src, f.dst, getattr(f, "qpn", f.number), f.transport]
@@ -129,7 +133,8 @@ def execute(opts: Options, workdir: Path, say: Progress) -> tuple[Record, dict]:
                                       for line in em.events_path.read_text().splitlines()],
                 "traces": {"windows": {lb: [round(a, 4), round(b, 4)]
                                        for lb, (a, b) in record.windows.items()},
-                           "qps": record.qps, "queue_sampler": sampler.cost(sampled)}}
+                           "sampling": sampling, "qps": record.qps,
+                           "queue_sampler": sampler.cost(sampled)}}
         if captures:
             info["captures"] = {c.target: {"file": f"{c.target}.pcap", "packets": c.stop()}
                                 for c in captures}

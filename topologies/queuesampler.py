@@ -128,7 +128,13 @@ class QueueSampler:
                     self._sample("switch", sw, self._switches)
 
     def _sample(self, kind: str, out: IO[str], read: Any) -> None:
+        # A sample's time lies between two moments `active` was set: within the window the
+        # runner records around it (summary traces.sampling), however late this thread runs.
+        if not self.active.is_set():
+            return
         cpu, wall = time.thread_time(), time.monotonic()
+        if not self.active.is_set():
+            return
         try:
             line = read(wall)
         except OSError:

@@ -63,9 +63,13 @@ def code_hash() -> str:
     return digest.hexdigest()[:16]
 
 
+# What a calibration holds; a cache of an earlier form is stale (2: the idle reading too).
+FORM = 2
+
+
 def fingerprint(backend: str) -> dict[str, Any]:
     return {"cpu": _cpu_model(), "cores": os.cpu_count() or 1, "kernel": platform.release(),
-            "backend": backend, "code": code_hash()}
+            "backend": backend, "code": code_hash(), "form": FORM}
 
 
 def load(backend: str, path: Path = CALIBRATION) -> dict[str, Any] | None:

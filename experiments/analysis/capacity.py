@@ -24,11 +24,15 @@ says so too, and `--link-mbps auto` keeps under both bounds.
 
 Where this machine has a calibration of its own (experiments/analysis/calibration.py: the cost
 benchmark's short form, `make setup`), it replaces the per-core figures for the backend it was
-measured on: the agents then cost its fixed share of a core per host NIC port plus its marginal
-CPU per data packet, and a run fits while that stays within `AUTO_CPU_SHARE` of the cores free
-when it starts (`agent_cores`). In the default permutation, 52% of the cores busy on average left
-the 10th percentile of idle at 37%, and 65% busy left it at 15%, near the fidelity floor (10%):
-60% keeps a run above the floor on a machine up to about 15% slower than when it was calibrated.
+measured on: a run then costs what the machine spent with no data moving (per host NIC port)
+plus, along the runs it measured (`cost_points`), what the packets cost, and fits while that
+stays within `AUTO_CPU_SHARE` of the cores free when it starts (`agent_cores`). Not the fit's
+straight line: the cost per packet falls as the rate grows (fewer wake-ups per packet), so the
+line's intercept is several times the idle cost (0.32 against 0.05 of a core) and, on a machine
+with a core taken by another program, left a faithful rate for nothing but 1 Mbit/s. In the
+default permutation, 52% of the cores busy on average left the 10th percentile of idle at 37%,
+and 65% busy left it at 15%, near the fidelity floor (10%): 60% keeps a run above the floor on
+a machine up to about 15% slower than when it was calibrated.
 
 A committed figure (the per-core figures, the committed cost reference) was measured on one VM of
 the kind this project is tested on, and VMs of that kind differ by a third in speed: it counts on
@@ -65,8 +69,10 @@ AGENT_DATA_PPS_PER_CORE = {"linux": 4800, "ovs": 2350}
 SPREAD = 4 / 3
 # With a calibration: the share of the free cores the predicted whole-machine CPU may take.
 AUTO_CPU_SHARE = 0.6
-# Rates `--link-mbps auto` chooses from (Mbit/s), fastest first.
-LADDER = (1000.0, 400.0, 200.0, 100.0, 50.0, 20.0, 10.0, 5.0, 2.0, 1.0)
+# Rates `--link-mbps auto` chooses from (Mbit/s), fastest first: steps of at most about a
+# third below 50, where a run's rate is most often set by the machine, not the scenario.
+LADDER = (1000.0, 400.0, 200.0, 100.0, 50.0, 40.0, 30.0, 20.0, 15.0, 10.0, 8.0, 6.0, 5.0, 4.0,
+          3.0, 2.0, 1.0)
 
 
 def agent_pps_per_core(backend: str) -> int:
@@ -95,18 +101,52 @@ def host_ports(params: FabricParams) -> int:
     return params.planes * params.leaves * params.hosts_per_leaf
 
 
-def calibrated_cost(cal: dict[str, Any], params: FabricParams) -> tuple[float, float]:
-    """(cores, cores per data packet/s) the whole machine spends on a run of `params` by this
-    machine's calibration: its fixed cores scaled by host NIC ports, and its marginal cost per
-    delivered data packet (where the fit's fixed part came out negative, none fixed and the
-    dearest packet it measured). The committed reference (`"reference"`, measured on another VM)
-    costs `SPREAD` times more."""
-    fixed, marginal = float(cal["fixed_cores"]), float(cal["marginal_us_per_packet"]) * 1e-6
-    if fixed < 0 or marginal <= 0:
-        fixed, marginal = 0.0, max(r["busy_cores"] / r["delivered_data_pps"] for r in cal["runs"])
+def cost_points(cal: dict[str, Any], params: FabricParams) -> list[tuple[float, float]]:
+    """(data packets/s, cores) the whole machine spends on a run of `params`, by this machine's
+    calibration: (0, what it spends with no data moving) and each faithful run it measured (all
+    its runs if none was), cores never falling as packets grow. The part with no data moving
+    grows with host NIC ports (the agents' idle loops, timers and probes), the rest with the
+    packets. A calibration with no idle reading (made before it was taken) gives its fit's line
+    instead: fixed cores, plus its marginal cost per packet (where the fixed part came out
+    negative, none fixed and the dearest packet it measured). The committed reference
+    (`"reference"`, measured on another VM) costs `SPREAD` times more."""
+    scale = host_ports(params) / host_ports(FabricParams.from_dict(cal["fabric"]))
     slower = SPREAD if cal.get("reference") else 1.0
-    return (slower * fixed * host_ports(params) / host_ports(FabricParams.from_dict(cal["fabric"])),
-            slower * marginal)
+    idle = (cal.get("idle") or {}).get("fabric_and_agents_cores")
+    if idle is None:
+        fixed, marginal = float(cal["fixed_cores"]), float(cal["marginal_us_per_packet"]) * 1e-6
+        if fixed < 0 or marginal <= 0:
+            fixed, marginal = 0.0, max(r["busy_cores"] / r["delivered_data_pps"] for r in cal["runs"])
+        return [(0.0, slower * fixed * scale), (1.0, slower * (fixed * scale + marginal))]
+    runs = [r for r in cal["runs"] if r.get("faithful", True)] or list(cal["runs"])
+    points, top = [(0.0, slower * float(idle) * scale)], slower * float(idle) * scale
+    for r in sorted(runs, key=lambda r: r["delivered_data_pps"]):
+        if r["delivered_data_pps"] > points[-1][0]:
+            top = max(top, slower * (float(idle) * scale + r["busy_cores"] - float(idle)))
+            points.append((float(r["delivered_data_pps"]), top))
+    return points
+
+
+def cores_for(points: list[tuple[float, float]], pps: float) -> float:
+    """Cores at `pps` data packets/s along `cost_points`: straight between the measured points,
+    and past the last on the line from no data through it (the cost per packet falls as the
+    rate grows, so that line errs on the dear side)."""
+    for (x0, y0), (x1, y1) in zip(points, points[1:], strict=False):
+        if pps <= x1:
+            return y0 + (y1 - y0) * (pps - x0) / (x1 - x0)
+    (x0, y0), (xn, yn) = points[0], points[-1]
+    return yn + (yn - y0) / (xn - x0) * (pps - xn) if xn > x0 else y0
+
+
+def pps_for(points: list[tuple[float, float]], cores: float) -> float:
+    """The most data packets/s whose cost (`cores_for`) stays within `cores`."""
+    if cores < points[0][1]:
+        return 0.0
+    for (x0, y0), (x1, y1) in zip(points, points[1:], strict=False):
+        if cores <= y1:
+            return x1 if y1 == y0 else x0 + (x1 - x0) * (cores - y0) / (y1 - y0)
+    (x0, y0), (xn, yn) = points[0], points[-1]
+    return xn + (cores - yn) * (xn - x0) / (yn - y0) if yn > y0 else float("inf")
 
 
 def switch_ports(params: FabricParams) -> int:
@@ -159,9 +199,9 @@ def assess(backend: str, params: FabricParams, busy_senders: int, mtu_payload: i
         cores = max(agent_cores - cap["forwarding_cores"], MIN_AGENT_CORES)
         if calibration is not None and calibration.get("backend") == backend:
             allowed = cores * AUTO_CPU_SHARE
-            fixed, marginal = calibrated_cost(calibration, params)
-            needed = fixed + marginal * agents_need
-            agents_faithful = round(max(allowed - fixed, 0.0) / marginal)
+            points = cost_points(calibration, params)
+            needed = cores_for(points, agents_need)
+            agents_faithful = round(min(pps_for(points, allowed), 1e9))
             out.update({"calibrated": True, "cores_needed": round(needed, 2),
                         "cores_allowed": round(allowed, 2), "agents_within": needed <= allowed,
                         # the committed reference (calibration.effective), not this machine's own

@@ -210,23 +210,30 @@ def lower_rate(runs: list[dict[str, Any]]) -> float | None:
 def idle_cost(backend: str) -> dict[str, float]:
     """The cores the machine spends with no data moving, read directly: the default
     permutation's fabric up, then with every host's agent running too (`IDLE_S` each, after
-    `SETTLE_S`). What does not grow with the rate; the fit's intercept (`fixed_cores`) is more,
-    as it also holds a per-packet cost that falls with the rate (fewer wake-ups per packet)."""
+    `SETTLE_S`), other programs' CPU left out as in `measure`. What does not grow with the
+    rate; the fit's intercept (`fixed_cores`) is more, as it also holds a per-packet cost that
+    falls with the rate (fewer wake-ups per packet)."""
     from experiments.api.testbed import Testbed
     from topologies.model import build
 
     out: dict[str, float] = {}
     cores = os.cpu_count() or 1
+    busy_before = background()
     with Testbed(build(SCENARIOS["permutation"].fabric), switch=backend) as tb:
         for key in ("fabric_cores", "fabric_and_agents_cores"):
             if key == "fabric_and_agents_cores":
                 tb.prepare(["mrc"])
             time.sleep(SETTLE_S)
-            m0 = calibration.machine_times()
+            m0, p0, t0 = calibration.machine_times(), calibration.processes(), time.monotonic()
             time.sleep(IDLE_S)
-            busy, steal = calibration.busy_fraction(m0, calibration.machine_times())
-            out[key] = round(busy * cores, 3)
+            m1, p1, t1 = calibration.machine_times(), calibration.processes(), time.monotonic()
+            busy, steal = calibration.busy_fraction(m0, m1)
+            # as in `measure`: another program's CPU (a busy loop, a test suite) is not the fabric's
+            other = calibration.cores_used(strangers(busy_before, p1, os.getpid()), _since(p0, p1),
+                                           _ticks(p1), t1 - t0)
+            out[key] = round(max(busy * cores - other, 0.0), 3)
             out[key.replace("_cores", "_steal_cores")] = round(steal * cores, 3)
+            out[key.replace("_cores", "_background_cores")] = round(other, 3)
     return out
 
 
@@ -270,9 +277,9 @@ def run(rates: list[float], seconds: float, seed: int, backend: str, profile: bo
         if isinstance(dp, dict):
             result["references"]["dataplane_packet_hops_per_s"] = {
                 name: r.get("packet_hops_per_s") for name, r in dp.items() if isinstance(r, dict)}
-        if not adapt:  # the full form (the calibration's short form leaves it out)
-            say("[cost] the fabric, then the agents too, with no data moving")
-            result["idle"] = idle_cost(backend)
+        # what no data costs: the calibration's curve starts there (capacity.cost_points)
+        say("[cost] the fabric, then the agents too, with no data moving")
+        result["idle"] = idle_cost(backend)
         if profile:
             # at the fastest faithful rate: a saturated machine's profile is the queueing's
             rate = max([r["link_mbps"] for r in runs if r["faithful"]] or [rates[0]])

@@ -84,7 +84,11 @@ def test_tables_installed_and_srv6_untouched_by_failure(tmp_path):
     assert len(converged) == 2
     assert converged[0]["withdrawn"] == [f"{leaf.name}-{spine.name}"]
     assert converged[1]["withdrawn"] == []
-    assert converged[0]["t"] - cut >= detect_ms / 1000
+    # The delay runs from when the controller heard of the cut (its first port_down), which a
+    # loaded machine may log a moment before set_link's own stamp is taken.
+    heard = min(e["t"] for e in downs)
+    assert heard <= cut + detect_ms / 1000 * 0.5
+    assert converged[0]["t"] - heard >= detect_ms / 1000
     assert_nothing_left()
 
 
@@ -149,5 +153,9 @@ def test_kernel_routes_installed_and_srv6_untouched_by_failure(tmp_path):
     assert len(converged) == 2 and not any(e["errors"] for e in converged + restored)
     assert converged[0]["withdrawn"] == [f"{leaf.name}-{spine.name}"]
     assert converged[1]["withdrawn"] == []
-    assert converged[0]["t"] - cut >= detect_ms / 1000
+    # The delay runs from when the controller heard of the cut (its first port_down), which a
+    # loaded machine may log a moment before set_link's own stamp is taken.
+    heard = min(e["t"] for e in downs)
+    assert heard <= cut + detect_ms / 1000 * 0.5
+    assert converged[0]["t"] - heard >= detect_ms / 1000
     assert_nothing_left()

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import time
+from pathlib import Path
+
 import pytest
 
 from topologies import preflight, switches
@@ -148,10 +151,15 @@ def test_a_run_folders_pid_file_names_its_daemon_only_while_that_daemon_holds_th
     mine, other = tmp_path / "i0", tmp_path / "i1"
     mine.mkdir()
     other.mkdir()
-    # Popen returns once the child has exec'd: its command line is the daemon's from then on.
     proc = subprocess.Popen([str(tmp_path / "ovsdb-server"), "-c", "import time; time.sleep(600)",
                              str(mine)], executable=sys.executable)
     try:
+        # Popen returns once exec has closed the child's close-on-exec pipe, which the kernel
+        # does before it sets up the new command line: a loaded machine reads it empty a while.
+        cmdline = Path(f"/proc/{proc.pid}/cmdline")
+        deadline = time.monotonic() + 30
+        while not cmdline.read_bytes() and time.monotonic() < deadline:
+            time.sleep(0.01)
         for folder in (mine, other):
             (folder / "ovsdb-server.pid").write_text(f"{proc.pid}\n")
             (folder / "ovs-vswitchd.pid").write_text(f"{proc.pid}\n")

@@ -242,10 +242,6 @@ class AgentCommands:
                                "target_ms": round(cc.target * 1e3, 2), "decreases": cc.decreases}}
 
 
-MAX_SECONDS = 86_400.0  # a stream's length
-MAX_SEED = 2**63 - 1
-
-
 def _number(req: dict[str, Any], name: str, lo: float, hi: float, real: bool = False,
             default: object = None) -> Any:
     """Field `name` of a request through the one validator (endpoints/numbercheck.py): a whole

@@ -16,7 +16,7 @@ import socket
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from os_ken.base import app_manager
 from os_ken.controller import ofp_event
@@ -35,23 +35,27 @@ from controller.tables import (
 from topologies import files, procnet
 from topologies.model import DEFAULT_DETECT_MS, Fabric, FabricParams
 
+if TYPE_CHECKING:  # os-ken ships no type hints: these name what the untyped values are
+    from os_ken.controller.controller import Datapath
+    from os_ken.ofproto.ofproto_v1_3_parser import OFPFlowMod
+
 LOG = logging.getLogger("mrclab.controller")
 
 # Set by controller.run before os-ken instantiates the app.
-SETTINGS: dict = {}
+SETTINGS: dict[str, Any] = {}
 
 
 class MrcFabricController(app_manager.OSKenApp):
     OFP_VERSIONS = [ofproto_v1_3.OFP_VERSION]
 
-    def __init__(self, *args, **kwargs) -> None:
+    def __init__(self, *args: object, **kwargs: object) -> None:
         super().__init__(*args, **kwargs)
         self.fabric = Fabric(FabricParams.from_dict(SETTINGS["fabric"]))
         self.status_path: str = SETTINGS["status"]
         self.events_path: str = SETTINGS["events"]
         self.detect_s: float = SETTINGS.get("detect_ms", DEFAULT_DETECT_MS) / 1000.0
         self.lock = threading.Lock()
-        self.datapaths: dict[int, Any] = {}  # os-ken Datapath objects (untyped)
+        self.datapaths: dict[int, Datapath] = {}
         self.ready: set[int] = set()
         self.routing = RoutingPlane(self.fabric, self.detect_s)  # guarded by self.lock
         Path(self.events_path).write_text("")
@@ -110,7 +114,7 @@ class MrcFabricController(app_manager.OSKenApp):
         }, indent=None)
 
     # ----- switch start-up ------------------------------------------------------------------
-    def _refusal(self, dp) -> str | None:
+    def _refusal(self, dp: Datapath) -> str | None:
         """Why an OpenFlow connection is not one of the run's switches, or None. The peer
         socket must belong to the run's ovs-vswitchd (anyone local can reach a loopback port;
         on the Unix socket the peer's pid comes with the connection and must be an
@@ -134,12 +138,12 @@ class MrcFabricController(app_manager.OSKenApp):
                 return f"the peer ({dp.address[0]}:{dp.address[1]}) is not the run's ovs-vswitchd"
         return None
 
-    def _ours(self, dp) -> bool:
+    def _ours(self, dp: Datapath) -> bool:
         """A datapath whose connection was accepted (see `_refusal`)."""
         return dp.id is not None and self.datapaths.get(dp.id) is dp
 
-    @set_ev_cls(ofp_event.EventOFPSwitchFeatures, CONFIG_DISPATCHER)
-    def on_features(self, ev) -> None:
+    @set_ev_cls(ofp_event.EventOFPSwitchFeatures, CONFIG_DISPATCHER)  # type: ignore[untyped-decorator]
+    def on_features(self, ev: ofp_event.EventOFPSwitchFeatures) -> None:
         dp = ev.msg.datapath
         why = self._refusal(dp)
         if why is not None:
@@ -162,8 +166,8 @@ class MrcFabricController(app_manager.OSKenApp):
             dp.send_msg(self._flow_mod(dp, flow))
         dp.send_msg(parser.OFPBarrierRequest(dp))
 
-    @set_ev_cls(ofp_event.EventOFPBarrierReply, MAIN_DISPATCHER)
-    def on_barrier(self, ev) -> None:
+    @set_ev_cls(ofp_event.EventOFPBarrierReply, MAIN_DISPATCHER)  # type: ignore[untyped-decorator]
+    def on_barrier(self, ev: ofp_event.EventOFPBarrierReply) -> None:
         if not self._ours(ev.msg.datapath):
             return
         with self.lock:
@@ -171,7 +175,7 @@ class MrcFabricController(app_manager.OSKenApp):
                 self.ready.add(ev.msg.datapath.id)
                 self._write_status()
 
-    def _flow_mod(self, dp, flow: FlowSpec):
+    def _flow_mod(self, dp: Datapath, flow: FlowSpec) -> OFPFlowMod:
         parser, ofp = dp.ofproto_parser, dp.ofproto
         match: dict[str, object] = {"eth_type": ETH_TYPE_IPV6}
         if flow.ipv6_dst is not None:
@@ -206,7 +210,7 @@ class MrcFabricController(app_manager.OSKenApp):
                                  priority=flow.priority, match=parser.OFPMatch(**match),
                                  instructions=inst)
 
-    def _send_group(self, dp, group: GroupSpec, command: int) -> None:
+    def _send_group(self, dp: Datapath, group: GroupSpec, command: int) -> None:
         parser, ofp = dp.ofproto_parser, dp.ofproto
         buckets = [parser.OFPBucket(weight=1, watch_port=ofp.OFPP_ANY, watch_group=ofp.OFPG_ANY,
                                     actions=[parser.OFPActionOutput(port)]) for port in group.ports]
@@ -214,8 +218,8 @@ class MrcFabricController(app_manager.OSKenApp):
                                        group_id=group.group_id, buckets=buckets))
 
     # ----- baseline routing plane -----------------------------------------------------------
-    @set_ev_cls(ofp_event.EventOFPPortStatus, MAIN_DISPATCHER)
-    def on_port_status(self, ev) -> None:
+    @set_ev_cls(ofp_event.EventOFPPortStatus, MAIN_DISPATCHER)  # type: ignore[untyped-decorator]
+    def on_port_status(self, ev: ofp_event.EventOFPPortStatus) -> None:
         msg = ev.msg
         switch = self.fabric.switch_by_dpid(msg.datapath.id)
         if switch is None or not self._ours(msg.datapath):

@@ -42,7 +42,8 @@ class _UnixStream(socket.socket):
 def peer_pid(sock: socket.socket) -> int:
     """The pid of the process at the other end of a Unix stream socket (SO_PEERCRED)."""
     creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-    return struct.unpack("3i", creds)[0]
+    pid: int = struct.unpack("3i", creds)[0]
+    return pid
 
 
 def main(argv: list[str] | None = None) -> int:

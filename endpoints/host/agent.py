@@ -19,6 +19,7 @@ import os
 import signal
 import socket
 import sys
+from typing import Any
 
 from endpoints.host import overrides as replacements_from
 from endpoints.host.commands import AgentCommands
@@ -33,7 +34,7 @@ from endpoints.protocol.replaceable import cores
 class Agent:
     """The data loop, its control commands and the host's port watch, wired from the settings."""
 
-    def __init__(self, settings: dict) -> None:
+    def __init__(self, settings: dict[str, Any]) -> None:
         # Code in the product's place at its named override points, when the run says so
         # (`replace`; endpoints/protocol/replaceable.py): loaded before anything is opened, so
         # a bad file stops the agent with one line and nothing to clean up.

@@ -41,7 +41,7 @@ class AgentCommands:
 
     def __init__(self, loop: DataLoop, paths: PathTable, ports: PortWatch, config: TransportConfig,
                  seed: int, cores: tuple[type[MrcSender], type[MrcReceiver]],
-                 provenance: dict) -> None:
+                 provenance: dict[str, dict[str, str]]) -> None:
         self.loop = loop
         self.paths = paths
         self.name = paths.name
@@ -51,7 +51,7 @@ class AgentCommands:
         self.sender_cls, self.receiver_cls = cores
         self.provenance = provenance
 
-    def handle(self, req: dict) -> dict:
+    def handle(self, req: dict[str, Any]) -> dict[str, object]:
         cmd = req.get("cmd")
         now = time.monotonic()
         if self.loop.trace is not None:
@@ -125,20 +125,20 @@ class AgentCommands:
         raise ControlError(f"unknown command {cmd!r}: use open, stream, write, stop_stream, "
                            f"restrict, stats, evs, progress, close, agent_stats, ping or shutdown")
 
-    def _qp(self, req: dict) -> Qp:
+    def _qp(self, req: dict[str, Any]) -> Qp:
         qpn = _number(req, "qpn", 1, wire.QPN_MASK)
         qp = self.loop.qps.get(qpn)
         if qp is None:
             raise ControlError(f"no QP {qpn} on {self.name}: open it first")
         return qp
 
-    def _sender(self, req: dict) -> tuple[Qp, SenderCore]:
+    def _sender(self, req: dict[str, Any]) -> tuple[Qp, SenderCore]:
         qp = self._qp(req)
         if qp.sender is None:
             raise ControlError(f"QP {qp.qpn} on {self.name} is a {qp.role} QP")
         return qp, qp.sender
 
-    def _restrict(self, req: dict) -> dict:
+    def _restrict(self, req: dict[str, Any]) -> dict[str, object]:
         """Force a sending MRC or spray QP onto some of its paths: every other EV DENIED, as an
         operator would deny them (ecn-balance forces a second flow onto a path the first one
         sprays over). `keep`: the paths' labels, comma-separated (`p0/s0,p1/s1`; `p0/direct`
@@ -164,7 +164,7 @@ class AgentCommands:
                 denied.append(ev)
         return {"qpn": qp.qpn, "kept": kept, "denied": denied}
 
-    def _open(self, req: dict, now: float) -> dict:
+    def _open(self, req: dict[str, Any], now: float) -> dict[str, object]:
         qpn = _number(req, "qpn", 1, wire.QPN_MASK)
         peer_qpn = _number(req, "peer_qpn", 1, wire.QPN_MASK)
         if qpn in self.loop.qps:
@@ -213,7 +213,7 @@ class AgentCommands:
         if isinstance(core, MrcSender):
             classes.update(evset=type(core.evs).__name__, cc=type(core.cc).__name__)
         return {"qpn": qpn, "paths": len(paths.evs), "classes": classes}
-    def _stats(self, qp: Qp) -> dict:
+    def _stats(self, qp: Qp) -> dict[str, object]:
         out = {"qpn": qp.qpn, "peer": qp.peer, "transport": qp.transport, "role": qp.role,
                "paths": len(qp.paths.evs), "stats": dict(qp.core.stats),
                "bins": qp.bins.as_json(), "bin_s": BIN_S,
@@ -233,7 +233,7 @@ class AgentCommands:
         return out
 
     @staticmethod
-    def _congestion(sender: SenderCore) -> dict:
+    def _congestion(sender: SenderCore) -> dict[str, object]:
         cc = sender.cc
         if cc is None:
             return {}
@@ -242,11 +242,7 @@ class AgentCommands:
                                "target_ms": round(cc.target * 1e3, 2), "decreases": cc.decreases}}
 
 
-MAX_SECONDS = 86_400.0  # a stream's length
-MAX_SEED = 2**63 - 1
-
-
-def _number(req: dict, name: str, lo: float, hi: float, real: bool = False,
+def _number(req: dict[str, Any], name: str, lo: float, hi: float, real: bool = False,
             default: object = None) -> Any:
     """Field `name` of a request through the one validator (endpoints/numbercheck.py): a whole
     number in [lo, hi], or with `real` a finite number in (lo, hi]."""

@@ -15,7 +15,7 @@ import selectors
 import socket
 import time
 from collections.abc import Callable
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 MAX_LINE = 64 * 1024  # a request is an object of a few fields: far below this
 MAX_OUT = 4 << 20  # unread reply bytes one connection may hold before it is dropped
@@ -37,7 +37,7 @@ def _finite(text: str) -> float:
     return value
 
 
-def parse_request(line: bytes) -> dict:
+def parse_request(line: bytes) -> dict[str, Any]:
     """One request line as a JSON object, strictly: no NaN or Infinity, no number that
     overflows, and no nesting beyond one level (`"config": {"ev_set_size": 8}`); a deep one
     would exhaust the recursion limit, and no command takes more. ValueError else."""
@@ -72,7 +72,7 @@ class ControlServer:
     `MAX_OUT` bytes wait for it), at most `MAX_CONNECTIONS` clients, strict JSON."""
 
     def __init__(self, path: str, selector: selectors.BaseSelector,
-                 handler: Callable[[dict], dict]) -> None:
+                 handler: Callable[[dict[str, Any]], dict[str, object]]) -> None:
         self.path = path
         self.selector = selector
         self.handler = handler
@@ -138,7 +138,7 @@ class ControlServer:
                     return
         self._flush(conn)
 
-    def _answer(self, line: bytes) -> dict:
+    def _answer(self, line: bytes) -> dict[str, object]:
         try:
             req = parse_request(line)
         except ValueError as exc:
@@ -148,7 +148,7 @@ class ControlServer:
         except (ControlError, ValueError, KeyError, TypeError, ArithmeticError) as exc:
             return {"ok": False, "error": str(exc).strip("'\"")}
 
-    def _queue(self, conn: _Conn, reply: dict) -> None:
+    def _queue(self, conn: _Conn, reply: dict[str, object]) -> None:
         conn.out += (json.dumps(reply) + "\n").encode()
         if len(conn.out) > MAX_OUT:
             self._drop(conn)  # it does not read what it asks for: it is not waited for
@@ -210,7 +210,7 @@ class AgentClient:
                     raise TimeoutError(f"agent socket {self.path} did not answer within {wait} s") from exc
                 time.sleep(0.05)
 
-    def call(self, cmd: str, **fields: object) -> dict:
+    def call(self, cmd: str, **fields: object) -> dict[str, Any]:
         if self.sock is None:
             self.connect()
         assert self.sock is not None and self.rfile is not None
@@ -228,7 +228,7 @@ class AgentClient:
         if not line:
             self.close()
             raise ConnectionError(f"agent at {self.path} closed the channel")
-        reply = json.loads(line)
+        reply: dict[str, Any] = json.loads(line)
         if not reply.get("ok"):
             raise ControlError(reply.get("error", "unknown error"))
         return reply

@@ -37,6 +37,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from endpoints.host import netio
 from endpoints.host.goodput import GoodputBins
@@ -122,7 +123,7 @@ class DataLoop:
     """The sockets, the NIC pacer, the QPs (`qps`, opened and closed by the control commands)
     and the loop that runs them (`run`, until `running` is false)."""
 
-    def __init__(self, settings: dict, config: TransportConfig, link_mbps: float, planes: int,
+    def __init__(self, settings: dict[str, Any], config: TransportConfig, link_mbps: float, planes: int,
                  nics: dict[str, int]) -> None:
         """`config`: the agent's transport config; `link_mbps`, `planes`: the fabric's;
         `nics`: this host's NICs, interface name -> plane."""
@@ -235,7 +236,7 @@ class DataLoop:
             return
         self.packet_log -= 1
         try:
-            header: dict = wire.fields(datagram)
+            header: dict[str, int] = wire.fields(datagram)  # "malformed": True is an int too
         except wire.MalformedPacket:
             header = {"len": len(datagram), "malformed": True}
         record = {"qpn": qpn, "event": "packet", "t": time.monotonic(), "dir": direction, "ev": ev,

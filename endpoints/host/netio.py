@@ -295,7 +295,7 @@ def open_receiver(port: int = MRC_PORT, rcvbuf: int = 8 << 20,
 CMSG_SPACE = socket.CMSG_SPACE(20) + socket.CMSG_SPACE(4) * 2
 
 
-def parse_ancillary(ancdata: list) -> tuple[bytes, int, int]:
+def parse_ancillary(ancdata: list[tuple[int, int, bytes]]) -> tuple[bytes, int, int]:
     """(local address packed, flow label, traffic class) from recvmsg ancillary data."""
     local, label, tclass = b"", 0, 0
     for level, kind, data in ancdata:

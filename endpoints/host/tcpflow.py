@@ -56,7 +56,7 @@ def _socket(mptcp: bool) -> socket.socket:
     return socket.socket(socket.AF_INET6, socket.SOCK_STREAM, proto)
 
 
-def _write_result(out: str, result: dict) -> None:
+def _write_result(out: str, result: dict[str, object]) -> None:
     """Replace `out` whole (a reader never sees half a file)."""
     tmp = f"{out}.tmp"
     with open(tmp, "w") as fh:
@@ -85,7 +85,7 @@ def serve(bind: str, port: int, out: str, mptcp: bool, seconds: float) -> int:
     view = memoryview(buf)
     next_report = time.monotonic() + PROGRESS_S
 
-    def result(done: bool) -> dict:
+    def result(done: bool) -> dict[str, object]:
         return {"bytes": received, "data_ok": data_ok and received > 0, "bin_s": BIN_S,
                 "bins": bins.as_json(), "mptcp": mptcp, "done": done}
 

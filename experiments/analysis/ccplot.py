@@ -30,7 +30,10 @@ import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
 
 MAX_QPS = 8  # QPs drawn per figure (a legend past that is unreadable): the first by QP number
 BUSIEST_PORTS = 6
@@ -41,6 +44,10 @@ CAUSE_COLOURS = {"ecn": "tab:orange", "delay": "tab:purple", "trim": "tab:green"
 CC_EVENTS = {"cc", "cwnd_dec", "ev_skip", "ev_bad", "floor_hold", "timeout", "sack_cadence",
              "rtt", "ev_state", "retx"}  # the last three: every core's, the fallbacks below
 
+# One switch-queues sample, as its JSON line holds it: ifname -> [qlen, HTB backlog, virtual
+# queue (None without the eBPF data plane)].
+Ports = dict[str, list[Any]]
+
 
 @dataclass
 class CcData:
@@ -48,11 +55,11 @@ class CcData:
     label: str
     duration: float
     qps: dict[int, tuple[str, str]]  # qpn -> (src, dst)
-    events: dict[int, dict[str, list[dict]]] = field(default_factory=dict)  # qpn -> kind -> records
+    events: dict[int, dict[str, list[dict[str, Any]]]] = field(default_factory=dict)  # qpn -> kind -> records
     hosts: dict[str, list[tuple[float, dict[str, list[int]]]]] = field(default_factory=dict)
-    switch: list[tuple[float, dict[str, list]]] = field(default_factory=list)
+    switch: list[tuple[float, Ports]] = field(default_factory=list)
 
-    def of(self, qpn: int, kind: str) -> list[dict]:
+    def of(self, qpn: int, kind: str) -> list[dict[str, Any]]:
         return self.events.get(qpn, {}).get(kind, [])
 
     def skips(self, qpn: int) -> list[tuple[float, str]]:
@@ -76,7 +83,7 @@ class CcData:
         return sorted({r["t"] for r in self.of(qpn, "retx") if r.get("reason") == "rto"})
 
 
-def _json_lines(path: Path) -> Iterable[dict]:
+def _json_lines(path: Path) -> Iterable[dict[str, Any]]:
     if not path.exists():
         return
     with path.open() as fh:
@@ -89,7 +96,7 @@ def _json_lines(path: Path) -> Iterable[dict]:
                 yield rec
 
 
-def load(results: Path, label: str, summary: dict | None = None) -> CcData:
+def load(results: Path, label: str, summary: dict[str, Any] | None = None) -> CcData:
     """`label`'s signals from a results folder (its summary.json unless given)."""
     if summary is None:
         summary = json.loads((results / "summary.json").read_text())
@@ -127,7 +134,7 @@ def load(results: Path, label: str, summary: dict | None = None) -> CcData:
     return data
 
 
-def busiest_ports(switch: list[tuple[float, dict[str, list]]], n: int = BUSIEST_PORTS) -> list[str]:
+def busiest_ports(switch: list[tuple[float, Ports]], n: int = BUSIEST_PORTS) -> list[str]:
     """The `n` ports with the largest peak HTB backlog (ties: the larger virtual queue)."""
     peak: dict[str, tuple[int, int]] = {}
     for _t, ports in switch:
@@ -138,7 +145,7 @@ def busiest_ports(switch: list[tuple[float, dict[str, list]]], n: int = BUSIEST_
     return [k for _, k in ranked[:n]]
 
 
-def port_labels(fabric: dict | None) -> dict[str, str]:
+def port_labels(fabric: dict[str, Any] | None) -> dict[str, str]:
     """ifname -> `p0l0-eth3 (p0l0>p0s1)`: which way each switch port sends, from the model."""
     if not fabric:
         return {}
@@ -151,12 +158,12 @@ def port_labels(fabric: dict | None) -> dict[str, str]:
     return out
 
 
-def _no_data(ax, what: str) -> None:  # noqa: ANN001 - a matplotlib Axes
+def _no_data(ax: Axes, what: str) -> None:
     ax.text(0.5, 0.5, f"no data: {what}", transform=ax.transAxes, ha="center", va="center",
             color="grey", fontsize=9)
 
 
-def _legend_or_no_data(ax, drawn: object, nothing: str, **legend: Any) -> None:  # noqa: ANN001
+def _legend_or_no_data(ax: Axes, drawn: object, nothing: str, **legend: Any) -> None:
     """The panel's legend (upper right) when it drew something, else why it is empty."""
     if drawn:
         ax.legend(loc="upper right", **legend)
@@ -164,11 +171,11 @@ def _legend_or_no_data(ax, drawn: object, nothing: str, **legend: Any) -> None: 
         _no_data(ax, nothing)
 
 
-def plot(data: CcData, out: Path, summary: dict) -> Path:
-    from experiments.analysis.plots import fabric_label, fidelity_stamp, plt  # matplotlib, Agg backend
+def plot(data: CcData, out: Path, summary: dict[str, Any]) -> Path:
+    from experiments.analysis.plots import fabric_label, fidelity_stamp, pyplot  # matplotlib, Agg backend
 
     qps = sorted(data.qps)[:MAX_QPS]
-    fig, axes = plt.subplots(8, 1, figsize=(12, 22), dpi=80, sharex=True)
+    fig, axes = pyplot.subplots(8, 1, figsize=(12, 22), dpi=80, sharex=True)
     colour = {q: f"C{i % 10}" for i, q in enumerate(qps)}
     name = {q: f"{data.qps[q][0]}>{data.qps[q][1]}" for q in qps}  # QPNs are long random numbers
     senders = [q for q in qps if data.of(q, "cc")]
@@ -294,7 +301,7 @@ def plot(data: CcData, out: Path, summary: dict) -> Path:
     # top one leaves the title (0.995 down, one line of 10 pt on 22 in) clear of the first panel.
     fig.subplots_adjust(left=0.11, right=0.92, top=0.96, bottom=0.035, hspace=0.12)
     fig.savefig(out)
-    plt.close(fig)
+    pyplot.close(fig)
     return out
 
 
@@ -306,12 +313,13 @@ class Mark(NamedTuple):
     size: float
 
 
-def _scatter_rows(ax, groups: dict[Mark, list[tuple[float, float]]], qps: list[int],  # noqa: ANN001
+def _scatter_rows(ax: Axes, groups: dict[Mark, list[tuple[float, float]]], qps: list[int],
                   name: dict[int, str], ncol: int, nothing: str) -> None:
     """Each group's (t, row) points, its legend entry counting them, one row per QP; `nothing`
     says why a panel without a point is empty."""
     for mark, xy in sorted(groups.items()):
-        ax.scatter(*zip(*xy, strict=True), marker=mark.marker, s=mark.size, color=mark.colour,
+        xs, ys = zip(*xy, strict=True)
+        ax.scatter(xs, ys, marker=mark.marker, s=mark.size, color=mark.colour,
                    label=f"{mark.label} ({len(xy)})")
     ax.set_yticks(range(len(qps)), [name[q] for q in qps], fontsize=7)
     ax.set_ylim(-0.7, max(len(qps), 1) - 0.3)
@@ -328,7 +336,7 @@ def main_label(labels: list[str]) -> str | None:
     return "mrc" if "mrc" in labels else (labels[0] if labels else None)
 
 
-def plot_run(results: Path, summary: dict) -> list[Path]:
+def plot_run(results: Path, summary: dict[str, Any]) -> list[Path]:
     """cc.png for MRC's QPs (`main_label`), cc-LABEL.png for each other label that has QPs
     (cc-roce.png, cc-tcp.png...); returns what was drawn, cc.png first."""
     labels = [lb for lb, qps in summary.get("traces", {}).get("qps", {}).items() if qps]

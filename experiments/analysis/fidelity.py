@@ -261,7 +261,7 @@ class CpuSampler:
         return round(sum(values) / len(values), 1) if values else None
 
 
-def describe_headroom(cpu: dict) -> str:
+def describe_headroom(cpu: dict[str, object]) -> str:
     """`Testbed.cpu_headroom()`'s verdict in words.
 
     >>> describe_headroom({"cpu_idle_p10_pct": 31.5, "faithful": True})

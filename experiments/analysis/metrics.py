@@ -8,7 +8,7 @@ all; "goodput" in that test is therefore the 50 ms moving average starting at ea
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from endpoints.host.goodput import BIN_S as BIN_S  # the bin every figure here counts in
 
@@ -21,6 +21,16 @@ def series(bins: Mapping[int, int], start_bin: int, n_bins: int) -> list[float]:
     """Mbit/s per bin for bins start_bin .. start_bin + n_bins - 1 (missing bins are zero)."""
     scale = 8 / BIN_S / 1e6
     return [bins.get(start_bin + i, 0) * scale for i in range(n_bins)]
+
+
+def total_goodput(bins_of: Iterable[Mapping[int, int]], t_start: float, t_end: float) -> list[float]:
+    """Mbit/s per bin from `t_start` to `t_end` (monotonic seconds), every flow's `series` added
+    bin by bin: what a collective's flows deliver together."""
+    n = round((t_end - t_start) / BIN_S)
+    total = [0.0] * n
+    for bins in bins_of:
+        total = [a + b for a, b in zip(total, series(bins, int(t_start / BIN_S), n), strict=True)]
+    return total
 
 
 def mean(values: Sequence[float]) -> float:

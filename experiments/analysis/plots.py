@@ -4,23 +4,27 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+# Exported under its own name (importers' pyplot then draws with the backend set above).
+from matplotlib import pyplot as pyplot  # noqa: E402
 
 from experiments.analysis.metrics import BIN_S, series, smoothed  # noqa: E402
 from experiments.analysis.transports import planes_used  # noqa: E402
 from topologies.model import FabricParams  # noqa: E402
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
 
 TRANSPORT_COLOURS = {"mrc": "#1f77b4", "roce": "#d62728", "spray": "#9467bd", "tcp": "#2ca02c",
                      "mptcp": "#ff7f0e"}
 STATE_COLOURS = {"GOOD": "#2ca02c", "SKIP": "#ffbf00", "ASSUMED_BAD": "#d62728", "DENIED": "#444444"}
 HEADROOM = 1.15  # a goodput axis reaches this much above what the fabric carries, no further
 FAULT_ACTIONS = ("cut", "fail_switch", "loss", "incast_start", "force_shared_path")  # black; the rest green
-def carry_ceiling(summary: dict, label: str) -> float:
+def carry_ceiling(summary: dict[str, Any], label: str) -> float:
     """What the fabric carries for the curve drawn of `label`, in Mbit/s: the run's own
     `capacity_mbps` where the scenario records one, else what the hosts' NICs carry (an incast's
     victim: one host's NICs on the planes its transport uses)."""
@@ -35,7 +39,7 @@ def carry_ceiling(summary: dict, label: str) -> float:
     return float(hosts * planes * p["link_mbps"])
 
 
-def scale_to(ax, ceiling: float, t: list[float], values: list[float]) -> int:  # noqa: ANN001
+def scale_to(ax: Axes, ceiling: float, t: list[float], values: list[float]) -> int:
     """Bound `ax`'s y axis by what the fabric carries (`ceiling`, drawn dotted), not by the
     highest bin: bins above it are marked at the top edge (red ^) and counted in the legend.
     Returns how many bins were above."""
@@ -51,16 +55,16 @@ def scale_to(ax, ceiling: float, t: list[float], values: list[float]) -> int:  #
     return len(above)
 
 
-def fabric_label(summary: dict) -> str:
+def fabric_label(summary: dict[str, Any]) -> str:
     """A run's fabric in words, for figure titles (`FabricParams.describe`)."""
     return FabricParams.from_dict(summary["fabric"]).describe()
 
 
-def plot_recovery(path: Path, curves: dict[str, list[float]], bin_s: float, summary: dict,
-                  legend_of: Callable[[dict], str]) -> None:
+def plot_recovery(path: Path, curves: dict[str, list[float]], bin_s: float, summary: dict[str, Any],
+                  legend_of: Callable[[dict[str, Any]], str]) -> None:
     """The demo's picture: every transport's goodput through the cut, each labelled with
     `legend_of(its figures)` (the fault scenario's recovery and stall)."""
-    fig, ax = plt.subplots(figsize=(10, 4.8), dpi=110)
+    fig, ax = pyplot.subplots(figsize=(10, 4.8), dpi=110)
     every_bin: list[tuple[float, float]] = []
     for name, mbps in curves.items():
         t = [i * bin_s for i in range(len(mbps))]
@@ -90,10 +94,10 @@ def plot_recovery(path: Path, curves: dict[str, list[float]], bin_s: float, summ
     ax.legend(loc="center left", bbox_to_anchor=(0.0, 0.48), fontsize=7, ncol=2, framealpha=0.7)
     fig.tight_layout()
     fig.savefig(path)
-    plt.close(fig)
+    pyplot.close(fig)
 
 
-def fidelity_stamp(ax, summary: dict) -> None:
+def fidelity_stamp(ax: Axes, summary: dict[str, Any]) -> None:
     """Across `ax`, in red, that the run was not faithful and why (its first problems); nothing
     on a faithful run. Every figure of a run carries it, on its first panel."""
     fid = summary["fidelity"]
@@ -102,15 +106,15 @@ def fidelity_stamp(ax, summary: dict) -> None:
                 transform=ax.transAxes, ha="center", va="center", color="red", fontsize=9, alpha=0.6)
 
 
-def plot_scenario(folder: Path, summary: dict, curves: dict[str, list[float]],
-                  windows: dict[str, tuple[float, float]], timelines: dict[str, list[list]],
-                  headline_of: Callable[[dict], str]) -> None:
+def plot_scenario(folder: Path, summary: dict[str, Any], curves: dict[str, list[float]],
+                  windows: dict[str, tuple[float, float]], timelines: dict[str, list[list[Any]]],
+                  headline_of: Callable[[dict[str, Any]], str]) -> None:
     """goodput.png (one panel per transport, faults marked, titled with `headline_of(its
     figures)`: the scenario's `Scenario.headline`) and path_state.png (MRC's per-EV state over
     time); a scenario kind draws its own plots besides (`Kind.plot`)."""
     names = list(curves)
     if names:
-        fig, axes = plt.subplots(len(names), 1, figsize=(10, 1.9 * len(names) + 0.8), dpi=100,
+        fig, axes = pyplot.subplots(len(names), 1, figsize=(10, 1.9 * len(names) + 0.8), dpi=100,
                                  sharex=True, squeeze=False)
         for ax, name in zip(axes[:, 0], names, strict=True):
             mbps = curves[name]
@@ -129,12 +133,12 @@ def plot_scenario(folder: Path, summary: dict, curves: dict[str, list[float]],
         axes[-1, 0].set_xlabel("time since the transport's start (s)")
         fig.tight_layout()
         fig.savefig(folder / "goodput.png")
-        plt.close(fig)
+        pyplot.close(fig)
     if timelines:
         _plot_path_state(folder / "path_state.png", summary, timelines, windows)
 
 
-def _mark_faults(ax, events: list[dict]) -> None:  # noqa: ANN001
+def _mark_faults(ax: Axes, events: list[dict[str, Any]]) -> None:
     """Each fault as a dashed line: black where something breaks, green where it is repaired,
     each kind once in the legend."""
     seen: set[str] = set()
@@ -146,7 +150,8 @@ def _mark_faults(ax, events: list[dict]) -> None:  # noqa: ANN001
         seen.add(what)
 
 
-def _draw_ev_states(ax, changes: list[list], evs: list[tuple[int, str]], t0: float, t1: float) -> None:
+def _draw_ev_states(ax: Axes, changes: list[list[Any]], evs: list[tuple[int, str]], t0: float,
+                    t1: float) -> None:
     """One row per EV (ev, its label), coloured by state from `t0` to `t1` (monotonic), from its
     [t, ev, old, new] changes; an EV starts GOOD."""
     row = {ev: i for i, (ev, _) in enumerate(evs)}
@@ -164,9 +169,9 @@ def _draw_ev_states(ax, changes: list[list], evs: list[tuple[int, str]], t0: flo
     ax.set_ylim(-0.7, len(evs) - 0.3)
 
 
-def _plot_path_state(path: Path, summary: dict, timelines: dict[str, list[list]],
+def _plot_path_state(path: Path, summary: dict[str, Any], timelines: dict[str, list[list[Any]]],
                      windows: dict[str, tuple[float, float]]) -> None:
-    fig, axes = plt.subplots(len(timelines), 1, figsize=(10, 2.4 * len(timelines) + 0.6), dpi=100,
+    fig, axes = pyplot.subplots(len(timelines), 1, figsize=(10, 2.4 * len(timelines) + 0.6), dpi=100,
                              squeeze=False)
     for ax, (name, changes) in zip(axes[:, 0], timelines.items(), strict=True):
         t0, t1 = windows[name]
@@ -182,15 +187,16 @@ def _plot_path_state(path: Path, summary: dict, timelines: dict[str, list[list]]
     axes[-1, 0].set_xlabel("time since the transport's start (s)")
     fig.tight_layout()
     fig.savefig(path)
-    plt.close(fig)
+    pyplot.close(fig)
 
 
-Series = list[tuple[list, str, str]]  # (values, line style, what they are)
+Series = list[tuple[list[float | None], str, str]]  # (values, line style, what they are)
 
 
-def plot_cdf(path: Path, summary: dict, xlabel: str, series_of: Callable[[dict], Series]) -> None:
+def plot_cdf(path: Path, summary: dict[str, Any], xlabel: str,
+             series_of: Callable[[dict[str, Any]], Series]) -> None:
     """One CDF per transport and series: `series_of(figures of a transport)`."""
-    fig, ax = plt.subplots(figsize=(7, 4), dpi=100)
+    fig, ax = pyplot.subplots(figsize=(7, 4), dpi=100)
     for name, t in summary["transports"].items():
         colour = TRANSPORT_COLOURS.get(name)
         for values, style, what in series_of(t):
@@ -206,7 +212,7 @@ def plot_cdf(path: Path, summary: dict, xlabel: str, series_of: Callable[[dict],
     ax.set_title(f"{summary['scenario']}: {summary['title']}", fontsize=9)
     fig.tight_layout()
     fig.savefig(path)
-    plt.close(fig)
+    pyplot.close(fig)
 
 
 class FlowPanel(NamedTuple):
@@ -214,21 +220,21 @@ class FlowPanel(NamedTuple):
     label: str
     transport: str
     bins: dict[int, int]  # goodput bins so far (endpoints.host.goodput.bin_of -> bytes)
-    ev_changes: list[list]  # [t, ev, old, new] (agent flows)
+    ev_changes: list[list[Any]]  # [t, ev, old, new] (agent flows)
     evs: list[tuple[int, str]]  # (ev, label) of its EV set; empty for TCP / MPTCP
 
 
 MAX_EV_ROWS = 24  # a larger set shows only the EVs that changed state
 
 
-def plot_session(path: Path, flows: list[FlowPanel], t0: float, span_s: float, faults: list[dict],
-                 fabric: dict) -> None:
+def plot_session(path: Path, flows: list[FlowPanel], t0: float, span_s: float, faults: list[dict[str, Any]],
+                 fabric: dict[str, Any]) -> None:
     """A live session's picture (the CLI's `plot`, `Testbed.plot`): every flow's goodput over
     the `span_s` seconds since `t0` (monotonic) with the faults as dashed lines (`faults`: times
     relative to `t0`), then one EV-state panel per flow that has an EV set."""
     with_evs = [f for f in flows if f.evs]
     heights = [3.0] + [0.35 * min(len(f.evs), MAX_EV_ROWS) + 0.9 for f in with_evs]
-    fig, axes = plt.subplots(len(heights), 1, figsize=(10, sum(heights) + 0.6), dpi=100,
+    fig, axes = pyplot.subplots(len(heights), 1, figsize=(10, sum(heights) + 0.6), dpi=100,
                              sharex=True, squeeze=False, gridspec_kw={"height_ratios": heights})
     n = max(1, round(span_s / BIN_S))
     start_bin = int(t0 / BIN_S)
@@ -266,4 +272,4 @@ def plot_session(path: Path, flows: list[FlowPanel], t0: float, span_s: float, f
     axes[-1, 0].set_xlabel("seconds since the fabric came up")
     fig.tight_layout()
     fig.savefig(path)
-    plt.close(fig)
+    pyplot.close(fig)

@@ -13,12 +13,16 @@ from __future__ import annotations
 import base64
 import csv
 import html
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from experiments.outdir import REPO
 from experiments.paper.figures import BIN_S, FIGURES, Figure, Run, Summary
 from topologies import files
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure as PlotFigure
 
 REFERENCE = REPO / "experiments" / "reference" / "paper.json"  # `mrclab docs --paper`
 
@@ -118,13 +122,20 @@ def write_data_and_plot(figure: Figure, folder: Path, runs: list[tuple[Run, Path
                 writer.writerows(ev_rows(t))
     ax.set_title(f"{figure.key}: {figure.title}")
     ax.legend(fontsize=7)
+    _save(fig, folder, header, table)
+
+
+def _save(fig: PlotFigure, folder: Path, header: Sequence[str], rows: Iterable[Sequence[object]]) -> None:
+    """A figure's plot.png from `fig` (closed then) and its data.csv: `header`, then `rows`."""
+    import matplotlib.pyplot as plt
+
     fig.tight_layout()
     fig.savefig(folder / "plot.png", dpi=90)
     plt.close(fig)
     with (folder / "data.csv").open("w", newline="") as fh:
         writer = csv.writer(fh)
         writer.writerow(header)
-        writer.writerows(table)
+        writer.writerows(rows)
 
 
 ALGBW_HEADER = ("series", "loss", "size_kb", "algbw_mbps")
@@ -145,15 +156,9 @@ def write_algbw(figure: Figure, folder: Path, runs: list[tuple[Run, Path, Summar
     fig, axes = plt.subplots(1, max(len(rates), 1), figsize=(4 * max(len(rates), 1), 4), squeeze=False)
     draw_algbw(list(axes[0]), transports)
     fig.suptitle(f"{figure.key}: {figure.title}", fontsize=10)
-    fig.tight_layout()
-    fig.savefig(folder / "plot.png", dpi=90)
-    plt.close(fig)
-    with (folder / "data.csv").open("w", newline="") as fh:
-        writer = csv.writer(fh)
-        writer.writerow(ALGBW_HEADER)
-        for label, rate, sizes, values in series(transports):
-            writer.writerows([label, rate, kb, "" if v is None else v]
-                             for kb, v in zip(sizes, values, strict=True))
+    _save(fig, folder, ALGBW_HEADER, ([label, rate, kb, "" if v is None else v]
+                                      for label, rate, sizes, values in series(transports)
+                                      for kb, v in zip(sizes, values, strict=True)))
 
 
 EV_HEADER = ("ev", "path", "t0_s", "t1_s", "state")

@@ -81,12 +81,7 @@ class Collective(Kind):
             phases[phase] = times
         results = finish(ring)
         t_end = time.monotonic()
-        n = round((t_end - t_start) / metrics.BIN_S)
-        total = [0.0] * n
-        for r in results:
-            total = [a + b for a, b in zip(total, metrics.series(r.bins, int(t_start / metrics.BIN_S), n),
-                                           strict=True)]
-        record.curves[label] = total
+        record.curves[label] = metrics.total_goodput((r.bins for r in results), t_start, t_end)
         record.windows[label] = (t_start, t_end)
         record.timeline += [{**e, "t": e["t"] - t_start, "transport": label}
                             for e in faults.timeline[first:]]

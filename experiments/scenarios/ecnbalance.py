@@ -202,11 +202,11 @@ def read_ev_load(path: Path) -> dict[str, list[tuple[float, dict[int, int]]]]:
 def plot_ev_load(folder: Path, summary: dict) -> None:
     """ev_load.png: per transport, each flow's data per EV over time (stacked, Mbit/s); the
     shared path hatched, the force dashed."""
-    from experiments.analysis.plots import fabric_label, fidelity_stamp, plt  # matplotlib: only when drawn
+    from experiments.analysis.plots import fabric_label, fidelity_stamp, pyplot  # matplotlib: only when drawn
 
     labels = list(summary["transports"])
     fabric = Fabric(FabricParams.from_dict(summary["fabric"]))
-    fig, axes = plt.subplots(2 * len(labels), 1, figsize=(10, 2.6 * 2 * len(labels) + 0.6), dpi=90,
+    fig, axes = pyplot.subplots(2 * len(labels), 1, figsize=(10, 2.6 * 2 * len(labels) + 0.6), dpi=90,
                              sharex=True, squeeze=False)
     for i, label in enumerate(labels):
         figs = summary["transports"][label]
@@ -243,7 +243,7 @@ def plot_ev_load(folder: Path, summary: dict) -> None:
     axes[-1, 0].set_xlabel("seconds since the transport started")
     fig.tight_layout()
     fig.savefig(folder / "ev_load.png")
-    plt.close(fig)
+    pyplot.close(fig)
 
 
 SCENARIOS = (

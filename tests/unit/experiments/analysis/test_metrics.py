@@ -7,6 +7,17 @@ def test_series_converts_bytes_per_bin_to_mbps():
     assert metrics.series({100: 12500, 102: 25000}, 100, 3) == [10.0, 0.0, 20.0]
 
 
+def test_total_goodput_adds_the_flows_bin_by_bin_over_the_window():
+    # A window of 3 bins from late in bin 100; 12500 bytes in a 10 ms bin is 10 Mbit/s.
+    t_start = 100.75 * metrics.BIN_S  # still bin 100
+    t_end = t_start + 3 * metrics.BIN_S
+    a = {99: 99_999, 100: 12500, 101: 12500}  # bin 99: before the window
+    b = {101: 25000, 103: 50000}  # bin 103: after it
+    assert metrics.total_goodput([a, b], t_start, t_end) == pytest.approx([10.0, 30.0, 0.0])
+    assert metrics.total_goodput(iter([b]), t_start, t_end) == pytest.approx([0.0, 20.0, 0.0])
+    assert metrics.total_goodput([], t_start, t_end) == [0.0, 0.0, 0.0]
+
+
 def test_recovery_is_first_bin_of_a_sustained_run():
     # 10 Mbit/s, cut at bin 100, nothing for 30 bins, then back to 10.
     mbps = [10.0] * 100 + [0.0] * 30 + [10.0] * 100

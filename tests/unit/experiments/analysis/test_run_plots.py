@@ -70,10 +70,10 @@ def drawn(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(Figure, "savefig", savefig)
-        mp.setattr(plots.plt, "close", lambda fig=None: None)  # keep them to inspect
+        mp.setattr(plots.pyplot, "close", lambda fig=None: None)  # keep them to inspect
         _draw_all(folder, _run(folder))
     yield folder, saved
-    plots.plt.close("all")
+    plots.pyplot.close("all")
 
 
 def test_every_plot_of_a_run_opens(drawn):

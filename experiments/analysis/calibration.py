@@ -22,6 +22,7 @@ from __future__ import annotations
 import hashlib
 import os
 import platform
+import statistics
 import time
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -35,7 +36,7 @@ CALIBRATION = RESULTS / "calibration.json"
 REFERENCE = REPO / "experiments" / "reference" / "cost.json"
 # The code whose speed the figures measure: the agents, the cores they run, the data plane.
 COST_CODE = ("endpoints", "topologies/dataplane", "topologies/hostnet.py", "topologies/shaping.py")
-FREE_WINDOW_S = 0.5  # how long `free_cores` watches the machine
+FREE_WINDOW_S, FREE_PARTS = 0.75, 5  # how long `free_cores` watches the machine, in how many slices
 # A process busier than this share of a core is load of its own (another program, a busy
 # loop); below it, a daemon's housekeeping.
 BUSY_MIN_CORES = 0.05
@@ -115,12 +116,20 @@ def busy_fraction(before: list[int], after: list[int]) -> tuple[float, float]:
     return (d[0] + d[1] + d[2] + d[5] + d[6]) / total, d[7] / total
 
 
-def free_cores(window: float = FREE_WINDOW_S) -> float:
-    """Cores not busy (nor stolen) over `window` seconds now."""
+def free_cores(window: float = FREE_WINDOW_S, parts: int = FREE_PARTS) -> float:
+    """Cores not busy (nor stolen) over `window` seconds now: the median of `parts` equal
+    slices, so that load that stays (another program, a busy loop) counts and a burst does not
+    (the kernel tearing down the namespaces of a run that just ended: a CI rehearsal's run
+    started then read 0.25 free cores beside a busy loop's one, and ran at 1 Mbit/s)."""
+    cores, free = os.cpu_count() or 1, []
     before = machine_times()
-    time.sleep(window)
-    busy, steal = busy_fraction(before, machine_times())
-    return round((os.cpu_count() or 1) * max(0.0, 1.0 - busy - steal), 2)
+    for _ in range(parts):
+        time.sleep(window / parts)
+        after = machine_times()
+        busy, steal = busy_fraction(before, after)
+        free.append(cores * max(0.0, 1.0 - busy - steal))
+        before = after
+    return round(statistics.median(free), 2)
 
 
 class ProcessTimes(NamedTuple):

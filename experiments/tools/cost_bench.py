@@ -210,7 +210,7 @@ def lower_rate(runs: list[dict[str, Any]]) -> float | None:
 def idle_cost(backend: str) -> dict[str, float]:
     """The cores the machine spends with no data moving, read directly: the default
     permutation's fabric up, then with every host's agent running too (`IDLE_S` each, after
-    `SETTLE_S`), other programs' CPU left out as in `measure`. What does not grow with the
+    `SETTLE_S`), other programs' CPU left out. What does not grow with the
     rate; the fit's intercept (`fixed_cores`) is more, as it also holds a per-packet cost that
     falls with the rate (fewer wake-ups per packet)."""
     from experiments.api.testbed import Testbed
@@ -218,7 +218,6 @@ def idle_cost(backend: str) -> dict[str, float]:
 
     out: dict[str, float] = {}
     cores = os.cpu_count() or 1
-    busy_before = background()
     with Testbed(build(SCENARIOS["permutation"].fabric), switch=backend) as tb:
         for key in ("fabric_cores", "fabric_and_agents_cores"):
             if key == "fabric_and_agents_cores":
@@ -228,12 +227,18 @@ def idle_cost(backend: str) -> dict[str, float]:
             time.sleep(IDLE_S)
             m1, p1, t1 = calibration.machine_times(), calibration.processes(), time.monotonic()
             busy, steal = calibration.busy_fraction(m0, m1)
-            # as in `measure`: another program's CPU (a busy loop, a test suite) is not the fabric's
-            other = calibration.cores_used(strangers(busy_before, p1, os.getpid()), _since(p0, p1),
-                                           _ticks(p1), t1 - t0)
-            out[key] = round(max(busy * cores - other, 0.0), 3)
+            # Counted up from what is the fabric's (the processes it started, this one, the
+            # kernel's threads, interrupts), not down from the machine: with so little to
+            # count, a stranger's short job that ended within the window (a type checker, a
+            # test) would be all of the figure.
+            d = [b - a for a, b in zip(m0, m1, strict=True)]
+            irq = (d[5] + d[6]) / (sum(d) or 1) * cores
+            ours = set(cleanup.marked_processes()) | {os.getpid()} | {
+                pid for pid, (cmd, _, _) in p1.items() if not cmd}
+            used = calibration.cores_used(ours, _since(p0, p1), _ticks(p1), t1 - t0) + irq
+            out[key] = round(used, 3)
             out[key.replace("_cores", "_steal_cores")] = round(steal * cores, 3)
-            out[key.replace("_cores", "_background_cores")] = round(other, 3)
+            out[key.replace("_cores", "_background_cores")] = round(max(busy * cores - used, 0.0), 3)
     return out
 
 

@@ -163,6 +163,6 @@ def test_the_idle_cost_is_read_with_nothing_moving_and_idle_agents_do_not_spin(r
     cores = os.cpu_count() or 1
     assert 0 <= idle["fabric_cores"] <= idle["fabric_and_agents_cores"] + 0.05
     assert idle["fabric_and_agents_cores"] < 0.25 * cores, idle
-    assert set(idle) == {"fabric_cores", "fabric_steal_cores", "fabric_and_agents_cores",
-                         "fabric_and_agents_steal_cores"}
+    assert set(idle) == {f"{part}_{what}" for part in ("fabric", "fabric_and_agents")
+                         for what in ("cores", "steal_cores", "background_cores")}
     assert_nothing_left()

@@ -122,3 +122,28 @@ def test_without_its_own_calibration_a_machine_counts_on_the_committed_reference
                       "fixed_cores": 0.3, "marginal_us_per_packet": 150.0}, own)
     got = calibration.effective("linux", own, ref)
     assert got is not None and "reference" not in got and got["fixed_cores"] == 0.3  # its own first
+
+
+def test_free_cores_counts_load_that_stays_not_a_burst(monkeypatch):
+    """Two cores; each slice of the window adds 100 ticks per core. One core busy throughout
+    (a busy loop) counts in every slice; a burst taking the other core in one slice does not."""
+    monkeypatch.undo()  # the real free_cores (conftest stands every core free in for it)
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(calibration.time, "sleep", lambda s: None)
+    busy_per_slice = iter([100, 100, 200, 100, 100])  # user ticks: the third slice has the burst
+    state = {"user": 0, "idle": 0}
+
+    def times():
+        return [state["user"], 0, 0, state["idle"], 0, 0, 0, 0]
+
+    readings = iter(range(6))
+
+    def reader():
+        if next(readings) > 0:
+            user = next(busy_per_slice)
+            state["user"] += user
+            state["idle"] += 200 - user
+        return times()
+
+    monkeypatch.setattr(calibration, "machine_times", reader)
+    assert calibration.free_cores(window=1.0, parts=5) == 1.0

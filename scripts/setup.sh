@@ -66,10 +66,14 @@ fi
 # `mrclab` on the PATH, as README writes every command: /usr/local/bin/mrclab runs this checkout.
 scripts/install-command.sh
 
-# This machine's own figures for what a run costs (experiments/analysis/calibration.py): measured once,
-# again only when the machine or the code that sets the cost changes (about 30 s: two short
-# permutation runs). Without it, runs count on the committed per-core figures.
-.venv/bin/python -m experiments.tools.cost_bench --calibrate --if-stale \
-  || echo "setup: warning: no calibration of this machine: runs count on the committed figures"
+# This machine's own figures for what a run costs (experiments/analysis/calibration.py), one per
+# switch backend it runs: measured once, again only when the machine or the code that sets the
+# cost changes (under a minute each: two or three short permutation runs and an idle reading).
+# Without one, runs count on the committed figures.
+for backend in $(.venv/bin/python -c 'from topologies import switches
+print(" ".join(n for n in switches.FASTEST_FIRST if switches.BACKENDS[n].unavailable() is None))'); do
+  .venv/bin/python -m experiments.tools.cost_bench --calibrate --if-stale --switch "$backend" \
+    || echo "setup: warning: no calibration of the $backend switches: their runs count on the committed figures"
+done
 
 echo "setup: ok ($(.venv/bin/python -c 'import topologies.preflight as p; print("OVS datapath:", p.choose_datapath())'))"

@@ -1,14 +1,15 @@
 """This machine's own figures for what the agents cost, and the cores free when a run starts.
 
 `make setup` runs the cost benchmark's short form (`python -m experiments.tools.cost_bench
---calibrate`): the default permutation on the default backend at two link rates, the whole
-machine's CPU against the data packets delivered, fitted as a fixed share of the cores (per host
-NIC port: the agents' idle loops, timers, probes and queue sampling grow with the ports, not the
-packets) plus a cost per delivered data packet. The result is cached in
-`results/calibration.json` with what it was measured on (`fingerprint`): the CPU model, the
-core count, the kernel, the backend and a hash of the code that sets the per-packet cost; a
-cache whose fingerprint no longer matches is stale and is measured again by the next `make
-setup`. Where there is none, capacity falls back to the committed per-core figures
+--calibrate`) for every switch backend this machine runs: the default permutation at two link
+rates (lower ones until two are faithful), the whole machine's CPU (switch processes included)
+against the data packets delivered, and the same fabric with no data moving (what the agents'
+idle loops, timers, probes and queue sampling cost: it grows with the host NIC ports, not the
+packets; capacity.cost_points). Each is cached in `results/calibration-BACKEND.json` with what it
+was measured on (`fingerprint`): the CPU model, the core count, the kernel, the backend, a hash
+of the code that sets the per-packet cost and the calibration's form; a cache whose fingerprint
+no longer matches is stale and is measured again by the next `make setup`. Where there is none,
+capacity falls back to the committed cost reference (kernel routers) or per-core figures
 (experiments/analysis/capacity.py) and says so.
 
 `free_cores` reads /proc/stat over a short window just before a run: a core that another
@@ -30,7 +31,12 @@ from typing import Any, NamedTuple
 from experiments.outdir import REPO, RESULTS
 from topologies import files
 
-CALIBRATION = RESULTS / "calibration.json"
+
+def cache_path(backend: str) -> Path:
+    """Where this machine's calibration of `backend` is cached: one file per switch backend."""
+    return RESULTS / f"calibration-{backend}.json"
+
+
 # The cost benchmark's committed result (`make bench` on the 2-core VM kind this project is
 # tested on): what a machine without a calibration of its own counts on for that backend.
 REFERENCE = REPO / "experiments" / "reference" / "cost.json"
@@ -73,15 +79,15 @@ def fingerprint(backend: str) -> dict[str, Any]:
             "backend": backend, "code": code_hash(), "form": FORM}
 
 
-def load(backend: str, path: Path = CALIBRATION) -> dict[str, Any] | None:
+def load(backend: str, path: Path | None = None) -> dict[str, Any] | None:
     """The cached calibration for `backend` if it was made on this machine with this code."""
-    data = files.read_json(path)
+    data = files.read_json(cache_path(backend) if path is None else path)
     if not data or data.get("fingerprint") != fingerprint(backend):
         return None
     return data
 
 
-def effective(backend: str, path: Path = CALIBRATION, reference: Path = REFERENCE) -> dict[str, Any] | None:
+def effective(backend: str, path: Path | None = None, reference: Path = REFERENCE) -> dict[str, Any] | None:
     """This machine's calibration for `backend` (`load`), or else the committed reference of
     that backend marked `"reference": True`: measured on this VM kind, not on this machine,
     and far closer to it than the per-core figures (capacity.py) the project started with. None
@@ -93,12 +99,12 @@ def effective(backend: str, path: Path = CALIBRATION, reference: Path = REFERENC
     return {**ref, "reference": True} if ref and ref.get("backend") == backend else None
 
 
-def stale(backend: str, path: Path = CALIBRATION) -> bool:
+def stale(backend: str, path: Path | None = None) -> bool:
     return load(backend, path) is None
 
 
-def save(data: dict[str, Any], path: Path = CALIBRATION) -> None:
-    files.write_json(path, data)
+def save(data: dict[str, Any], path: Path | None = None) -> None:
+    files.write_json(cache_path(data["backend"]) if path is None else path, data)
 
 
 def machine_times() -> list[int]:

@@ -198,6 +198,8 @@ def assess(backend: str, params: FabricParams, busy_senders: int, mtu_payload: i
         agents_need = agent_load(params, busy_senders, mtu_payload)
         cores = max(agent_cores - cap["forwarding_cores"], MIN_AGENT_CORES)
         if calibration is not None and calibration.get("backend") == backend:
+            # the calibration read the whole machine: the switches' own processes are in it
+            cores = agent_cores
             allowed = cores * AUTO_CPU_SHARE
             points = cost_points(calibration, params)
             needed = cores_for(points, agents_need)

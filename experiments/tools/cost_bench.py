@@ -11,9 +11,9 @@ packets. Physical references measured beside it: a bare Python UDP send-and-rece
 machine, and the kernel routers' packet-hops/s with the C sender where `make bench` measured it.
 
 `--calibrate`: the short form (`make setup` runs it when the cached one is stale), written to
-results/calibration.json (experiments/analysis/calibration.py) with the machine's fingerprint; the full
-form writes results/bench/cost.json. `--profile`: one more run with each agent under cProfile,
-the top functions by own time over all agents added to the result.
+results/calibration-BACKEND.json (experiments/analysis/calibration.py) with the machine's
+fingerprint; the full form writes results/bench/cost.json. `--profile`: one more run with each
+agent under cProfile, the top functions by own time over all agents added to the result.
 """
 
 from __future__ import annotations
@@ -303,7 +303,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--switch", default="auto", help="switch backend (auto: what runs take here)")
     p.add_argument("--profile", action="store_true", help="one more run with the agents profiled")
     p.add_argument("--calibrate", action="store_true",
-                   help="the short form, cached as this machine's calibration (results/calibration.json)")
+                   help="the short form, cached as this machine's calibration of the backend "
+                        "(results/calibration-BACKEND.json)")
     p.add_argument("--if-stale", action="store_true", help="with --calibrate: only when the cache is stale")
     p.add_argument("--out", default=str(OUT))
     args = p.parse_args(argv)
@@ -319,7 +320,7 @@ def main(argv: list[str] | None = None) -> int:
     backend = switches.resolve(args.switch)
     if args.calibrate:
         if args.if_stale and not calibration.stale(backend):
-            print(f"calibration: up to date ({calibration.CALIBRATION.relative_to(REPO)})")
+            print(f"calibration: up to date ({calibration.cache_path(backend).relative_to(REPO)})")
             return 0
         rates, seconds = list(CALIBRATE_RATES), CALIBRATE_SECONDS
     else:
@@ -327,7 +328,7 @@ def main(argv: list[str] | None = None) -> int:
     cleanup.interrupts_raise()
     result = run(rates, seconds, args.seed, backend, args.profile and not args.calibrate,
                  adapt=args.calibrate)
-    target = calibration.CALIBRATION if args.calibrate else Path(args.out)
+    target = calibration.cache_path(backend) if args.calibrate else Path(args.out)
     files.write_json(target, result)
     print(f"fixed {result['fixed_cores']:.2f} cores + {result['marginal_us_per_packet']:.0f} us per "
           f"delivered data packet ({backend}, seed {args.seed}); a bare Python UDP loop "

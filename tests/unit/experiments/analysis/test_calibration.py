@@ -21,6 +21,17 @@ def test_a_calibration_holds_only_for_the_machine_backend_and_code_it_was_made_o
     assert calibration.stale("linux", path)  # the code that sets the cost changed
 
 
+def test_each_backend_has_its_own_cache(tmp_path, monkeypatch):
+    monkeypatch.setattr(calibration, "RESULTS", tmp_path)
+    assert calibration.cache_path("linux") != calibration.cache_path("ovs")
+    for backend, cores in (("linux", 0.2), ("ovs", 0.9)):
+        calibration.save({"fingerprint": calibration.fingerprint(backend), "backend": backend,
+                          "fixed_cores": cores})
+    assert calibration.load("linux")["fixed_cores"] == 0.2  # the other's did not overwrite it
+    assert calibration.load("ovs")["fixed_cores"] == 0.9
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["calibration-linux.json", "calibration-ovs.json"]
+
+
 def test_the_code_hash_follows_the_agents_code(tmp_path, monkeypatch):
     (tmp_path / "endpoints").mkdir()
     (tmp_path / "endpoints" / "a.py").write_text("x = 1\n")

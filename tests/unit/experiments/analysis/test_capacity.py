@@ -180,6 +180,12 @@ def test_the_agents_get_the_cores_a_userspace_switch_leaves():
     assert "1.02 cores the ovs switches leave them" in capacity.describe(ovs)
     assert capacity.faithful_rate("ovs", p, 8, MTU, bench, {}, agent_cores=2) == 3.0
     assert capacity.faithful_rate("linux", p, 8, MTU, bench, {}, agent_cores=2) == 15.0
+    # A calibration of OVS read the whole machine, its switch processes too: the free cores
+    # count whole, not less what the benchmark saw ovs-vswitchd take.
+    cal = {**_idle_calibration(), "backend": "ovs"}
+    calibrated = capacity.assess("ovs", p, 8, MTU, bench, {}, agent_cores=2, calibration=cal)
+    assert calibrated["calibrated"] and calibrated["agent_cores"] == 2
+    assert calibrated["cores_allowed"] == pytest.approx(2 * capacity.AUTO_CPU_SHARE)
     # However many cores the benchmark saw the switches take, the agents keep a floor.
     greedy = {"ovs": {"16x4": {**bench["ovs"]["16x4"], "forwarding_cores": 5.0}}}
     floor = capacity.assess("ovs", p, 8, MTU, greedy, {}, agent_cores=2)

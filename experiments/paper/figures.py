@@ -14,6 +14,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from experiments.scenarios.allreduce import ALGBW_MBPS
+from experiments.scenarios.ecnbalance import A_SHARED_SHARE_AFTER
+from experiments.scenarios.evloss import BENCH_RTTS, EV_GAP_MS, LOST_AGE_MS
+from experiments.scenarios.incast import INCAST_FRACTION_OF_RECEIVER_LINK, VICTIM_GOODPUT_FRACTION
+from experiments.scenarios.permutation import FLOW_FRACTION_MIN, THROUGHPUT_FRACTION, THROUGHPUT_OF_CEILING
+from experiments.scenarios.schedule import BINS_WITHIN, WORST_BIN_FRACTION
+from experiments.scenarios.schema import GOODPUT_BEFORE_MBPS, GOODPUT_DURING_MBPS, GOODPUT_FRACTION, STALL_MS
+
 Summary = dict[str, Any]
 
 # The shape thresholds, each the paper's claim in numbers (the figure's `claim` says which).
@@ -77,15 +85,15 @@ SENDER_STALL_MS, RECEIVER_STALL_MS = 50.0, 100.0  # Fig. 9a: "each step interrup
 def _fig9a(s: list[Summary]) -> Verdict:
     """Runs: receiver side with and without port status, then sender side with and without."""
     recv, recv_off, send, send_off = (_t(x, "mrc") for x in s)
-    holds = send["stall_ms"] <= SENDER_STALL_MS and recv["stall_ms"] <= RECEIVER_STALL_MS
-    return Verdict(f"with port status a NIC port down stalled MRC {send['stall_ms']:g} ms on the "
-                   f"sender's side and {recv['stall_ms']:g} ms on the receiver's (without: "
-                   f"{send_off['stall_ms']:g} and {recv_off['stall_ms']:g} ms); goodput while down "
-                   f"{send['goodput_during_mbps']:g} / {recv['goodput_during_mbps']:g} Mbit/s (without: "
-                   f"{send_off['goodput_during_mbps']:g} / {recv_off['goodput_during_mbps']:g})", holds,
-                   {"sender_stall_ms": send["stall_ms"], "receiver_stall_ms": recv["stall_ms"],
-                    "sender_stall_ms_without": send_off["stall_ms"],
-                    "receiver_stall_ms_without": recv_off["stall_ms"]})
+    holds = send[STALL_MS] <= SENDER_STALL_MS and recv[STALL_MS] <= RECEIVER_STALL_MS
+    return Verdict(f"with port status a NIC port down stalled MRC {send[STALL_MS]:g} ms on the "
+                   f"sender's side and {recv[STALL_MS]:g} ms on the receiver's (without: "
+                   f"{send_off[STALL_MS]:g} and {recv_off[STALL_MS]:g} ms); goodput while down "
+                   f"{send[GOODPUT_DURING_MBPS]:g} / {recv[GOODPUT_DURING_MBPS]:g} Mbit/s (without: "
+                   f"{send_off[GOODPUT_DURING_MBPS]:g} / {recv_off[GOODPUT_DURING_MBPS]:g})", holds,
+                   {"sender_stall_ms": send[STALL_MS], "receiver_stall_ms": recv[STALL_MS],
+                    "sender_stall_ms_without": send_off[STALL_MS],
+                    "receiver_stall_ms_without": recv_off[STALL_MS]})
 
 
 WITHIN = 0.9  # Figs. 9c, 9d, 19: "within 10% of the remaining capacity" in every 200 ms bin
@@ -93,24 +101,24 @@ WITHIN = 0.9  # Figs. 9c, 9d, 19: "within 10% of the remaining capacity" in ever
 
 def _schedule(s: list[Summary]) -> Verdict:
     mrc, roce = _t(s[0], "mrc"), _t(s[0], "roce")
-    worst = mrc["worst_bin_fraction"]
+    worst = mrc[WORST_BIN_FRACTION]
     return Verdict(f"MRC's worst 200 ms bin carried {worst} of what the fabric had left "
-                   f"({mrc['bins_within']:.0%} of bins within 10%), {mrc['faults_applied']} faults "
+                   f"({mrc[BINS_WITHIN]:.0%} of bins within 10%), {mrc['faults_applied']} faults "
                    f"applied, longest stall "
-                   f"{mrc['stall_ms']:g} ms; RoCE's worst bin {roce['worst_bin_fraction']}, stall "
-                   f"{roce['stall_ms']:g} ms", worst is not None and worst >= WITHIN,
-                   {"mrc_worst_bin_fraction": worst, "mrc_bins_within": mrc["bins_within"],
-                    "roce_worst_bin_fraction": roce["worst_bin_fraction"]})
+                   f"{mrc[STALL_MS]:g} ms; RoCE's worst bin {roce[WORST_BIN_FRACTION]}, stall "
+                   f"{roce[STALL_MS]:g} ms", worst is not None and worst >= WITHIN,
+                   {"mrc_worst_bin_fraction": worst, "mrc_bins_within": mrc[BINS_WITHIN],
+                    "roce_worst_bin_fraction": roce[WORST_BIN_FRACTION]})
 
 
 def _fig11(s: list[Summary]) -> Verdict:
     mrc, roce = _t(s[0], "mrc"), _t(s[0], "roce")
-    frac = mrc["goodput_during_mbps"] / mrc["goodput_before_mbps"] if mrc["goodput_before_mbps"] else 0.0
-    return Verdict(f"MRC carried {mrc['goodput_during_mbps']:g} of its {mrc['goodput_before_mbps']:g} "
-                   f"Mbit/s while a spine was down ({frac:.0%}), longest stall {mrc['stall_ms']:g} ms; "
-                   f"RoCE stalled {roce['stall_ms']:g} ms", frac >= STEADY_FRACTION,
-                   {"mrc_during_fraction": round(frac, 3), "mrc_stall_ms": mrc["stall_ms"],
-                    "roce_stall_ms": roce["stall_ms"]})
+    frac = mrc[GOODPUT_DURING_MBPS] / mrc[GOODPUT_BEFORE_MBPS] if mrc[GOODPUT_BEFORE_MBPS] else 0.0
+    return Verdict(f"MRC carried {mrc[GOODPUT_DURING_MBPS]:g} of its {mrc[GOODPUT_BEFORE_MBPS]:g} "
+                   f"Mbit/s while a spine was down ({frac:.0%}), longest stall {mrc[STALL_MS]:g} ms; "
+                   f"RoCE stalled {roce[STALL_MS]:g} ms", frac >= STEADY_FRACTION,
+                   {"mrc_during_fraction": round(frac, 3), "mrc_stall_ms": mrc[STALL_MS],
+                    "roce_stall_ms": roce[STALL_MS]})
 
 
 T0_TOLERANCE = 0.1  # Fig. 10: "about one NIC port": during/before within this of 1 - 1/planes
@@ -126,10 +134,10 @@ def _fig10(s: list[Summary]) -> Verdict:
     fracs, parts = [], []
     for x, side in zip(s, ("receiver's", "sender's"), strict=False):
         mrc = _t(x, "mrc")
-        before, during = mrc["goodput_before_mbps"], mrc["goodput_during_mbps"]
+        before, during = mrc[GOODPUT_BEFORE_MBPS], mrc[GOODPUT_DURING_MBPS]
         fracs.append(during / before if before else 0.0)
         parts.append(f"{during:g} of {before:g} Mbit/s ({fracs[-1]:.2f}) with the {side} T0 down, "
-                     f"stall {mrc['stall_ms']:g} ms")
+                     f"stall {mrc[STALL_MS]:g} ms")
     expected = t0_expected(s[0]["fabric"]["planes"])
     holds = all(abs(f - expected) <= T0_TOLERANCE for f in fracs)
     return Verdict(f"MRC carried {'; '.join(parts)}; one port of {s[0]['fabric']['planes']} leaves "
@@ -145,52 +153,52 @@ def _fig12(s: list[Summary]) -> Verdict:
     """The bench is timed from the sending of the packet judged lost (the wait for the first
     drop is chance, not the transport's)."""
     mrc = _t(s[0], "mrc")
-    rtts, frac, backup = mrc["bench_rtts"], mrc["goodput_fraction"], mrc["backup_label"]
+    rtts, frac, backup = mrc[BENCH_RTTS], mrc[GOODPUT_FRACTION], mrc["backup_label"]
     took_over = backup is not None and bool(mrc["backup_packets_during"]) and not mrc["backup_packets_before"]
     bench = "never benched" if rtts is None else \
-        f"benched {mrc['lost_age_ms']:g} ms after the packet it judged lost was sent ({rtts:g} smoothed " \
-        f"RTTs of {mrc['srtt_ms']:g} ms; the EV carried a packet every {mrc['ev_gap_ms']:g} ms; " \
+        f"benched {mrc[LOST_AGE_MS]:g} ms after the packet it judged lost was sent ({rtts:g} smoothed " \
+        f"RTTs of {mrc['srtt_ms']:g} ms; the EV carried a packet every {mrc[EV_GAP_MS]:g} ms; " \
         f"{mrc['bad_after_ms']:g} ms after the loss began)"
     backup_text = f"backup {backup} took its place" if took_over else "no backup took its place"
     return Verdict(f"EV {mrc['ev_label']} dropping: {bench}; {backup_text}; goodput while it dropped "
-                   f"{mrc['goodput_during_mbps']:g} of {mrc['goodput_before_mbps']:g} Mbit/s ({frac})",
+                   f"{mrc[GOODPUT_DURING_MBPS]:g} of {mrc[GOODPUT_BEFORE_MBPS]:g} Mbit/s ({frac})",
                    rtts is not None and rtts <= EV_BAD_RTTS and took_over and frac is not None
                    and frac >= STEADY_FRACTION,
-                   {"lost_age_ms": mrc["lost_age_ms"], "bench_rtts": rtts, "srtt_ms": mrc["srtt_ms"],
-                    "ev_gap_ms": mrc["ev_gap_ms"], "bad_after_ms": mrc["bad_after_ms"], "backup": backup,
-                    "goodput_fraction": frac, "dropped": mrc["dropped"]})
+                   {LOST_AGE_MS: mrc[LOST_AGE_MS], BENCH_RTTS: rtts, "srtt_ms": mrc["srtt_ms"],
+                    EV_GAP_MS: mrc[EV_GAP_MS], "bad_after_ms": mrc["bad_after_ms"], "backup": backup,
+                    GOODPUT_FRACTION: frac, "dropped": mrc["dropped"]})
 
 
 def _fig14(s: list[Summary]) -> Verdict:
     mrc = _t(s[0], "mrc")
-    left, pair = mrc["a_shared_share_after"], mrc["goodput_fraction"]
+    left, pair = mrc[A_SHARED_SHARE_AFTER], mrc[GOODPUT_FRACTION]
     return Verdict(f"after B was forced onto A's path, A left {left:.3f} of its data on it and the pair "
                    f"got {pair:.3f} of what the fabric carries (A {mrc['a_mbps_after']:g}, B "
                    f"{mrc['b_mbps_after']:g} Mbit/s)", left <= SHARED_LEFT and pair >= PAIR_FRACTION,
-                   {"a_shared_share_after": left, "pair_goodput_fraction": pair})
+                   {A_SHARED_SHARE_AFTER: left, "pair_goodput_fraction": pair})
 
 
 def _fig18(s: list[Summary]) -> Verdict:
     mrc, roce = _t(s[0], "mrc"), _t(s[0], "roce")
-    return Verdict(f"the victim kept {mrc['victim_goodput_fraction']:.2f} of its goodput beside MRC's "
-                   f"incast ({roce['victim_goodput_fraction']:.2f} beside RoCE's); the incast got "
-                   f"{mrc['incast_fraction_of_receiver_link']:.2f} of the receiver's link with MRC, "
-                   f"{roce['incast_fraction_of_receiver_link']:.2f} with RoCE",
-                   mrc["victim_goodput_fraction"] >= VICTIM_FRACTION,
-                   {"mrc_victim_fraction": mrc["victim_goodput_fraction"],
-                    "roce_victim_fraction": roce["victim_goodput_fraction"]})
+    return Verdict(f"the victim kept {mrc[VICTIM_GOODPUT_FRACTION]:.2f} of its goodput beside MRC's "
+                   f"incast ({roce[VICTIM_GOODPUT_FRACTION]:.2f} beside RoCE's); the incast got "
+                   f"{mrc[INCAST_FRACTION_OF_RECEIVER_LINK]:.2f} of the receiver's link with MRC, "
+                   f"{roce[INCAST_FRACTION_OF_RECEIVER_LINK]:.2f} with RoCE",
+                   mrc[VICTIM_GOODPUT_FRACTION] >= VICTIM_FRACTION,
+                   {"mrc_victim_fraction": mrc[VICTIM_GOODPUT_FRACTION],
+                    "roce_victim_fraction": roce[VICTIM_GOODPUT_FRACTION]})
 
 
 def _fig20(s: list[Summary]) -> Verdict:
     mrc, roce = _t(s[0], "mrc"), _t(s[0], "roce")
-    return Verdict(f"MRC {mrc['throughput_of_ceiling']:.3f} of the payload ceiling (every flow at least "
-                   f"{mrc['flow_fraction_min']:.2f} of its fair share), RoCE "
-                   f"{roce['throughput_fraction']:.3f} of capacity (its weakest flow "
-                   f"{roce['flow_fraction_min']:.2f})",
-                   mrc["throughput_of_ceiling"] >= CEILING_FRACTION
-                   and roce["throughput_fraction"] < mrc["throughput_fraction"],
-                   {"mrc_of_ceiling": mrc["throughput_of_ceiling"],
-                    "mrc_flow_min": mrc["flow_fraction_min"], "roce_fraction": roce["throughput_fraction"]})
+    return Verdict(f"MRC {mrc[THROUGHPUT_OF_CEILING]:.3f} of the payload ceiling (every flow at least "
+                   f"{mrc[FLOW_FRACTION_MIN]:.2f} of its fair share), RoCE "
+                   f"{roce[THROUGHPUT_FRACTION]:.3f} of capacity (its weakest flow "
+                   f"{roce[FLOW_FRACTION_MIN]:.2f})",
+                   mrc[THROUGHPUT_OF_CEILING] >= CEILING_FRACTION
+                   and roce[THROUGHPUT_FRACTION] < mrc[THROUGHPUT_FRACTION],
+                   {"mrc_of_ceiling": mrc[THROUGHPUT_OF_CEILING],
+                    "mrc_flow_min": mrc[FLOW_FRACTION_MIN], "roce_fraction": roce[THROUGHPUT_FRACTION]})
 
 
 # Fig. 16, each the paper's claim in numbers (issue 21): at 1% loss MRC keeps a quarter of its
@@ -208,10 +216,10 @@ def _fig16(s: list[Summary]) -> Verdict:
     none, light, heavy = (f"{r:g}" for r in mrc["loss_rates"])
 
     def bw(t: dict[str, Any], qps: str, rate: str) -> float:
-        return float(t["algbw_mbps"][qps][rate][size] or 0.0)
+        return float(t[ALGBW_MBPS][qps][rate][size] or 0.0)
 
     m0, m_light, m_heavy = (bw(mrc, "1", r) for r in (none, light, heavy))
-    counts = sorted(roce["algbw_mbps"], key=int)
+    counts = sorted(roce[ALGBW_MBPS], key=int)
     most = counts[-1]
     keeps, keeps_light = (m_heavy / m0, m_light / m0) if m0 else (0.0, 0.0)
     roce_heavy = {q: bw(roce, q, heavy) for q in counts}
@@ -239,15 +247,15 @@ def _fig17(s: list[Summary]) -> Verdict:
     """MRC against RoCE's best QP count at every size and loss rate (not finished: 0)."""
     mrc, roce = _t(s[0], "mrc"), _t(s[0], "roce")
     worst: tuple[float, str, str] | None = None  # MRC over RoCE's best, where it is lowest
-    for rate, by_size in mrc["algbw_mbps"]["1"].items():
+    for rate, by_size in mrc[ALGBW_MBPS]["1"].items():
         for size, value in by_size.items():
-            best = max(float(roce["algbw_mbps"][q][rate][size] or 0.0) for q in roce["algbw_mbps"])
+            best = max(float(roce[ALGBW_MBPS][q][rate][size] or 0.0) for q in roce[ALGBW_MBPS])
             ratio = float(value or 0.0) / best if best else float("inf")
             if worst is None or ratio < worst[0]:
                 worst = (ratio, rate, size)
     assert worst is not None
     ratio, rate, size = worst
-    counts = ", ".join(sorted(roce["algbw_mbps"], key=int))
+    counts = ", ".join(sorted(roce[ALGBW_MBPS], key=int))
     return Verdict(f"MRC's algorithm bandwidth over RoCE's best ({counts} QPs) was lowest at {size} KB "
                    f"per host with {float(rate):.1%} loss at every NIC: {ratio:.2f}x",
                    ratio > 1.0, {"mrc_over_roce_best_min": round(ratio, 3), "at_size_kb": int(size),

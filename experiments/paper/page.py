@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from experiments.outdir import REPO
 from experiments.paper.figures import BIN_S, FIGURES, Figure, Run, Summary
+from experiments.scenarios.allreduce import ALGBW_MBPS
 from topologies import files
 
 if TYPE_CHECKING:
@@ -138,7 +139,7 @@ def _save(fig: PlotFigure, folder: Path, header: Sequence[str], rows: Iterable[S
         writer.writerows(rows)
 
 
-ALGBW_HEADER = ("series", "loss", "size_kb", "algbw_mbps")
+ALGBW_HEADER = ("series", "loss", "size_kb", ALGBW_MBPS)
 
 
 def write_algbw(figure: Figure, folder: Path, runs: list[tuple[Run, Path, Summary]]) -> None:

@@ -25,6 +25,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Final
 
 from experiments.analysis import metrics
 from experiments.api import traffic
@@ -40,6 +41,11 @@ ROCE_QPS = (1, 4, 16)
 LARGEST_KB = 2048  # per host; the sweep: this, a quarter and a sixteenth
 LIMIT_S = 20.0  # an all-reduce not done by then is "unusable": the rest of its sweep is skipped
 POLL_S = 0.005  # how often the QP a step waits for is asked for its completions
+
+
+# The headline and checked figures' keys: their one spelling, which every reader imports.
+ALGBW_MBPS: Final = "algbw_mbps"
+UNFINISHED: Final = "unfinished"
 
 
 class AllReduceFigures(Figures, total=False):
@@ -172,7 +178,7 @@ class AllReduce(Kind):
         record.timeline += [{**e, "t": e["t"] - t_start, "transport": label} for e in events]
         record.transports[label] = {
             "hosts": names, "sizes_kb": list(sizes), "loss_rates": list(loss_rates(opts)),
-            "algbw_mbps": table, "unfinished": unfinished,
+            ALGBW_MBPS: table, UNFINISHED: unfinished,
             "dropped": sum(int(e.get("dropped", 0)) for e in events if e["action"] == "nic_loss_cleared"),
             DATA_OK: data_ok}
 
@@ -198,7 +204,7 @@ def series(transports: dict[str, dict]) -> list[tuple[str, str, list[int], list[
     the figure's lines (RoCE's named with their QP count, as the paper's)."""
     out = []
     for name, t in transports.items():
-        for qps, by_rate in t.get("algbw_mbps", {}).items():
+        for qps, by_rate in t.get(ALGBW_MBPS, {}).items():
             label = f"{name} x{qps} QPs" if name == "roce" else name
             for rate, by_size in by_rate.items():
                 sizes = sorted(int(k) for k in by_size)
@@ -231,7 +237,7 @@ def headline_cell(figures: dict) -> str:
     ...                               "16": {"0": {"512": 9.4}, "0.01": {"512": 8.0}}}})
     '9.4 / 8'
     """
-    table = figures.get("algbw_mbps")
+    table = figures.get(ALGBW_MBPS)
     if not isinstance(table, dict) or not table:
         return "-"
     by_rate = table[max(table, key=int)]
@@ -284,14 +290,14 @@ SCENARIOS = (
              "NIC, RoCE with N QPs against MRC (the MRC paper's Fig. 16)",
              FabricParams(planes=2, leaves=2, spines=2, hosts_per_leaf=2, link_mbps=DEFAULT_LINK_MBPS), 0.0,
              transports=("mrc", "roce"), figures_type=AllReduceFigures,
-             figures=("unfinished", DATA_OK), brief=("unfinished",),
+             figures=(UNFINISHED, DATA_OK), brief=(UNFINISHED,),
              row=Row("allreduce: algorithm bandwidth at the largest size, no loss / the most loss "
                      "(Mbit/s; RoCE with its most QPs)", lambda t, _: headline_cell(t))),
     Scenario("alltoall", AllToAll(), "all-to-all swept by message size under loss at every NIC, "
              "RoCE with N QPs against MRC (the MRC paper's Fig. 17)",
              FabricParams(planes=2, leaves=2, spines=2, hosts_per_leaf=2, link_mbps=DEFAULT_LINK_MBPS), 0.0,
              transports=("mrc", "roce"), figures_type=AllReduceFigures,
-             figures=("unfinished", DATA_OK), brief=("unfinished",),
+             figures=(UNFINISHED, DATA_OK), brief=(UNFINISHED,),
              row=Row("alltoall: algorithm bandwidth at the largest size, no loss / the most loss "
                      "(Mbit/s; RoCE with its most QPs)", lambda t, _: headline_cell(t))),
 )

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, Final, NamedTuple
 
 from endpoints.host.paths import SOURCE_ROUTED
 from experiments.analysis import fidelity, metrics
@@ -27,7 +27,16 @@ from experiments.scenarios.base import (
     Scenario,
     sleep_until,
 )
-from experiments.scenarios.schema import DATA_OK, IS_TRUE, Figures, Row, at_most, num, within
+from experiments.scenarios.schema import (
+    DATA_OK,
+    GOODPUT_FRACTION,
+    IS_TRUE,
+    Figures,
+    Row,
+    at_most,
+    num,
+    within,
+)
 from topologies.model import Fabric, FabricError, FabricParams
 
 SHARED = (0, 0)  # (plane, spine) of the path the second flow is forced onto
@@ -35,6 +44,11 @@ SETTLE_S = 0.5  # after the force: the first flow's skips have moved its load by
 POLL_S = 0.05  # per-EV load sampling period (two control calls per period)
 # A flow with an EV set to restrict: the source-routed transports.
 AGENT_TRANSPORTS = SOURCE_ROUTED
+
+
+# The headline and checked figures' keys: their one spelling, which every reader imports.
+GOODPUT_FRACTION_BEFORE: Final = "goodput_fraction_before"
+A_SHARED_SHARE_AFTER: Final = "a_shared_share_after"
 
 
 class EcnBalanceFigures(Figures, total=False):
@@ -165,13 +179,13 @@ class EcnBalance(Kind):
         end = opts.duration
         record.transports[label] = {
             "flows": {"a": [a.src, a.dst], "b": [b.src, b.dst]},
-            "goodput_fraction": round((a_after + b_after) / cap_after, 3),
-            "goodput_fraction_before": round((metrics.mean(ma[before]) + metrics.mean(mb[before]))
+            GOODPUT_FRACTION: round((a_after + b_after) / cap_after, 3),
+            GOODPUT_FRACTION_BEFORE: round((metrics.mean(ma[before]) + metrics.mean(mb[before]))
                                              / cap_before, 3),
             "a_mbps_after": round(a_after, 2), "b_mbps_after": round(b_after, 2),
             "capacity_mbps": {"before": cap_before, "after": cap_after},
             "a_shared_share_before": share_on(loads["a"], shared[a], WARMUP_S, opts.fault_at),
-            "a_shared_share_after": share_on(loads["a"], shared[a], opts.fault_at + SETTLE_S, end),
+            A_SHARED_SHARE_AFTER: share_on(loads["a"], shared[a], opts.fault_at + SETTLE_S, end),
             "shared_ev": {"a": shared[a], "b": shared[b]}, "b_kept": kept,
             "forced_at_s": None if forced_at is None else round(forced_at, 3),
             "a_sender": {k: v for k, v in ra.detail.get("sender_stats", {}).items() if v},
@@ -230,7 +244,7 @@ def plot_ev_load(folder: Path, summary: dict) -> None:
             for event in summary["faults"]:
                 if event.get("transport") == label:
                     ax.axvline(event["t"], color="black", ls="--", lw=1)
-            share = figs.get("a_shared_share_after") if key == "a" else None
+            share = figs.get(A_SHARED_SHARE_AFTER) if key == "a" else None
             note = f"; shared path's share after the force {share}" if share is not None else ""
             ax.set_title(f"{label} flow {key.upper()} {src}->{dst}: data sent per path (Mbit/s, "
                          f"stacked){note}", fontsize=8, loc="left")
@@ -251,14 +265,14 @@ SCENARIOS = (
              "paths: ECN moves the first flow's load off it (the MRC paper's Fig. 14)",
              FabricParams(planes=2, leaves=2, spines=2, hosts_per_leaf=2, link_mbps=DEFAULT_LINK_MBPS), 8.0,
              3.0, None, transports=("mrc", "spray"), figures_type=EcnBalanceFigures,
-             figures=("goodput_fraction", "goodput_fraction_before", "a_shared_share_after",
-                      DATA_OK), brief=("goodput_fraction",),
+             figures=(GOODPUT_FRACTION, GOODPUT_FRACTION_BEFORE, A_SHARED_SHARE_AFTER,
+                      DATA_OK), brief=(GOODPUT_FRACTION,),
              row=Row("ecn-balance: goodput fraction after the force / first flow's share left on "
                      "the shared path",
-                     lambda t, _: f"{num(t.get('goodput_fraction'))} / {num(t.get('a_shared_share_after'))}"),
+                     lambda t, _: f"{num(t.get(GOODPUT_FRACTION))} / {num(t.get(A_SHARED_SHARE_AFTER))}"),
              quick={"transports": ("mrc",), "duration": 6.0, "fault_at": 2.5},
              # spray, which cannot move its load, leaves 1/4 of it on the shared path (0.80 of
              # capacity)
-             checks={"mrc": {"goodput_fraction": within(0.04),
-                             "a_shared_share_after": at_most(0.15), DATA_OK: IS_TRUE}}),
+             checks={"mrc": {GOODPUT_FRACTION: within(0.04),
+                             A_SHARED_SHARE_AFTER: at_most(0.15), DATA_OK: IS_TRUE}}),
 )

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Final
 
 from experiments.analysis import metrics
 from experiments.analysis.transports import BASELINE_PLANE, planes_used
@@ -39,7 +39,11 @@ from experiments.scenarios.base import (
 )
 from experiments.scenarios.schema import (
     DATA_OK,
+    GOODPUT_BEFORE_MBPS,
+    GOODPUT_DURING_MBPS,
+    GOODPUT_FRACTION,
     IS_TRUE,
+    STALL_MS,
     Cells,
     Figures,
     Row,
@@ -56,6 +60,10 @@ SMALL = DEFAULT_FABRIC
 # `RATE_START_S` at the earliest: past the transport's ramp where the fault comes late enough
 # (a window from 0.3 s to a fault at 1.5 s counted MRC's ramp and read 84-88% of a full link).
 RATE_START_S, RATE_WINDOW_S = 0.3, 1.0
+
+
+# The headline and checked figures' keys: their one spelling, which every reader imports.
+RECOVERY_MS: Final = "recovery_ms"
 
 
 class FaultFigures(Figures, total=False):
@@ -85,19 +93,19 @@ class FaultFigures(Figures, total=False):
     error: str
 
 
-FAILURE_FIGURES = ("recovery_ms", "stall_ms", "goodput_before_mbps", "goodput_during_mbps", DATA_OK)
-BRIEF = ("recovery_ms", "stall_ms", "goodput_fraction")
-NEVER = {"recovery_ms": "never recovered"}
+FAILURE_FIGURES = (RECOVERY_MS, STALL_MS, GOODPUT_BEFORE_MBPS, GOODPUT_DURING_MBPS, DATA_OK)
+BRIEF = (RECOVERY_MS, STALL_MS, GOODPUT_FRACTION)
+NEVER = {RECOVERY_MS: "never recovered"}
 
 
 def recovered(t: Mapping[str, Any]) -> bool:
-    return t.get("recovery_ms") is not None
+    return t.get(RECOVERY_MS) is not None
 
 
 def legend(t: Mapping[str, Any]) -> str:
     """A transport's recovery and stall, for a plot's legend."""
-    rec = t["recovery_ms"]
-    return f"recovery {'never' if rec is None else f'{rec:.0f} ms'}, stall {t['stall_ms']:.0f} ms"
+    rec = t[RECOVERY_MS]
+    return f"recovery {'never' if rec is None else f'{rec:.0f} ms'}, stall {t[STALL_MS]:.0f} ms"
 
 
 TABLE_HEADER = ("recovery ms", "stall ms", "before Mb/s", "during Mb/s", "data ok")
@@ -105,20 +113,20 @@ TABLE_HEADER = ("recovery ms", "stall ms", "before Mb/s", "during Mb/s", "data o
 
 def table_cells(t: Mapping[str, Any]) -> tuple[str, ...]:
     """A transport's cells under TABLE_HEADER (the demo's table)."""
-    rec = "never" if t["recovery_ms"] is None else f"{t['recovery_ms']:.0f}"
-    return (rec, f"{t['stall_ms']:.0f}", f"{t['goodput_before_mbps']:.1f}",
-            f"{t['goodput_during_mbps']:.1f}", "yes" if t[DATA_OK] else "NO")
+    rec = "never" if t[RECOVERY_MS] is None else f"{t[RECOVERY_MS]:.0f}"
+    return (rec, f"{t[STALL_MS]:.0f}", f"{t[GOODPUT_BEFORE_MBPS]:.1f}",
+            f"{t[GOODPUT_DURING_MBPS]:.1f}", "yes" if t[DATA_OK] else "NO")
 
 
 def story(t: Mapping[str, Cells], detect_ms: object) -> str:
     """What the link-failure run showed, in one sentence (README's account of the demo), from
     its reference figures per transport."""
     mrc, roce = t["mrc"], t["roce"]
-    return (f"MRC {num(mrc['goodput_before_mbps'])} Mbit/s before the cut and "
-            f"{num(mrc['goodput_during_mbps'])} during it, recovery {ms(mrc['recovery_ms'])} ms, "
-            f"longest run of empty 10 ms bins {ms(mrc['stall_ms'])} ms; the single-path baseline "
+    return (f"MRC {num(mrc[GOODPUT_BEFORE_MBPS])} Mbit/s before the cut and "
+            f"{num(mrc[GOODPUT_DURING_MBPS])} during it, recovery {ms(mrc[RECOVERY_MS])} ms, "
+            f"longest run of empty 10 ms bins {ms(mrc[STALL_MS])} ms; the single-path baseline "
             f"(roce) stalls "
-            f"{ms(roce['stall_ms'])} ms (the {ms(detect_ms)} ms "
+            f"{ms(roce[STALL_MS])} ms (the {ms(detect_ms)} ms "
             f"detection delay plus its retransmission timer), then runs at "
             f"{num(roce['goodput_after_mbps'])} Mbit/s on a surviving spine.\n")
 
@@ -303,15 +311,15 @@ def fault_metrics(opts: Options, fabric: Fabric, res: FlowResult, t0: float, eve
     return {
         "src": res.src, "dst": res.dst,
         # No goodput before the fault: nothing to recover to (not an instant recovery).
-        "recovery_ms": metrics.recovery_ms(mbps, fault_i, target, end_i, width) if before > 0 else None,
+        RECOVERY_MS: metrics.recovery_ms(mbps, fault_i, target, end_i, width) if before > 0 else None,
         "recovery_smoothing_ms": round(width * metrics.BIN_S * 1000),
-        "stall_ms": metrics.longest_stall_ms(mbps, fault_i, min(end_i + round(1 / metrics.BIN_S), n)),
+        STALL_MS: metrics.longest_stall_ms(mbps, fault_i, min(end_i + round(1 / metrics.BIN_S), n)),
         DATA_OK: res.data_ok and res.delivered,  # a long flow that delivered nothing failed
         "delivered": res.delivered,
-        "goodput_before_mbps": round(before, 2),
-        "goodput_during_mbps": round(during, 2),
+        GOODPUT_BEFORE_MBPS: round(before, 2),
+        GOODPUT_DURING_MBPS: round(during, 2),
         "goodput_after_mbps": None if after is None else round(after, 2),
-        "goodput_fraction": round(during / before, 3) if before else None,
+        GOODPUT_FRACTION: round(during / before, 3) if before else None,
         "recovery_target_mbps": round(target, 2),
         "capacity_mbps": {"before": cap_before, "during": cap_after},
         "bytes_delivered": res.bytes_delivered,
@@ -323,23 +331,23 @@ def fault_metrics(opts: Options, fabric: Fabric, res: FlowResult, t0: float, eve
 FLAPS = ("link-flap", "port-flap")
 PORT_SCENARIOS = ("port-failure", "port-flap")
 FAULT = Failure()
-RECOVERY_ROW = ("recovery / stall ms", lambda t, _: f"{ms(t.get('recovery_ms'))} / {ms(t.get('stall_ms'))}")
+RECOVERY_ROW = ("recovery / stall ms", lambda t, _: f"{ms(t.get(RECOVERY_MS))} / {ms(t.get(STALL_MS))}")
 FRACTION_ROW = ("goodput fraction / stall ms",
-                lambda t, _: f"{num(t.get('goodput_fraction'))} / {ms(t.get('stall_ms'))}")
-FLAP_FIGURES = ("stall_ms", "goodput_before_mbps", "goodput_during_mbps", "goodput_fraction", DATA_OK)
+                lambda t, _: f"{num(t.get(GOODPUT_FRACTION))} / {ms(t.get(STALL_MS))}")
+FLAP_FIGURES = (STALL_MS, GOODPUT_BEFORE_MBPS, GOODPUT_DURING_MBPS, GOODPUT_FRACTION, DATA_OK)
 SCENARIOS = (
     Scenario("link-failure", FAULT, "T0-T1 link cut during a long transfer, then restored",
              SMALL, 7.0, 2.5, 5.0, figures_type=FaultFigures, figures=FAILURE_FIGURES, brief=BRIEF,
              never=NEVER, row=Row(f"link-failure: {RECOVERY_ROW[0]}", RECOVERY_ROW[1]),
              quick={"transports": ("mrc", "roce"), "duration": 5.0, "fault_at": 2.0, "fault_end": 3.5},
-             checks={"mrc": {"recovery_ms": at_most(100.0), "stall_ms": at_most(50.0), DATA_OK: IS_TRUE},
-                     "roce": {"stall_ms": at_least(800.0), DATA_OK: IS_TRUE}}),
+             checks={"mrc": {RECOVERY_MS: at_most(100.0), STALL_MS: at_most(50.0), DATA_OK: IS_TRUE},
+                     "roce": {STALL_MS: at_least(800.0), DATA_OK: IS_TRUE}}),
     Scenario("switch-failure", FAULT, "a spine (T1) stops forwarding, ports up, then returns",
              SMALL, 7.0, 2.5, 5.0, figures_type=FaultFigures, figures=FAILURE_FIGURES, brief=BRIEF,
              never=NEVER, row=Row(f"switch-failure: {RECOVERY_ROW[0]}", RECOVERY_ROW[1])),
     Scenario("t0-failure", FAULT, "a leaf (T0) of one plane down with every port, then back",
              SMALL, 7.0, 2.5, 5.0, figures_type=FaultFigures,
-             figures=(*FAILURE_FIGURES[:-1], "goodput_fraction", DATA_OK), brief=BRIEF, never=NEVER,
+             figures=(*FAILURE_FIGURES[:-1], GOODPUT_FRACTION, DATA_OK), brief=BRIEF, never=NEVER,
              row=Row(f"t0-failure: {FRACTION_ROW[0]}", FRACTION_ROW[1])),
     Scenario("link-flap", FAULT, "a T0-T1 link flapping at a set rate", SMALL, 8.0, 2.0, 7.0,
              figures_type=FaultFigures,
@@ -347,12 +355,12 @@ SCENARIOS = (
              row=Row(f"link-flap: {FRACTION_ROW[0]}", FRACTION_ROW[1])),
     Scenario("lossy-link", FAULT, "random drop with probability p on one T0-T1 link",
              SMALL, 7.0, 2.5, 6.5, figures_type=FaultFigures,
-             figures=("goodput_before_mbps", "goodput_during_mbps", "goodput_fraction", DATA_OK),
+             figures=(GOODPUT_BEFORE_MBPS, GOODPUT_DURING_MBPS, GOODPUT_FRACTION, DATA_OK),
              brief=BRIEF, never=NEVER,
-             row=Row("lossy-link p=0.2: goodput fraction", lambda t, _: num(t.get("goodput_fraction"))),
+             row=Row("lossy-link p=0.2: goodput fraction", lambda t, _: num(t.get(GOODPUT_FRACTION))),
              quick={"transports": ("mrc",), "duration": 5.0, "fault_at": 2.0, "fault_end": 4.8,
                     "loss": 0.2},
-             checks={"mrc": {"goodput_fraction": at_least(0.93), DATA_OK: IS_TRUE}}),
+             checks={"mrc": {GOODPUT_FRACTION: at_least(0.93), DATA_OK: IS_TRUE}}),
     Scenario("port-failure", FAULT, "a host's NIC port (its link to the leaf) cut, then restored",
              SMALL, 7.0, 2.5, 5.0, figures_type=FaultFigures, figures=FAILURE_FIGURES, brief=BRIEF,
              never=NEVER, row=Row(f"port-failure: {RECOVERY_ROW[0]}", RECOVERY_ROW[1])),

@@ -22,6 +22,13 @@ from typing import Any, Final, Literal, NamedTuple, TypedDict
 # adding a figure keeps it. Every summary carries it as `schema_version`.
 SCHEMA_VERSION: Final = 1
 DATA_OK: Final = "data_ok"  # every transport's figure: every byte delivered was the byte sent
+# Figures several scenarios record under one key (each figures type says what it measures
+# there); a figure only one scenario records has its key in that scenario's module. Every
+# reader imports the key from its home.
+STALL_MS: Final = "stall_ms"  # the longest run of empty goodput bins after a fault
+GOODPUT_BEFORE_MBPS: Final = "goodput_before_mbps"
+GOODPUT_DURING_MBPS: Final = "goodput_during_mbps"
+GOODPUT_FRACTION: Final = "goodput_fraction"  # goodput as a share: of before the fault, or of capacity
 
 
 class Figures(TypedDict):

@@ -29,6 +29,7 @@ from endpoints.protocol.nicpacer import NicPacer
 from endpoints.protocol.receiver import MrcReceiver
 from endpoints.protocol.sender import MrcSender
 from experiments.api import traffic
+from experiments.scenarios.schema import GOODPUT_FRACTION
 from experiments.sim.simnet import SimLink, SimPath, Simulation
 from topologies.model import Fabric, FabricParams, build, ev_plane, fair_share_mbps
 from topologies.shaping import BURST_BYTES, HOST_QUEUE_PACKETS, SWITCH_QUEUE_PACKETS
@@ -275,4 +276,4 @@ def ecn_balance(model: ClosModel, force_at: float = 2.0, duration: float = 5.0, 
     cap = p.link_mbps + min(p.planes * p.link_mbps, (p.planes * p.spines - 1) * p.link_mbps)
     a, b = res.goodput_mbps(fa, force_at + 0.5, duration), res.goodput_mbps(fb, force_at + 0.5, duration)
     return {**res.summary(), "a_after": round(a, 2), "b_after": round(b, 2),
-            "goodput_fraction": round((a + b) / cap, 3), "run": res}
+            GOODPUT_FRACTION: round((a + b) / cap, 3), "run": res}

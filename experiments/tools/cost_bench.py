@@ -35,6 +35,7 @@ from endpoints.protocol.config import TransportConfig
 from experiments.analysis import calibration
 from experiments.outdir import REPO, RESULTS
 from experiments.scenarios import SCENARIOS
+from experiments.scenarios.permutation import THROUGHPUT_FRACTION, THROUGHPUT_MBPS
 from topologies import cleanup, files
 
 OUT = RESULTS / "bench" / "cost.json"
@@ -142,11 +143,11 @@ def measure(rate: float, seconds: float, seed: int, backend: str, out: Path,
     summary = json.loads((out / "summary.json").read_text())
     mrc = summary["transports"]["mrc"]
     payload = TransportConfig().mtu_payload  # the permutation runs the default transport
-    pps = mrc["throughput_mbps"] * 1e6 / 8 / payload
+    pps = mrc[THROUGHPUT_MBPS] * 1e6 / 8 / payload
     fid = summary["fidelity"]
     return {"link_mbps": rate, "delivered_data_pps": round(pps), **reading,
             "us_per_packet": round(reading["busy_cores"] / pps * 1e6, 1),
-            "throughput_fraction": mrc["throughput_fraction"], "faithful": fid["faithful"],
+            THROUGHPUT_FRACTION: mrc[THROUGHPUT_FRACTION], "faithful": fid["faithful"],
             "cpu_idle_p10_pct": fid["per_transport"]["mrc"]["cpu_idle_p10_pct"]}
 
 

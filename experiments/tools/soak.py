@@ -37,6 +37,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from experiments.outdir import REPO, RESULTS
+from experiments.scenarios.permutation import THROUGHPUT_FRACTION
+from experiments.scenarios.schema import GOODPUT_BEFORE_MBPS
 from topologies import cleanup, files
 
 SOAK_RESULTS = RESULTS / "soak"
@@ -60,9 +62,9 @@ CLI_SIGNALS = {"sigint": signal.SIGTERM, "double_sigint": signal.SIGHUP}
 CLI_FAULT_NAMES = {"sigint": "sigterm", "double_sigint": "sighup_then_sigterm"}  # in the report
 CLI_FAULTS = ("none", "kill_run", "sigint", "double_sigint")
 # Headline figures clean runs must agree on (relative to their median), per scenario.
-FIGURES = {"link-failure": [("mrc", "goodput_before_mbps"), ("roce", "goodput_before_mbps")],
-           "lossy-link": [("mrc", "goodput_before_mbps"), ("roce", "goodput_before_mbps")],
-           "permutation": [("mrc", "throughput_fraction")]}
+FIGURES = {"link-failure": [("mrc", GOODPUT_BEFORE_MBPS), ("roce", GOODPUT_BEFORE_MBPS)],
+           "lossy-link": [("mrc", GOODPUT_BEFORE_MBPS), ("roce", GOODPUT_BEFORE_MBPS)],
+           "permutation": [("mrc", THROUGHPUT_FRACTION)]}
 TOLERANCE = 0.15
 EXPECTED = {"none": (0,), "kill_run": (-9,), "sigint": (130,), "double_sigint": (130,),
             "kill_controller": (1,), "kill_agent": (1,)}

@@ -4,13 +4,19 @@ in the committed reference is too, and the commands' lists are the registry's.""
 
 from __future__ import annotations
 
+import ast
+from collections import defaultdict
+from pathlib import Path
+
 import pytest
 
 from experiments import docs_gen, runner, validate
 from experiments.scenarios import SCENARIOS, default_options, schema
 from experiments.scenarios.base import Record
+from experiments.scenarios.incast import TIMEOUTS
 
 REFERENCE = docs_gen.load_reference()
+EXPERIMENTS = Path(__file__).resolve().parents[4] / "experiments"
 
 
 @pytest.mark.parametrize("name", list(SCENARIOS))
@@ -91,3 +97,20 @@ def test_the_reference_block_names_every_type_and_its_scenarios():
         for figure in sc.figures:
             assert f"**`{figure}`**" in row
     assert "**`recovery_ms`**: float or None" in text  # a `|` would split the table's cell
+
+
+def test_a_headline_or_checked_figure_is_spelled_once_in_experiments():
+    """Each such key has one home, a Final constant in schema.py or in the module of the
+    scenario that records it; producer and readers import it. data_ok and timeouts are left
+    out: other records use the same words (the benchmarks' and fuzz's own data_ok, the agents'
+    timeouts counter the incast sums)."""
+    keys = {f for sc in SCENARIOS.values()
+            for f in (*sc.figures, *(k for checks in sc.checks.values() for k in checks))}
+    keys -= {schema.DATA_OK, TIMEOUTS}
+    spelled: dict[str, list[str]] = defaultdict(list)
+    for path in sorted(EXPERIMENTS.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Constant) and node.value in keys:
+                spelled[node.value].append(f"{path.relative_to(EXPERIMENTS.parent)}:{node.lineno}")
+    assert "recovery_ms" in keys and "throughput_of_ceiling" in keys  # checked figures count too
+    assert {k: where for k, where in spelled.items() if len(where) > 1} == {}

@@ -58,18 +58,20 @@ def parse_request(line: bytes) -> dict[str, Any]:
 
 
 class _Conn:
-    __slots__ = ("sock", "inbuf", "out")
+    __slots__ = ("sock", "inbuf", "out", "last")
 
     def __init__(self, sock: socket.socket) -> None:
         self.sock = sock
         self.inbuf = b""
         self.out = bytearray()  # replies not yet taken by the kernel
+        self.last = time.monotonic()  # when it connected or last asked something
 
 
 class ControlServer:
     """Serves requests from the agent's select loop without ever blocking it: replies are
     written as the client reads them (a client that stops reading is dropped once
-    `MAX_OUT` bytes wait for it), at most `MAX_CONNECTIONS` clients, strict JSON."""
+    `MAX_OUT` bytes wait for it), at most `MAX_CONNECTIONS` clients (a newcomer takes the place
+    of the one longest silent), strict JSON."""
 
     def __init__(self, path: str, selector: selectors.BaseSelector,
                  handler: Callable[[dict[str, Any]], dict[str, object]]) -> None:
@@ -97,8 +99,11 @@ class ControlServer:
         except OSError:
             return  # out of descriptors: the client sees its connection refused or reset
         if len(self.conns) >= MAX_CONNECTIONS:
-            sock.close()
-            return
+            # Make room by dropping the client that has gone longest without asking anything:
+            # connections that never ask (a flood) cannot lock out one that does. Refusing the
+            # newcomer instead let a loaded machine's flood fill every place before the runner's
+            # fresh connection came, which was then closed unanswered.
+            self._drop(min(self.conns.values(), key=lambda c: c.last))
         sock.setblocking(False)
         self.conns[sock] = _Conn(sock)
         self.selector.register(sock, selectors.EVENT_READ, self._ready)
@@ -131,6 +136,8 @@ class ControlServer:
             self._drop(conn)
             return
         conn.inbuf = rest
+        if lines:
+            conn.last = time.monotonic()
         for line in lines:
             if line.strip():
                 self._queue(conn, self._answer(line))

@@ -14,6 +14,7 @@ import subprocess
 import sys
 
 from endpoints.protocol import wire
+from endpoints.protocol.config import TransportConfig
 from experiments.tools import dissector
 from tests.captures import compare_with_log
 from tests.conftest import require_or_skip
@@ -33,9 +34,14 @@ def test_capture_of_a_transfer_through_a_cut_reads_as_the_agents_sent_it(tmp_pat
     assert summary["config"]["capture"] == ["h0", "h1"] and summary["transports"]["mrc"]["data_ok"]
     assert [e["action"] for e in summary["faults"]][:1] == ["cut"]
     fabric = Fabric(FabricParams.from_dict(summary["fabric"]))
+    # The data frames the host's NICs carry in the run at the rate it ran at (the scenario's, or
+    # less on a loaded machine); each capture holds them or their SACKs, and probes, so at least
+    # half as many packets (at 20 Mbit/s over a thousand; at 1 Mbit/s, three times as many).
+    carried = fabric.params.planes * fabric.params.link_mbps * 1e6 / 8 \
+        / wire.frame_bytes(TransportConfig().mtu_payload) * 2.5
     kinds: collections.Counter[str] = collections.Counter()
     for me, peer in (("h0", "h1"), ("h1", "h0")):
-        assert summary["captures"][me]["packets"] > 1000
+        assert summary["captures"][me]["packets"] > 0.5 * carried
         records = [r for r in map(json.loads, (out / "traces" / f"{me}-trace.jsonl").read_text().splitlines())
                    if r["event"] == "packet"]
         assert records and not any(r.get("log_full") for r in records), "the log must hold the run"

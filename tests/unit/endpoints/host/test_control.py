@@ -189,6 +189,33 @@ def test_connections_are_capped(loop, tmp_path):
     _alive(loop, path)
 
 
+def test_a_client_that_asks_is_served_beside_a_full_set_of_silent_ones(loop, tmp_path):
+    """A flood that fills every place before the runner connects (as a loaded machine ordered
+    it in a CI rehearsal) gives way: the newcomer takes the silent one's place, and a client that
+    keeps asking keeps its own."""
+    path = str(tmp_path / "agent.sock")
+    talker = AgentClient(path, timeout=3).connect(wait=1)
+    assert talker.call("ping")["echo"] == {"cmd": "ping"}
+    silent = []
+    try:
+        for _ in range(control.MAX_CONNECTIONS):
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            s.connect(path)
+            silent.append(s)
+            assert talker.call("ping")["echo"] == {"cmd": "ping"}  # the talker stays in
+        deadline = time.monotonic() + 5
+        while len(loop.server.conns) < control.MAX_CONNECTIONS and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert len(loop.server.conns) == control.MAX_CONNECTIONS  # full, of silent ones
+        _alive(loop, path)  # a fresh client is answered
+        assert talker.call("ping")["echo"] == {"cmd": "ping"}
+        assert len(loop.server.conns) <= control.MAX_CONNECTIONS
+    finally:
+        for s in silent:
+            s.close()
+        talker.close()
+
+
 def test_client_raises_a_clear_error_when_the_agent_is_gone(tmp_path):
     lp = Loop(str(tmp_path / "agent.sock"))
     client = AgentClient(str(tmp_path / "agent.sock"), timeout=2).connect(wait=1)

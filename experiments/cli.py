@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 from experiments import outdir
+from experiments.analysis.transports import AGENT_PROCESSES
 from experiments.outdir import RESULTS, OutDirError
 from experiments.shell.cliwords import ArgParser as _ArgParser
 from experiments.shell.cliwords import CliError, clean_text, probability, scenario_defaults
@@ -150,9 +151,8 @@ def make_parser() -> argparse.ArgumentParser:
     for name in ("planes", "leaves", "spines", "hosts-per-leaf"):
         run.add_argument(f"--{name}", type=int, default=None, help="default: the scenario's (below)")
     run.add_argument("--link-mbps", type=_link_rate, default=None,
-                     help="link rate in Mbit/s, or auto: the fastest the switch backend carries "
-                          "faithfully for this scenario (from `make bench`); default: the "
-                          "scenario's (below)")
+                     help="link rate in Mbit/s, or auto: the fastest this machine runs the "
+                          "scenario at faithfully (its calibration); default: the scenario's")
     _switch_args(run)
     run.add_argument("--dataplane", choices=("auto", "ebpf", "droptail"), default="auto",
                      help="switch egress: ECN marking and trimming in eBPF (auto: where it loads)")
@@ -190,14 +190,15 @@ def make_parser() -> argparse.ArgumentParser:
                      help="allreduce: RoCE's QPs per host pair, a sweep per count (default: 1,4,16)")
     run.add_argument("--seed", type=int, default=1, help="drives every random choice")
     run.add_argument("--port-status", choices=("on", "off"), default="on",
-                     help="MRC hosts stop using a plane whose NIC port is down, theirs or a "
-                          "peer's (announced in SACKs and probes); off: each EV of it fails on "
-                          "its own (default: on)")
+                     help="MRC hosts stop using a plane whose NIC port (theirs or a peer's, told "
+                          "in SACKs and probes) is down; off: each EV of it fails on its own")
     _servers_arg(run)
     run.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
                      help="a transport parameter for the run's agents, e.g. active_fraction=0.5 "
                           "(repeatable; the EV set: ev_set_size, active_fraction, backup_min_paths)")
     run.add_argument("--out", default=None, help="default: results/NAME")
+    run.add_argument("--agents", choices=AGENT_PROCESSES, default=AGENT_PROCESSES[0],
+                     help="the hosts' agents in one process (shared) or one each (per-host)")
     run.add_argument("--capture", default=None, metavar="TARGET[,TARGET...]",
                      help="keep a pcap of the whole run per target in the results, TARGET.pcap: "
                           "a host (h1: every NIC), a host NIC (h1-eth0) or a switch port (p0l0-eth3)")
@@ -310,6 +311,7 @@ def run_options(args: argparse.Namespace):  # -> experiments.scenarios.Options
                    datapath=args.datapath, dataplane=args.dataplane, switch_backend=args.switch,
                    capture=capture, packet_log=packet_log, replace=replacements,
                    port_status=args.port_status == "on", servers=_servers(args) or (),
+                   agents=args.agents,
                    params=params, given=frozenset(given), **fields)
     if args.link_mbps in (None, "auto"):
         # auto: the fastest rate this machine carries faithfully now (its calibration, the

@@ -54,11 +54,11 @@ def assess_load(opts: Options, backend: str, free_cores: float | None = None) ->
     out = capacity.assess(backend, opts.fabric, senders, opts.transport().mtu_payload,
                           files.read_json(MEASURED_CAPACITY), files.read_json(REFERENCE_CAPACITY),
                           agent_cores=os.cpu_count() or 1 if free_cores is None else free_cores,
-                          calibration=cal)
+                          calibration=cal, agents=opts.agents)
     # which calibration the figures came from (the summary records it)
     out["calibration"] = None if cal is None else {
         k: cal.get(k) for k in ("fixed_cores", "marginal_us_per_packet", "idle", "fingerprint",
-                                "fabric", "seed", "reference")}
+                                "fabric", "seed", "reference", "agents")}
     return out
 
 
@@ -70,7 +70,8 @@ def faithful_link_mbps(opts: Options, backend: str, free_cores: float | None = N
     return capacity.faithful_rate(backend, opts.fabric, senders, opts.transport().mtu_payload,
                                   files.read_json(MEASURED_CAPACITY), files.read_json(REFERENCE_CAPACITY),
                                   agent_cores=os.cpu_count() or 1 if free_cores is None else free_cores,
-                                  calibration=calibration.effective(backend), ceiling=ceiling)
+                                  calibration=calibration.effective(backend), ceiling=ceiling,
+                                  agents=opts.agents)
 
 
 def execute(opts: Options, workdir: Path, say: Progress) -> tuple[Record, dict]:
@@ -89,7 +90,7 @@ def execute(opts: Options, workdir: Path, say: Progress) -> tuple[Record, dict]:
     with Testbed(fabric, workdir, seed=opts.seed, datapath=opts.datapath, detect_ms=opts.detect_ms,
                  dataplane=opts.dataplane, switch=opts.switch_backend,
                  packet_log=opts.packet_log, replace=opts.replace, servers=opts.servers,
-                 transport=opts.transport()) as bed:
+                 transport=opts.transport(), agents=opts.agents) as bed:
         em = bed.em
         say(f"fabric up in {em.setup_seconds:.1f} s ({len(fabric.switches)} switches, "
             f"{describe_switches(em)})")
@@ -223,9 +224,10 @@ def _fidelity(opts: Options, record: Record, cpu: fidelity.CpuSampler, datapath:
     for transport, (t0, t1) in record.windows.items():
         idle, headroom = cpu.low_idle(t0, t1), cpu.low_headroom(t0, t1)
         rate = record.link_rates.get(transport)
-        ovs = cpu.ovs_busy(t0, t1)
+        ovs, agents = cpu.ovs_busy(t0, t1), cpu.agents_busy(t0, t1)
         entry: dict[str, Any] = {"cpu_idle_min_pct": cpu.min_idle(t0, t1), "cpu_idle_p10_pct": idle,
-                 "cpu_idle_mean_pct": cpu.mean_idle(t0, t1), "switch_cpu_p90_pct": ovs}
+                 "cpu_idle_mean_pct": cpu.mean_idle(t0, t1), "switch_cpu_p90_pct": ovs,
+                 "agents_cpu_p90_pct": agents}
         if cpu.background:  # another program was busy: the verdict reads the headroom
             entry.update({"cpu_headroom_p10_pct": headroom, "background_processes": len(cpu.background)})
             idle = headroom
@@ -233,6 +235,10 @@ def _fidelity(opts: Options, record: Record, cpu: fidelity.CpuSampler, datapath:
             warnings.append(f"{transport}: a forwarding process (ovs-vswitchd) used {ovs}% of a "
                             f"core for 10% of the run (> {fidelity.OVS_BUSY_CEILING_PCT}%): the "
                             f"switches, not the links, may set the pace")
+        if agents is not None and agents > fidelity.AGENTS_BUSY_CEILING_PCT:
+            problems.append(f"{transport}: the agents' process used {agents}% of a core for 10% of "
+                            f"the run (> {fidelity.AGENTS_BUSY_CEILING_PCT}%): the agents, not the "
+                            f"links, set the pace")
         if rate is not None:
             entry["link_mbps_achieved"] = rate
         steal = cpu.steal(t0, t1)

@@ -1,8 +1,9 @@
 """The one namespace helper: enter a network namespace from this thread, or run a command in one.
 
-Python 3.11 has no `os.setns`, so libc's is called through ctypes. Sockets (netlink, UDP,
-raw) opened inside `inside(pid)` stay bound to that namespace after the block ends, which
-lets one process configure or probe every host without spawning one process per host.
+The setns call itself is endpoints/host/nsenter.py's (the agents enter namespaces too).
+Sockets (netlink, UDP, raw) opened inside `inside(pid)` stay bound to that namespace after the
+block ends, which lets one process configure or probe every host without spawning one process
+per host.
 A namespace is named by a process in it (a Mininet host's shell: `inside`, `command`) or by
 an iproute2 name under /run/netns (`inside_named`, `command_named`), for one that has no
 process yet.
@@ -10,47 +11,23 @@ process yet.
 
 from __future__ import annotations
 
-import ctypes
-import os
 import subprocess
-import threading
-from collections.abc import Iterator, Sequence
-from contextlib import AbstractContextManager, contextmanager, nullcontext
+from collections.abc import Sequence
+from contextlib import AbstractContextManager, nullcontext
 
-CLONE_NEWNET = 0x40000000
+from endpoints.host.nsenter import entered
+
 NETNS_DIR = "/run/netns"  # where `ip netns add NAME` pins a namespace
-_libc = ctypes.CDLL(None, use_errno=True)
-
-
-def _setns(fd: int) -> None:
-    if _libc.setns(fd, CLONE_NEWNET) != 0:
-        err = ctypes.get_errno()
-        raise OSError(err, f"setns failed: {os.strerror(err)}")
-
-
-@contextmanager
-def _entered(path: str) -> Iterator[None]:
-    home = os.open(f"/proc/self/task/{threading.get_native_id()}/ns/net", os.O_RDONLY)
-    target = os.open(path, os.O_RDONLY)
-    try:
-        _setns(target)
-        try:
-            yield
-        finally:
-            _setns(home)
-    finally:
-        os.close(target)
-        os.close(home)
 
 
 def inside(pid: int) -> AbstractContextManager[None]:
     """Run the block in the network namespace of process `pid` (this thread only)."""
-    return _entered(f"/proc/{pid}/ns/net")
+    return entered(f"/proc/{pid}/ns/net")
 
 
 def inside_named(name: str) -> AbstractContextManager[None]:
     """Run the block in the named namespace `name` (iproute2's /run/netns/NAME)."""
-    return _entered(f"{NETNS_DIR}/{name}")
+    return entered(f"{NETNS_DIR}/{name}")
 
 
 def command(pid: int, argv: Sequence[str]) -> list[str]:

@@ -1,7 +1,10 @@
 """The host agent: one process per emulated host, running MRC (and the RoCE-like go-back-N
 baseline) QPs over real sockets around the sans-IO cores.
 
-`python -m endpoints.host.agent --config FILE` inside the host's namespace. The experiment runner
+`python -m endpoints.host.agent --config FILE` inside the host's namespace; with several
+`--config` files, whose settings name each host's namespace (`netns`), every host's agent in one
+process (endpoints/host/shared.py: the testbed's default, as it costs the machine a third less
+per packet). The experiment runner
 drives it through a Unix socket speaking JSON lines (endpoints/host/control.py); the commands
 are endpoints/host/commands.py, the loop that moves the datagrams endpoints/host/dataloop.py.
 
@@ -14,6 +17,7 @@ host's path table from the model (topologies/pathtables.py) and hands it over in
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import signal
@@ -22,9 +26,11 @@ import sys
 from typing import Any
 
 from endpoints.host import overrides as replacements_from
+from endpoints.host import shared
 from endpoints.host.commands import AgentCommands
 from endpoints.host.control import ControlServer
 from endpoints.host.dataloop import DataLoop
+from endpoints.host.nsenter import entered
 from endpoints.host.paths import PathTable
 from endpoints.host.ports import PortWatch
 from endpoints.protocol.config import TransportConfig
@@ -65,20 +71,51 @@ class Agent:
         self.loop.close()
 
 
+def make_agents(configs: list[dict[str, Any]]) -> list[Agent]:
+    """An agent per settings, each made inside the namespace its `netns` names (a path:
+    /proc/PID/ns/net, /run/netns/NAME; none: this process's), where the sockets it opens later
+    are opened too; every agent made so far is closed if one fails."""
+    agents: list[Agent] = []
+    try:
+        for settings in configs:
+            ns = settings.get("netns")
+            if ns is None:
+                agents.append(Agent(settings))
+                continue
+            with entered(str(ns)):
+                agent = Agent(settings)
+            agent.loop.tx.namespace = functools.partial(entered, str(ns))
+            agents.append(agent)
+    except BaseException:
+        for agent in agents:
+            agent.close()
+        raise
+    return agents
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="MRC host agent")
-    parser.add_argument("--config", required=True)
+    parser.add_argument("--config", required=True, action="append",
+                        help="an agent's settings (JSON); several: one process runs them all")
     args = parser.parse_args(argv)
-    with open(args.config) as fh:
-        settings = json.load(fh)
+    configs = []
+    for path in args.config:
+        with open(path) as fh:
+            configs.append(json.load(fh))
     try:
-        agent = Agent(settings)
+        agents = make_agents(configs)
     except replacements_from.OverrideError as exc:
         print(f"agent: error: {exc}", file=sys.stderr)
         return 2
-    signal.signal(signal.SIGTERM, lambda *_: setattr(agent.loop, "running", False))
+
+    def stop(*_: object) -> None:
+        for agent in agents:
+            agent.loop.running = False
+
+    signal.signal(signal.SIGTERM, stop)
     # MRCLAB_AGENT_PROFILE=DIR: the agent's Python profile (cProfile) written to
-    # DIR/agent-HOST.prof when it ends, for `make bench`'s cost breakdown (experiments/tools/cost_bench.py).
+    # DIR/agent-HOST.prof when it ends (one file for a process of several agents, named by
+    # the first), for `make bench`'s cost breakdown (experiments/tools/cost_bench.py).
     profile_dir = os.environ.get("MRCLAB_AGENT_PROFILE")
     profiler = None
     if profile_dir:
@@ -86,13 +123,18 @@ def main(argv: list[str] | None = None) -> int:
         profiler = cProfile.Profile()
         profiler.enable()
     try:
-        agent.run()
+        if len(agents) == 1:
+            agents[0].loop.run()
+        else:
+            shared.run([agent.loop for agent in agents])
     except KeyboardInterrupt:
-        agent.close()
+        pass
     finally:
         if profiler is not None and profile_dir:
             profiler.disable()
-            profiler.dump_stats(os.path.join(profile_dir, f"agent-{agent.name}.prof"))
+            profiler.dump_stats(os.path.join(profile_dir, f"agent-{agents[0].name}.prof"))
+        for agent in agents:
+            agent.close()
     return 0
 
 

@@ -31,11 +31,13 @@ EV layout: low 16 bits in the UDP source port, high 16 bits in the low 16 bits o
 from __future__ import annotations
 
 import collections
+import contextlib
 import errno
 import ipaddress
 import socket
 import struct
 import sys
+from collections.abc import Callable
 
 from endpoints.protocol.wire import MRC_PORT, ev_to_wire, udp6_checksum
 
@@ -153,12 +155,16 @@ class Transmitter:
         self.kernel_checksum = kernel_checksum
         self.paths: dict[tuple[bytes, bytes, int, int, int, int], TxPath] = {}
         self.refused = 0  # paths the kernel would not open a socket for (raw instead)
+        # Where sockets opened later (a path's, on first use) must be made: the namespace the
+        # transmitter was made in, when the process runs several hosts' agents (shared.py).
+        self.namespace: Callable[[], contextlib.AbstractContextManager[None]] = contextlib.nullcontext
         self.dropped = 0  # datagrams lost to a permanent send error (counted by errno too)
 
     @property
     def raw(self) -> RawSender:
         if self._raw is None:
-            self._raw = RawSender(self.sndbuf)
+            with self.namespace():
+                self._raw = RawSender(self.sndbuf)
         return self._raw
 
     def path(self, src: bytes, dst: bytes, dst_text: str, ev: int,
@@ -172,7 +178,8 @@ class Transmitter:
             sock = None
             if self.kernel_checksum and len(self.paths) < self.max_paths:
                 try:
-                    sock = open_path_socket(src, dst, ev, tclass, mark=mark, priority=priority)
+                    with self.namespace():
+                        sock = open_path_socket(src, dst, ev, tclass, mark=mark, priority=priority)
                 except OSError:
                     self.refused += 1  # e.g. source not local or port taken: raw still works
             path = self.paths[key] = TxPath(src, dst, dst_text, ev, tclass, sock, mark)

@@ -69,6 +69,15 @@ AGENT_DATA_PPS_PER_CORE = {"linux": 4800, "ovs": 2350}
 SPREAD = 4 / 3
 # With a calibration: the share of the free cores the predicted whole-machine CPU may take.
 AUTO_CPU_SHARE = 0.6
+# ... and of one core, the predicted CPU of the process that runs every host's agent
+# (endpoints/host/shared.py): one thread, late past about nine tenths of a core for a tenth of
+# a run (fidelity.AGENTS_BUSY_CEILING_PCT); its mean stays about a tenth below its 90th
+# percentile, which leaves a machine a little slower than at calibration the rest.
+AGENTS_PROCESS_SHARE = 0.7
+# A process per host (`--agents per-host`) costs the whole machine this many times what one
+# process for them all does at the same rate (the default permutation on kernel routers, 2-core
+# VM, 5-20 Mbit/s: 1.5-1.7 times); a calibration measures the default.
+PER_HOST_COST = 1.5
 # Rates `--link-mbps auto` chooses from (Mbit/s), fastest first: steps of at most about a
 # third below 50, where a run's rate is most often set by the machine, not the scenario.
 LADDER = (1000.0, 400.0, 200.0, 100.0, 50.0, 40.0, 30.0, 20.0, 15.0, 10.0, 8.0, 6.0, 5.0, 4.0,
@@ -127,6 +136,26 @@ def cost_points(cal: dict[str, Any], params: FabricParams) -> list[tuple[float, 
     return points
 
 
+def agents_process_points(cal: dict[str, Any], params: FabricParams) -> list[tuple[float, float]] | None:
+    """(data packets/s, cores) the process of every host's agent spends, as `cost_points` has the
+    machine's: from what the agents spend with no data moving (scaled by host NIC ports)
+    through each faithful run's busiest agents' process; None for a calibration that did not
+    read it (made with a process per host, or before it was read)."""
+    runs = [r for r in cal.get("runs", []) if r.get("agents_process_cores") is not None]
+    if not runs or cal.get("agents", "per-host") != "shared":
+        return None
+    runs = [r for r in runs if r.get("faithful", True)] or runs
+    idle = cal.get("idle") or {}
+    base = max(float(idle.get("fabric_and_agents_cores", 0.0)) - float(idle.get("fabric_cores", 0.0)), 0.0)
+    scale = host_ports(params) / host_ports(FabricParams.from_dict(cal["fabric"]))
+    points, top = [(0.0, base * scale)], base * scale
+    for r in sorted(runs, key=lambda r: r["delivered_data_pps"]):
+        if r["delivered_data_pps"] > points[-1][0]:
+            top = max(top, base * scale + float(r["agents_process_cores"]) - base)
+            points.append((float(r["delivered_data_pps"]), top))
+    return points if len(points) > 1 else None
+
+
 def cores_for(points: list[tuple[float, float]], pps: float) -> float:
     """Cores at `pps` data packets/s along `cost_points`: straight between the measured points,
     and past the last on the line from no data through it (the cost per packet falls as the
@@ -179,14 +208,16 @@ def capacity(backend: str, params: FabricParams, measured: dict[str, Any],
 def assess(backend: str, params: FabricParams, busy_senders: int, mtu_payload: int,
            measured: dict[str, Any], reference: dict[str, Any],
            agent_cores: float | None = None,
-           calibration: dict[str, Any] | None = None) -> dict[str, Any]:
+           calibration: dict[str, Any] | None = None, agents: str = "shared") -> dict[str, Any]:
     """Whether the run fits: capacity's keys and "backend", "busy_senders",
     "needed_packet_hops_per_s", "faithful_packet_hops_per_s", "switches_within", "within". A
     backend nothing is known about counts as within (source "none" says so). With
     `agent_cores` (the machine's cores), the agents' bound too, on the cores the switches leave
     them: "agent_cores", "agent_data_pps_needed", "agent_data_pps_faithful", "agents_within";
     with a `calibration` of this backend (experiments/analysis/calibration.py), the agents' bound is
-    this machine's: "calibrated" True and "cores_needed", "cores_allowed"."""
+    this machine's: "calibrated" True and "cores_needed", "cores_allowed", and for `agents`
+    "shared" (every host's agent in one process) that process's too, one core at most:
+    "agents_process_cores_needed", "agents_process_cores_allowed"."""
     cap = capacity(backend, params, measured, reference)
     faithful = cap["packet_hops_per_s"] * FAITHFUL_SHARE
     needed = load(params, busy_senders, mtu_payload)
@@ -202,10 +233,21 @@ def assess(backend: str, params: FabricParams, busy_senders: int, mtu_payload: i
             cores = agent_cores
             allowed = cores * AUTO_CPU_SHARE
             points = cost_points(calibration, params)
+            if agents != "shared" and calibration.get("agents") == "shared":
+                points = [(x, y * PER_HOST_COST) for x, y in points]
             needed = cores_for(points, agents_need)
             agents_faithful = round(min(pps_for(points, allowed), 1e9))
+            within = needed <= allowed
+            process = agents_process_points(calibration, params) if agents == "shared" else None
+            if process is not None:  # one thread for every agent: one core, whatever is free
+                process_needed = cores_for(process, agents_need)
+                out.update({"agents_process_cores_needed": round(process_needed, 2),
+                            "agents_process_cores_allowed": AGENTS_PROCESS_SHARE})
+                agents_faithful = min(agents_faithful,
+                                      round(min(pps_for(process, AGENTS_PROCESS_SHARE), 1e9)))
+                within = within and process_needed <= AGENTS_PROCESS_SHARE
             out.update({"calibrated": True, "cores_needed": round(needed, 2),
-                        "cores_allowed": round(allowed, 2), "agents_within": needed <= allowed,
+                        "cores_allowed": round(allowed, 2), "agents_within": within,
                         # the committed reference (calibration.effective), not this machine's own
                         "calibration_is_reference": bool(calibration.get("reference"))})
         else:
@@ -220,14 +262,14 @@ def assess(backend: str, params: FabricParams, busy_senders: int, mtu_payload: i
 def faithful_rate(backend: str, params: FabricParams, busy_senders: int, mtu_payload: int,
                   measured: dict[str, Any], reference: dict[str, Any],
                   agent_cores: float | None = None, calibration: dict[str, Any] | None = None,
-                  ceiling: float | None = None) -> float:
+                  ceiling: float | None = None, agents: str = "shared") -> float:
     """The fastest rate of `LADDER` (at most `ceiling`) at which the run fits (the slowest if
     none does)."""
     for rate in LADDER:
         if ceiling is not None and rate > ceiling:
             continue
         if assess(backend, replace(params, link_mbps=rate), busy_senders, mtu_payload,
-                  measured, reference, agent_cores, calibration)["within"]:
+                  measured, reference, agent_cores, calibration, agents)["within"]:
             return rate
     return LADDER[-1]
 
@@ -238,6 +280,13 @@ def describe(a: dict[str, Any]) -> str:
     if a.get("agents_within") is False and a.get("switches_within", True) and a.get("calibrated"):
         whose = "the committed cost reference: this machine has no calibration of its own, " \
             "`make setup` makes one" if a.get("calibration_is_reference") else "this machine's calibration"
+        process = a.get("agents_process_cores_needed")
+        if process is not None and process > a["agents_process_cores_allowed"] and \
+                a["cores_needed"] <= a["cores_allowed"]:
+            return (f"needs about {process:g} of a core for the process that runs every host's "
+                    f"agent ({a['agent_data_pps_needed']:,} data packets/s, by {whose}); "
+                    f"{a['agents_process_cores_allowed']:g} is what a faithful run may take of "
+                    f"its one core")
         return (f"needs about {a['cores_needed']:g} cores of this machine for its agents and "
                 f"switches ({a['agent_data_pps_needed']:,} data packets/s, by {whose}); "
                 f"{a['cores_allowed']:g} is what a faithful run may take of the "

@@ -7,6 +7,9 @@ from __future__ import annotations
 TRANSPORTS = ("mrc", "roce", "spray", "tcp", "mptcp")  # the runner's, the tables' columns' order
 MULTIPATH = frozenset({"mrc", "spray", "mptcp"})  # use every plane; the others are pinned to plane 0
 BASELINE_PLANE = 0
+# How the hosts' agents run: every one in one process (the default: a third less CPU per packet,
+# endpoints/host/shared.py), or a process in each host.
+AGENT_PROCESSES = ("shared", "per-host")
 
 
 def planes_used(transport: str, planes: int) -> tuple[int, ...]:

@@ -32,7 +32,7 @@ from endpoints.host.control import AgentClient
 from endpoints.protocol import wire
 from endpoints.protocol.config import TransportConfig, with_overrides
 from experiments.analysis import fidelity
-from experiments.analysis.transports import BASELINE_PLANE, TRANSPORTS
+from experiments.analysis.transports import AGENT_PROCESSES, BASELINE_PLANE, TRANSPORTS
 from experiments.api.capture import Capture
 from experiments.api.faults import FaultInjector
 from experiments.api.flows import AgentFlow, Flow, TcpFlow
@@ -69,31 +69,50 @@ def fabric_settings(em: Emulation) -> dict:
 def start_agents(em: Emulation, hosts: Iterable[str], workdir: Path, seed: int,
                  transport: dict | None = None, packet_log: int = 0,
                  procs: dict[str, subprocess.Popen] | None = None,
-                 replace: Iterable[overrides.Replacement] = ()) -> dict[str, AgentClient]:
-    """One agent process per host (`python -m endpoints.host.agent`), connected to; each is
-    handed its host's path table from the model (topologies/pathtables.py) in its settings.
-    `packet_log`: each agent logs the first N datagrams it sends and receives in its trace;
-    each process is put in `procs` (by host) when given. `replace`: code in the product's
-    place at named override points (endpoints/host/overrides.py), in every agent; each agent
-    is asked what it loaded, and must answer with the same files."""
-    clients = {}
+                 replace: Iterable[overrides.Replacement] = (), processes: str = "shared",
+                 logs: dict[str, Path] | None = None) -> dict[str, AgentClient]:
+    """Every host's agent (`python -m endpoints.host.agent`), connected to; each is handed its
+    host's path table from the model (topologies/pathtables.py) in its settings. `processes`:
+    "shared", one process runs them all, each agent made inside its host's namespace
+    (endpoints/host/shared.py: a third less CPU per packet than a process each, docs/
+    experiments.md, "What a run costs"), or "per-host", a process in each host. Each host's
+    process is put in `procs` and its log in `logs` (by host) when given. `packet_log`: each
+    agent logs the first N datagrams it sends and receives in its trace. `replace`: code in
+    the product's place at named override points (endpoints/host/overrides.py), in every
+    agent; each agent is asked what it loaded, and must answer with the same files."""
+    if processes not in AGENT_PROCESSES:
+        raise ValueError(f"unknown agent processes {processes!r}: use one of {', '.join(AGENT_PROCESSES)}")
+    hosts = list(hosts)
+    clients, configs = {}, {}
     replace = overrides.check(replace)
     for host in hosts:
         control = str(workdir / f"{host}.sock")
         settings = {"paths": agent_paths(em.fabric, host), "control": control,
                     "trace": str(workdir / f"{host}-trace.jsonl"), "seed": seed,
                     "transport": transport or {}, "packet_log": packet_log, **fabric_settings(em)}
+        if processes == "shared":
+            settings["netns"] = f"/proc/{em.pid(host)}/ns/net"
         if replace:
             settings["replace"] = overrides.as_settings(replace)
-        config = workdir / f"agent-{host}.json"
-        config.write_text(json.dumps(settings))
-        log = open(workdir / f"agent-{host}.log", "w")
-        proc = em.popen(host, [sys.executable, "-m", "endpoints.host.agent", "--config", str(config)],
-                        stdout=log, stderr=log, cwd=str(REPO))
-        if procs is not None:
-            procs[host] = proc
+        configs[host] = workdir / f"agent-{host}.json"
+        configs[host].write_text(json.dumps(settings))
         clients[host] = AgentClient(control)
-    wait_for_agents(clients, lambda host: workdir / f"agent-{host}.log")
+    groups = [hosts] if processes == "shared" else [[host] for host in hosts]
+    log_of = {}
+    for group in groups:
+        log_path = workdir / ("agents.log" if processes == "shared" else f"agent-{group[0]}.log")
+        argv = [sys.executable, "-m", "endpoints.host.agent"]
+        for host in group:
+            argv += ["--config", str(configs[host])]
+        with open(log_path, "w") as log:
+            proc = em.popen(group[0], argv, stdout=log, stderr=log, cwd=str(REPO))
+        for host in group:
+            log_of[host] = log_path
+            if procs is not None:
+                procs[host] = proc
+    if logs is not None:
+        logs.update(log_of)
+    wait_for_agents(clients, log_of.__getitem__)
     if replace:
         want = overrides.provenance(replace)
         for host, client in clients.items():
@@ -149,6 +168,8 @@ class Testbed:
         checked here; `provenance` records what was replaced, with each file's SHA-256.
     servers: split the fabric over machines, the head (this one) first: hosts here, each
         plane's switches on a server after it, over ssh (docs/cluster.md); () runs it all here.
+    agents: "shared", every host's agent in one process (the default: a third less CPU per
+        packet), or "per-host", a process in each host (`start_agents`).
     """
 
     def __init__(self, fabric: Fabric, workdir: Path | str | None = None, seed: int = 1,
@@ -156,7 +177,10 @@ class Testbed:
                  detect_ms: float = DEFAULT_DETECT_MS, dataplane: str = "auto", switch: str = "auto",
                  packet_log: int = 0,
                  replace: Iterable[overrides.Replacement | str] = (),
-                 servers: Iterable[str] = ()) -> None:
+                 servers: Iterable[str] = (), agents: str = "shared") -> None:
+        if agents not in AGENT_PROCESSES:
+            raise FabricError(f"unknown agent processes {agents!r}: use one of {', '.join(AGENT_PROCESSES)}")
+        self.agent_processes = agents
         self.fabric = fabric
         self.replace = overrides.check(r if isinstance(r, overrides.Replacement) else
                                        overrides.parse(r) for r in replace)
@@ -172,13 +196,15 @@ class Testbed:
                                  detect_ms=detect_ms, dataplane_mode=dataplane,
                                  transport=self.transport, switch=switch)
         self.cpu = fidelity.CpuSampler(forwarding_pids=self.em.forwarding_pids,
-                                       remote=self._remote_cpu_commands)
+                                       remote=self._remote_cpu_commands,
+                                       agent_pids=self._agent_pids)
         self.faults = FaultInjector(self.em)
         self.agents: dict[str, AgentClient] = {}
         self.flows: list[Flow] = []  # every flow opened, in order; flow N is flows[N - 1]
         self.captures: list[Capture] = []
         self.t0 = 0.0  # CLOCK_MONOTONIC when the fabric was up: the origin of `plot`'s time axis
-        self.agent_procs: dict[str, subprocess.Popen] = {}
+        self.agent_procs: dict[str, subprocess.Popen] = {}  # by host (shared: the same for all)
+        self.agent_logs: dict[str, Path] = {}  # by host
         self._mptcp = False
         self._sampling = False
         self._qpns: dict[str, set[int]] = {}  # host -> QPNs opened on it
@@ -274,7 +300,8 @@ class Testbed:
         if wanted & AGENT_TRANSPORTS and not self.agents:
             self.agents = start_agents(self.em, [h.name for h in self.fabric.hosts], self.workdir,
                                        self.seed, transport_overrides(self.transport),
-                                       self.packet_log, self.agent_procs, self.replace)
+                                       self.packet_log, self.agent_procs, self.replace,
+                                       self.agent_processes, self.agent_logs)
         if "mptcp" in wanted and not self._mptcp:
             for host in self.fabric.hosts:
                 hostnet.configure_mptcp(self.fabric, host, self.em.pid(host.name))
@@ -305,18 +332,31 @@ class Testbed:
             raise EmulationError(dead[0])
 
     def dead_agents(self) -> list[str]:
-        """One line per agent that died: the host, its exit status and its log's last lines."""
-        out = []
+        """One line per agents' process that died: its hosts, its exit status and its log's
+        last lines."""
+        hosts_of: dict[int, list[str]] = {}
+        procs: dict[int, subprocess.Popen] = {}
         for host, proc in self.agent_procs.items():
+            hosts_of.setdefault(proc.pid, []).append(host)
+            procs[proc.pid] = proc
+        out = []
+        for pid, hosts in hosts_of.items():
+            proc = procs[pid]
             if proc.poll() is not None:
-                log = self.workdir / f"agent-{host}.log"
+                log = self.agent_logs.get(hosts[0], self.workdir / f"agent-{hosts[0]}.log")
                 try:
                     tail = " | ".join(log.read_text().strip().splitlines()[-3:])[-300:]
                 except OSError:
                     tail = ""
-                out.append(f"agent on {host} died (exit status {proc.returncode})"
+                who = f"agent on {hosts[0]}" if len(hosts) == 1 else \
+                    f"the agents of {', '.join(hosts)} (one process)"
+                out.append(f"{who} died (exit status {proc.returncode})"
                            + (f": {tail}" if tail else f": see {log}"))
         return out
+
+    def _agent_pids(self) -> list[int]:
+        """The agents' processes that run now (for the CPU sampler)."""
+        return sorted({p.pid for p in self.agent_procs.values() if p.poll() is None})
 
     def deaths(self) -> list[str]:
         """What died while the fabric ran, one line each: the controller (the switches keep

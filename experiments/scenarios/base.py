@@ -140,6 +140,7 @@ class Options:
     # plane whose port died fails on its own (the MRC paper's case without it).
     port_status: bool = True
     servers: tuple[str, ...] = ()  # a split fabric's machines, the head first (docs/cluster.md)
+    agents: str = "shared"  # the hosts' agents in one process, or "per-host" (api/testbed.py)
     # Transport parameters over TransportConfig's defaults (`--param NAME=VALUE`, as `mrclab
     # cli` takes them): e.g. the EV set's size and active/backup split (Fig. 12's 16 EVs).
     params: tuple[tuple[str, bool | int | float], ...] = ()
@@ -148,7 +149,8 @@ class Options:
     def as_dict(self) -> dict:
         out = {k: getattr(self, k) for k in ("transports", "duration", "fault_at", "fault_end",
                                              "detect_ms", "seed", "link", "fail_switch",
-                                             "switch_backend", "datapath", "dataplane")}
+                                             "switch_backend", "datapath", "dataplane",
+                                             "agents")}
         out.update(self.scenario.kind.option_fields(self))
         out["transports"] = list(self.transports)
         if self.capture:

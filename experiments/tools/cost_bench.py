@@ -106,6 +106,16 @@ def _split(before: Procs, after: Procs, seconds: float) -> dict[str, dict[str, f
     return {k: {m: round(v, 3) for m, v in r.items()} for k, r in sorted(roles.items())}
 
 
+def _busiest_agents(before: Procs, after: Procs, seconds: float) -> float:
+    """The busiest agents' process's share of one core between two readings: a process of
+    several hosts' agents (endpoints/host/shared.py) is one thread, saturated at one core
+    while the machine may idle (capacity.AGENTS_PROCESS_SHARE)."""
+    hz = os.sysconf("SC_CLK_TCK")
+    busy = [(user + system - before[pid][1] - before[pid][2]) / hz / seconds
+            for pid, (cmd, user, system) in after.items() if _role(cmd) == "agents" and pid in before]
+    return round(max(busy, default=0.0), 3)
+
+
 def measure(rate: float, seconds: float, seed: int, backend: str, out: Path,
             env: dict[str, str] | None = None) -> dict[str, Any]:
     """One permutation run at `rate`: machine and per-role CPU over its steady window, and the
@@ -114,7 +124,7 @@ def measure(rate: float, seconds: float, seed: int, backend: str, out: Path,
     busy_before = background()
     argv = [sys.executable, "-m", "experiments.cli", "run", "permutation", "--switch", backend,
             "--transports", "mrc", "--duration", f"{seconds:g}", "--seed", str(seed),
-            "--link-mbps", f"{rate:g}", "--out", str(out)]
+            "--link-mbps", f"{rate:g}", "--agents", "shared", "--out", str(out)]
     proc = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True, env={**os.environ, **(env or {})})
     assert proc.stdout is not None
@@ -133,6 +143,7 @@ def measure(rate: float, seconds: float, seed: int, backend: str, out: Path,
             other = calibration.cores_used(strangers(busy_before, p1, proc.pid), _since(p0, p1),
                                            _ticks(p1), t1 - t0)
             reading = {"window_s": round(t1 - t0, 2),
+                       "agents_process_cores": _busiest_agents(p0, p1, t1 - t0),
                        "busy_cores": round(max(busy * cores - other, 0.0), 3),
                        "background_cores": round(other, 3),
                        "steal_cores": round(steal * cores, 3),
@@ -276,7 +287,8 @@ def run(rates: list[float], seconds: float, seed: int, backend: str, profile: bo
                       "delivered; fixed + marginal by least squares",
             "scenario": "permutation", "transports": ["mrc"],
             "fabric": SCENARIOS["permutation"].fabric.as_dict(),
-            "backend": backend, "seed": seed, "seconds": seconds, "runs": runs, **fit(runs),
+            "backend": backend, "agents": "shared", "seed": seed, "seconds": seconds, "runs": runs,
+            **fit(runs),
             "fingerprint": calibration.fingerprint(backend),
             "references": {"python_udp_loop_us_per_datagram": python_udp_loop_us()}}
         dp = files.read_json(DATAPLANE).get(backend, {})

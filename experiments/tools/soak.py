@@ -184,8 +184,11 @@ def one_run(index: int, scenario: str, fault: str, out: Path, rng: random.Random
     rec.last_line = lines[-1] if lines else ""
     rec.expected_exit = proc.returncode in EXPECTED[fault]
     if fault in ("kill_controller", "kill_agent"):
-        words = "controller died" if fault == "kill_controller" else "agent on h"
-        rec.error_line_ok = len(lines) == 1 and words in lines[0] and "Traceback" not in stderr
+        # one line naming what died: the controller, or the agent (the hosts' one process:
+        # every host's agent, named)
+        words = ("controller died",) if fault == "kill_controller" else ("agent on h", "the agents of h")
+        rec.error_line_ok = len(lines) == 1 and any(w in lines[0] for w in words) and \
+            "died" in lines[0] and "Traceback" not in stderr
     elif fault in ("sigint", "double_sigint"):
         said = "the session ended and was torn down" if session else "the emulation was torn down"
         rec.error_line_ok = "Traceback" not in stderr and said in stderr

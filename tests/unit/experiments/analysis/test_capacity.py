@@ -300,3 +300,45 @@ def test_auto_takes_the_free_cores_and_a_ceiling():
     cheap = _calibration(fixed=0.0, marginal=1.0)
     assert capacity.faithful_rate("linux", p, 8, MTU, {}, {}, agent_cores=2, calibration=cheap,
                                   ceiling=20.0) == 20.0
+
+
+def _shared_calibration():
+    """As measured on the 2-core VM with every host's agent in one process (2026-12-02): the
+    machine 0.41 and 0.65 cores at 2.3k and 4.6k data packets/s, the agents' process 0.33 and
+    0.55 of them, 0.04 with no data moving (0.01 of it the fabric)."""
+    cal = _idle_calibration(idle=0.04, runs=((2317, 0.41), (4614, 0.65)))
+    cal["idle"]["fabric_cores"] = 0.01
+    cal["agents"] = "shared"
+    for run, process in zip(cal["runs"], (0.33, 0.55), strict=True):
+        run["agents_process_cores"] = process
+    return cal
+
+
+def test_one_process_for_every_agent_is_bound_by_its_one_core():
+    p = FabricParams(planes=2, leaves=4, spines=2, hosts_per_leaf=2, link_mbps=10.0)
+    cal = _shared_calibration()
+    points = capacity.agents_process_points(cal, p)
+    assert points == [(0.0, pytest.approx(0.03)), (2317.0, pytest.approx(0.33)), (4614.0, pytest.approx(0.55))]
+    # On two free cores the machine's bound (1.2) would take the permutation well past 20
+    # Mbit/s; the agents' one process (0.7 of its core) stops it first.
+    rate = capacity.faithful_rate("linux", p, 8, MTU, {}, {}, agent_cores=2, calibration=cal)
+    at = capacity.assess("linux", FabricParams(**{**p.as_dict(), "link_mbps": rate}), 8, MTU, {}, {},
+                         agent_cores=2, calibration=cal)
+    assert at["within"] and at["agents_process_cores_needed"] <= capacity.AGENTS_PROCESS_SHARE
+    faster = [r for r in capacity.LADDER if r > rate][-1]
+    over = capacity.assess("linux", FabricParams(**{**p.as_dict(), "link_mbps": faster}), 8, MTU, {}, {},
+                           agent_cores=2, calibration=cal)
+    assert not over["within"] and over["cores_needed"] <= over["cores_allowed"]
+    assert over["agents_process_cores_needed"] > capacity.AGENTS_PROCESS_SHARE
+    assert "the process that runs every host's agent" in capacity.describe(over)
+    # A process per host: no one-core bound, but the calibration's cost times PER_HOST_COST.
+    per_host = capacity.assess("linux", p, 8, MTU, {}, {}, agent_cores=2, calibration=cal,
+                               agents="per-host")
+    shared = capacity.assess("linux", p, 8, MTU, {}, {}, agent_cores=2, calibration=cal)
+    assert "agents_process_cores_needed" not in per_host
+    assert per_host["cores_needed"] == pytest.approx(shared["cores_needed"] * capacity.PER_HOST_COST, abs=0.01)
+    # A calibration made with a process per host (no such reading) applies as before.
+    old = {k: v for k, v in cal.items() if k != "agents"}
+    assert capacity.agents_process_points(old, p) is None
+    assert "agents_process_cores_needed" not in capacity.assess("linux", p, 8, MTU, {}, {},
+                                                                agent_cores=2, calibration=old)

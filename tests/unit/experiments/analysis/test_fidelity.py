@@ -169,3 +169,40 @@ def test_a_busy_server_makes_a_split_run_unfaithful_and_a_silent_one_is_a_warnin
     assert fid["faithful"] is True and "servers" not in fid["per_transport"]["mrc"]
     assert fid["warnings"] == [
         "mrc: server s1's CPU was not sampled (its /proc/stat did not arrive over ssh)"]
+
+
+def test_the_busiest_agents_process_is_sampled_once_it_starts():
+    """The agents start after the sampler (the fabric first): their pids are asked at every
+    sample, and a process that works between two samples is read as a share of one core."""
+    import os
+    import time
+
+    pids: list[int] = []
+    sampler = fidelity.CpuSampler(interval=0.05, agent_pids=lambda: list(pids))
+    with sampler:
+        time.sleep(0.15)
+        assert sampler.agent_samples == []  # no agents yet
+        pids.append(os.getpid())
+        end = time.monotonic() + 0.6
+        while time.monotonic() < end:  # this process works: it is the agents' process here
+            sum(range(1000))
+    busy = sampler.agents_busy()
+    assert sampler.agent_samples and busy is not None and 0 < busy <= 100 * (os.cpu_count() or 1)
+    assert sampler.agents_busy(start=time.monotonic() + 1) is None  # outside the window: none
+
+
+def test_a_saturated_agents_process_is_not_faithful_though_the_machine_idles():
+    """The default permutation at 20 Mbit/s with one process for every agent: that process at
+    0.95 of a core, MRC 0.93 of capacity, the machine 47% idle."""
+    opts = default_options("link-failure")
+    record = Record(windows={"mrc": (0.0, 10.0)}, link_rates={"mrc": 19.9})
+    for busy, faithful in ((97.0, False), (fidelity.AGENTS_BUSY_CEILING_PCT - 5, True)):
+        cpu = _cpu(47.0)
+        cpu.agent_samples = [(t / 4, busy) for t in range(40)]
+        fid = runner._fidelity(opts, record, cpu, datapath="kernel")
+        assert fid["faithful"] is faithful, fid
+        assert fid["per_transport"]["mrc"]["agents_cpu_p90_pct"] == busy
+        if not faithful:
+            (problem,) = fid["problems"]
+            assert problem.startswith("mrc: the agents' process used 97.0% of a core") and \
+                "not the links, set the pace" in problem

@@ -1,0 +1,100 @@
+"""endpoints/host/shared.py: one wait for several agents' loops, each serviced only when
+something came for it or its own deadline passed, until every loop stops."""
+
+from __future__ import annotations
+
+import selectors
+import socket
+import time
+
+from endpoints.host import shared
+
+
+class FakeLoop:
+    """The parts of a DataLoop that `shared.run` drives: a receive socket, a control
+    selector, the backlog, the host-sample clock and the three steps it calls."""
+
+    def __init__(self, name: str, every: float | None, stop_after: int) -> None:
+        self.name = name
+        self.every = every  # its QPs' timer period (None: no timer)
+        self.stop_after = stop_after  # services before it stops itself
+        self.rx, self.peer = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self.rx.setblocking(False)
+        self.selector = selectors.DefaultSelector()
+        self.backlog = type("Backlog", (), {"queues": {}, "flush": lambda self: None})()
+        self._next_host_sample = float("inf")
+        self._loop_lag = 0.0
+        self.running = True
+        self.wakes = self.rx_wakes = self.rx_dgrams = 0
+        self.services: list[float] = []
+        self.received: list[bytes] = []
+
+    def _receive(self, now: float) -> int:
+        taken = 0
+        while True:
+            try:
+                self.received.append(self.rx.recv(100))
+            except BlockingIOError:
+                return taken
+            taken += 1
+
+    def _service(self, now: float) -> float | None:
+        self.services.append(now)
+        if len(self.services) >= self.stop_after:
+            self.running = False
+        return None if self.every is None else now + self.every
+
+    def _sample_host(self, now: float) -> None:
+        self._next_host_sample = float("inf")
+
+    def close(self) -> None:
+        self.rx.close()
+        self.peer.close()
+        self.selector.close()
+
+
+def test_each_loop_is_serviced_on_its_own_deadlines_and_datagrams_until_all_stop():
+    ticking = FakeLoop("ticking", every=0.005, stop_after=40)  # about 0.2 s of its own timer
+    quiet = FakeLoop("quiet", every=None, stop_after=10**6)  # no timer: only what comes for it
+    quiet.peer.send(b"hello")
+    try:
+        t0 = time.monotonic()
+
+        def stop_quiet_later() -> None:
+            quiet.running = False
+
+        # the quiet loop stops once the ticking one has (its next service sees the flag)
+        original = ticking._service
+
+        def service(now: float) -> float | None:
+            deadline = original(now)
+            if not ticking.running:
+                stop_quiet_later()
+            return deadline
+
+        ticking._service = service  # type: ignore[method-assign]
+        shared.run([ticking, quiet])  # type: ignore[list-item]
+        elapsed = time.monotonic() - t0
+    finally:
+        ticking.close()
+        quiet.close()
+    assert quiet.received == [b"hello"] and quiet.rx_wakes == 1 and quiet.rx_dgrams == 1
+    assert len(ticking.services) == 40
+    # serviced on its timer, not on every wake-up of the other loop nor faster than its period
+    gaps = [b - a for a, b in zip(ticking.services[1:], ticking.services[2:], strict=False)]
+    assert min(gaps) >= 0.005 * 0.9
+    # the quiet loop: at once (0.0 deadline), for its datagram, then every IDLE_WAIT_S at most
+    assert len(quiet.services) <= 2 + elapsed / shared.IDLE_WAIT_S + 1
+    assert elapsed < 2.0
+
+
+def test_a_loop_that_stops_is_left_out_while_the_others_run():
+    first = FakeLoop("first", every=0.002, stop_after=3)
+    second = FakeLoop("second", every=0.002, stop_after=30)
+    try:
+        shared.run([first, second])  # type: ignore[list-item]
+    finally:
+        first.close()
+        second.close()
+    # a stopped loop's deadlines keep coming due: serviced again, it would count more than 3
+    assert len(first.services) == 3 and len(second.services) == 30

@@ -400,9 +400,9 @@ def _dispatch(args: argparse.Namespace) -> int:
 
     if args.command == "clean":
         preflight.require_root()
-        from topologies.cleanup import clean_all, leftovers
-        removed = clean_all()
-        left = {kind: items for kind, items in leftovers().items() if items}
+        from topologies import cleanup, runctx
+        removed = runctx.clean_all()
+        left = {kind: items for kind, items in cleanup.leftovers().items() if items}
         print(json.dumps({"removed": removed, "left": left}) if args.json else clean_text(removed, left))
         return 0 if not left else 1
 

@@ -196,18 +196,21 @@ def assess(backend: str, params: FabricParams, busy_senders: int, mtu_payload: i
     out["within"] = out["switches_within"]
     if agent_cores is not None:
         agents_need = agent_load(params, busy_senders, mtu_payload)
-        cores = max(agent_cores - cap["forwarding_cores"], MIN_AGENT_CORES)
-        if calibration is not None and calibration.get("backend") == backend:
-            # the calibration read the whole machine: the switches' own processes are in it
-            cores = agent_cores
+        cal = calibration if calibration is not None and calibration.get("backend") == backend \
+            else None
+        # A calibration read the whole machine, the switches' own processes included: its agents
+        # count on every free core. Otherwise they get what the switches' forwarding leaves.
+        cores = agent_cores if cal is not None else \
+            max(agent_cores - cap["forwarding_cores"], MIN_AGENT_CORES)
+        if cal is not None:
             allowed = cores * AUTO_CPU_SHARE
-            points = cost_points(calibration, params)
-            needed = cores_for(points, agents_need)
+            points = cost_points(cal, params)
+            cores_needed = cores_for(points, agents_need)
             agents_faithful = round(min(pps_for(points, allowed), 1e9))
-            out.update({"calibrated": True, "cores_needed": round(needed, 2),
-                        "cores_allowed": round(allowed, 2), "agents_within": needed <= allowed,
+            out.update({"calibrated": True, "cores_needed": round(cores_needed, 2),
+                        "cores_allowed": round(allowed, 2), "agents_within": cores_needed <= allowed,
                         # the committed reference (calibration.effective), not this machine's own
-                        "calibration_is_reference": bool(calibration.get("reference"))})
+                        "calibration_is_reference": bool(cal.get("reference"))})
         else:
             agents_faithful = round(agent_pps_per_core(backend) * cores)
             out.update({"calibrated": False, "agents_within": agents_need <= agents_faithful})

@@ -136,6 +136,7 @@ def test_link_mbps_auto_picks_the_fastest_faithful_rate(measured, monkeypatch, f
         cli.make_parser().parse_args(["run", "permutation", "--link-mbps", "fast"])
 
 
+
 def test_the_agents_are_a_bound_of_their_own():
     p = FabricParams(planes=2, leaves=4, spines=2, hosts_per_leaf=2, link_mbps=10.0)
     per_nic = 10e6 / 8 / wire.frame_bytes(MTU)
@@ -191,6 +192,25 @@ def test_the_agents_get_the_cores_a_userspace_switch_leaves():
     floor = capacity.assess("ovs", p, 8, MTU, greedy, {}, agent_cores=2)
     assert floor["agent_cores"] == capacity.MIN_AGENT_CORES
 
+
+
+def test_the_agents_cores_are_the_free_ones_calibrated_or_what_forwarding_leaves():
+    """One reading of the agents' cores per case: with a calibration of the run's backend,
+    every free core (the calibration counted the switches' processes); without one, the free
+    cores less the benchmark's forwarding cores, never under the floor."""
+    p = FabricParams(planes=2, leaves=4, spines=2, hosts_per_leaf=2, link_mbps=10.0)
+    bench = {"ovs": {"16x4": {"packet_hops_per_s": 10**7, "forwarding_cores": 5.0,
+                              "fabric": SMALL.as_dict()}}}
+    cal = {**_idle_calibration(), "backend": "ovs"}
+    for free in (1.0, 3.0):
+        calibrated = capacity.assess("ovs", p, 8, MTU, bench, {}, agent_cores=free, calibration=cal)
+        assert calibrated["calibrated"] and calibrated["agent_cores"] == free
+        assert calibrated["cores_allowed"] == pytest.approx(free * capacity.AUTO_CPU_SHARE)
+    other = capacity.assess("ovs", p, 8, MTU, bench, {}, agent_cores=6.0,
+                            calibration={**cal, "backend": "linux"})
+    assert not other["calibrated"] and other["agent_cores"] == 1.0  # 6 less 5 forwarding
+    floor = capacity.assess("ovs", p, 8, MTU, bench, {}, agent_cores=3.0)
+    assert floor["agent_cores"] == capacity.MIN_AGENT_CORES
 
 def _calibration(fixed=0.2, marginal=200.0, backend="linux"):
     """A calibration as `make setup` writes it, measured on the default permutation."""

@@ -321,9 +321,10 @@ def run_options(args: argparse.Namespace):  # -> experiments.scenarios.Options
         from experiments.runner import faithful_link_mbps
         from topologies import switches
 
-        rate = faithful_link_mbps(check(opts), switches.resolve(args.switch), calibration.free_cores(),
+        free = calibration.free_cores()  # 0.75 s: read once, carried to the run's load check
+        rate = faithful_link_mbps(check(opts), switches.resolve(args.switch), free,
                                   ceiling=None if args.link_mbps == "auto" else f.link_mbps)
-        opts = replace(opts, fabric=replace(fabric, link_mbps=rate))
+        opts = replace(opts, fabric=replace(fabric, link_mbps=rate), free_cores=free)
     return check(opts)
 
 

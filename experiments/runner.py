@@ -74,13 +74,19 @@ def faithful_link_mbps(opts: Options, backend: str, free_cores: float | None = N
                                   calibration=calibration.effective(backend), ceiling=ceiling)
 
 
+def run_free_cores(opts: Options) -> float:
+    """The free cores the run's load check counts on: those read as the run was set up
+    (`--link-mbps auto`), or read now (the Python API, a rate given)."""
+    return calibration.free_cores() if opts.free_cores is None else opts.free_cores
+
+
 def execute(opts: Options, workdir: Path, say: Progress) -> tuple[Record, dict]:
     """Every variant of every transport on one testbed: (what was measured, run facts). Says
     before the fabric starts when the switches cannot carry the offered load faithfully."""
     kind, record = opts.scenario.kind, Record()
     fabric = Fabric(opts.fabric)
     backend = switches.resolve(opts.switch_backend)
-    free = calibration.free_cores()
+    free = run_free_cores(opts)
     load = assess_load(opts, backend, free)
     if not load["within"]:
         say(f"warning: at {opts.fabric.link_mbps:g} Mbit/s this run {capacity.describe(load)}: "

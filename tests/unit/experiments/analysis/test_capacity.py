@@ -137,6 +137,45 @@ def test_link_mbps_auto_picks_the_fastest_faithful_rate(measured, monkeypatch, f
 
 
 
+def test_a_run_reads_the_free_cores_once(measured, monkeypatch, tmp_path):
+    """Reading the free cores takes 0.75 s: `mrclab run --link-mbps auto` sizes the run on one
+    reading, carried in its Options to the load check; a run given a rate (or started from the
+    Python API) reads them as it starts, once."""
+    from experiments import cli, runner
+    from experiments.analysis import calibration
+    from topologies import switches
+
+    reads: list[float] = []
+
+    def free_cores(window: float = 0.0) -> float:
+        reads.append(window)
+        return 1.5
+
+    class Started(Exception):
+        pass
+
+    def testbed(*args, **kwargs):
+        raise Started  # the load check is done by now; nothing is started
+
+    monkeypatch.setattr(switches, "resolve", lambda requested="auto": "ovs")
+    monkeypatch.setattr(calibration, "free_cores", free_cores)
+    monkeypatch.setattr(runner, "Testbed", testbed)
+    for argv in (["--link-mbps", "auto"], []):  # no rate given: auto under the scenario's
+        reads.clear()
+        opts = cli.run_options(cli.make_parser().parse_args(["run", "permutation", *argv]))
+        assert opts.free_cores == 1.5 and len(reads) == 1
+        with pytest.raises(Started):
+            runner.execute(opts, tmp_path, lambda line: None)
+        assert len(reads) == 1
+    assert "free_cores" not in opts.as_dict()  # the summary's config is as it was
+    reads.clear()
+    given = cli.run_options(cli.make_parser().parse_args(["run", "permutation", "--link-mbps", "5"]))
+    assert given.free_cores is None and reads == []
+    with pytest.raises(Started):
+        runner.execute(given, tmp_path, lambda line: None)
+    assert len(reads) == 1
+    assert runner.run_free_cores(given) == 1.5
+
 def test_the_agents_are_a_bound_of_their_own():
     p = FabricParams(planes=2, leaves=4, spines=2, hosts_per_leaf=2, link_mbps=10.0)
     per_nic = 10e6 / 8 / wire.frame_bytes(MTU)

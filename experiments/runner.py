@@ -29,8 +29,9 @@ from experiments.api.testbed import Testbed, describe_switches
 from experiments.outdir import REPO, RESULTS
 from experiments.scenarios import schema
 from experiments.scenarios.base import Options, Record, Scenario
-from topologies import cleanup, files, queuesampler, switches
+from topologies import files, queuesampler, switches
 from topologies.model import Fabric
+from topologies.runctx import RunContext
 
 MEASURED_CAPACITY = RESULTS / "bench" / "dataplane.json"  # `make bench`, this machine
 REFERENCE_CAPACITY = REPO / "experiments" / "reference" / "dataplane.json"
@@ -74,13 +75,19 @@ def faithful_link_mbps(opts: Options, backend: str, free_cores: float | None = N
                                   agents=opts.agents)
 
 
+def run_free_cores(opts: Options) -> float:
+    """The free cores the run's load check counts on: those read as the run was set up
+    (`--link-mbps auto`), or read now (the Python API, a rate given)."""
+    return calibration.free_cores() if opts.free_cores is None else opts.free_cores
+
+
 def execute(opts: Options, workdir: Path, say: Progress) -> tuple[Record, dict]:
     """Every variant of every transport on one testbed: (what was measured, run facts). Says
     before the fabric starts when the switches cannot carry the offered load faithfully."""
     kind, record = opts.scenario.kind, Record()
     fabric = Fabric(opts.fabric)
     backend = switches.resolve(opts.switch_backend)
-    free = calibration.free_cores()
+    free = run_free_cores(opts)
     load = assess_load(opts, backend, free)
     if not load["within"]:
         say(f"warning: at {opts.fabric.link_mbps:g} Mbit/s this run {capacity.describe(load)}: "
@@ -184,31 +191,23 @@ def run_scenario(opts: Options, out: Path, progress: Progress = print,
     """Run, then write results/NAME atomically; returns the summary. `finish(run, summary,
     staging)` may add to the summary and the folder before it is moved into place."""
     out = outdir.check(out)  # before anything starts: mrclab replaces only its own results
-    # The lock first: taking it removes what a killed run left, its directories included, and
-    # the directories made below are registered so that a kill -9 leaves them to the next run.
-    cleanup.take_lock()
-    try:
+    # The lock first (the Testbed and its emulation join it): taking it removes what a killed
+    # run left, its folders included, and the folders made below are registered so that a
+    # kill -9 leaves them to the next run; they are removed when the run ends, however it ends.
+    with RunContext() as hold:
         out.parent.mkdir(parents=True, exist_ok=True)
-        workdir = files.private_dir(f"mrclab-{opts.scenario.name}-")
-        cleanup.track_dir(workdir)
-        staging = files.private_dir(f".{out.name}-", parent=out.parent)
-        cleanup.track_dir(staging)
+        workdir = hold.folder(f"mrclab-{opts.scenario.name}-")
+        staging = hold.folder(f".{out.name}-", parent=out.parent)
         staging.chmod(0o755)
-        try:
-            record, info = execute(opts, workdir, progress)
-            run = Run(opts, record)
-            summary = _summarise(run, info)
-            _write(run, summary, staging, workdir)
-            if finish is not None:
-                finish(run, summary, staging)
-                files.write_json(staging / "summary.json", summary)
-            outdir.replace(staging, out)
-            return summary
-        finally:
-            shutil.rmtree(staging, ignore_errors=True)
-            shutil.rmtree(workdir, ignore_errors=True)
-    finally:
-        cleanup.release_lock()
+        record, info = execute(opts, workdir, progress)
+        run = Run(opts, record)
+        summary = _summarise(run, info)
+        _write(run, summary, staging, workdir)
+        if finish is not None:
+            finish(run, summary, staging)
+            files.write_json(staging / "summary.json", summary)
+        outdir.replace(staging, out)
+        return summary
 
 
 def _fidelity(opts: Options, record: Record, cpu: fidelity.CpuSampler, datapath: str,

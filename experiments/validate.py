@@ -47,9 +47,10 @@ def sized_for_this_machine(opts: Options) -> Options:
     from experiments.runner import faithful_link_mbps
     from topologies import switches
 
-    rate = faithful_link_mbps(opts, switches.resolve(opts.switch_backend), calibration.free_cores(),
+    free = calibration.free_cores()  # read once, carried to the run's load check
+    rate = faithful_link_mbps(opts, switches.resolve(opts.switch_backend), free,
                               ceiling=opts.fabric.link_mbps)
-    return replace(opts, fabric=replace(opts.fabric, link_mbps=rate))
+    return replace(opts, fabric=replace(opts.fabric, link_mbps=rate), free_cores=free)
 
 
 def _progress(name: str) -> Callable[[str], None]:

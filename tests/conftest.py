@@ -44,13 +44,13 @@ def emulation_ready() -> None:
     require_or_skip(_emulation_unavailable())
     # Start from a clean machine: a run killed before this session (OVS keeps bridges in its
     # database across restarts) must not be counted against the tests' "nothing left behind".
-    from topologies import cleanup, preflight
+    from topologies import preflight, runctx
 
     try:
-        cleanup.check_lock_free()
+        runctx.check_lock_free()
     except preflight.PreflightError as exc:
         require_or_skip(str(exc))
-    cleanup.clean_all()
+    runctx.clean_all()
 
 
 @pytest.fixture(params=SWITCH_BACKENDS)

@@ -1,11 +1,9 @@
-"""The one place that knows every kind of leftover a run can leave, and the run lock.
+"""The one place that knows every kind of leftover a run can leave, and the run lock's files.
 
-Only one emulation runs at a time. The lock is an `fcntl.flock` on `RUN_DIR/lock` (`RUN_DIR`
-is root-only, 0700): taking it is atomic, and the kernel releases it when its holder dies, so a
-lock can never outlive its run nor name a PID that was reused since. Whoever takes it first
-removes what a killed predecessor left (`cleanup_leftovers`), then records its run in
-`RUN_DIR/run.json` (pid, run id, the work and staging directories it creates) so that the next
-taker can remove those in turn.
+The lock (`RUN_DIR/lock`) and its registry (`RUN_DIR/run.json`: the holder's pid, run id, and
+the folders and servers it uses) are taken and written by topologies/runctx.py alone; here is
+what reads them, and what the taker calls to remove a killed predecessor's leftovers
+(`cleanup_leftovers`).
 
 Leftovers, and how each is recognised:
 * processes: everything a run starts (controller, Mininet host shells, agents, TCP peers)
@@ -29,16 +27,10 @@ import contextlib
 import fcntl
 import os
 import re
-import secrets
 import shutil
 import signal
 import stat
 import subprocess
-import sys
-import threading
-import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 from topologies import files
@@ -69,29 +61,15 @@ def run_dir(path: Path | None = None) -> Path:
     return path
 
 
-# ----- the run lock -----------------------------------------------------------------------------
-@dataclass
-class _Held:
-    fd: int
-    run_id: str
-    registry: Path
-    depth: int = 1
-
-
-_held: _Held | None = None
-_held_guard = threading.Lock()
-last_cleanup: dict[str, int] = {}  # what the last lock taker removed
-
-
+# ----- the run lock's files (topologies/runctx.py takes it) -------------------------------------
 def holder(directory: Path | None = None) -> dict:
     """What the registry says about the last run that held the lock (empty if none)."""
     return files.read_json((directory or RUN_DIR) / REGISTRY_NAME)
 
 
 def lock_free(directory: Path | None = None) -> bool:
-    """True when no live process holds the run lock (checked by taking and dropping it)."""
-    if _held is not None:
-        return False
+    """True when no live process holds the run lock (checked by taking and dropping it through
+    a descriptor of its own, which this process's hold, if any, refuses too)."""
     path = (directory or RUN_DIR) / LOCK_NAME
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
@@ -107,165 +85,13 @@ def lock_free(directory: Path | None = None) -> bool:
         os.close(fd)
 
 
-def check_lock_free(directory: Path | None = None) -> None:
-    """PreflightError naming the holder if another live process holds the run lock."""
-    if _held is None and not lock_free(directory):
-        raise PreflightError(_busy_message(holder(directory)))
-
-
-def _busy_message(info: dict) -> str:
+def busy_message(info: dict) -> str:
+    """The one line a run refused by the lock prints, naming the holder `info` (its registry)."""
     pid = info.get("pid", "?")
     what = " ".join(str(a) for a in info.get("argv", [])[1:4])
     return (f"another mrclab run holds the emulation (pid {pid}{': ' + what if what else ''}): "
             f"wait for it, or stop it with `sudo kill {pid}` (it tears down; after a kill -9, "
             f"{CLEAN_HINT} removes what it left)")
-
-
-def take_lock(directory: Path | None = None, clean: bool = True) -> str:
-    """Take the run lock (re-entrant within this process) and return the run id. The first
-    taker removes a dead predecessor's leftovers (`clean`), registers itself, and marks the
-    processes it will start (`MARKER` in the environment they inherit)."""
-    global _held, last_cleanup
-    with _held_guard:
-        if _held is not None:
-            _held.depth += 1
-            return _held.run_id
-        where = run_dir(directory)
-        fd = os.open(where / LOCK_NAME, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            raise PreflightError(_busy_message(files.read_json(where / REGISTRY_NAME))) from None
-        _held = _Held(fd, secrets.token_hex(8), where / REGISTRY_NAME)
-    try:
-        if clean:  # all of it: an interrupt half-way would leave the rest to no one
-            with interrupts_deferred("removing what a killed run left"):
-                last_cleanup = cleanup_leftovers(registry=_held.registry)
-        files.write_json(_held.registry, {"pid": os.getpid(), "run": _held.run_id,
-                                          "started": time.time(), "argv": sys.argv, "dirs": []},
-                         mode=0o600)
-        os.environ[MARKER] = _held.run_id
-    except BaseException:
-        release_lock(force=True)
-        raise
-    return _held.run_id
-
-
-def release_lock(force: bool = False) -> None:
-    """Drop one level of the lock; the last one clears the registry and releases it."""
-    global _held
-    with _held_guard:
-        if _held is None:
-            return
-        _held.depth -= 1
-        if _held.depth > 0 and not force:
-            return
-        held, _held = _held, None
-    os.environ.pop(MARKER, None)
-    with contextlib.suppress(OSError):
-        files.write_json(held.registry, {}, mode=0o600)
-    os.close(held.fd)  # the kernel drops the flock with the last descriptor
-
-
-def run_id() -> str | None:
-    """The id of the run this process holds the lock for, if any."""
-    return _held.run_id if _held is not None else None
-
-
-def track_dir(path: Path) -> None:
-    """Record a directory this run created (work, staging): a run killed before removing it
-    leaves it to the next lock taker. Only while holding the lock."""
-    if _held is None:
-        return
-    data = files.read_json(_held.registry)
-    data.setdefault("dirs", []).append(str(path))
-    files.write_json(_held.registry, data, mode=0o600)
-
-
-def track_server(address: str, folder: str) -> None:
-    """Record a server this run uses (a split fabric) and its folder there, cleaned over ssh by
-    the next lock taker if this run is killed. Only while holding the lock."""
-    if _held is None:
-        return
-    data = files.read_json(_held.registry)
-    data.setdefault("servers", []).append({"address": address, "folder": folder})
-    files.write_json(_held.registry, data, mode=0o600)
-
-
-@contextlib.contextmanager
-def scratch_dir(prefix: str, parent: Path | None = None) -> Iterator[Path]:
-    """A private work directory (0700, a fresh name under the system's temporary directory or
-    `parent`) for the block, under the run lock and registered, so that a kill -9 leaves it to
-    the next run or `mrclab clean`; removed when the block ends."""
-    take_lock()
-    try:
-        path = files.private_dir(prefix, parent)
-        track_dir(path)
-        try:
-            yield path
-        finally:
-            shutil.rmtree(path, ignore_errors=True)
-    finally:
-        release_lock()
-
-
-# ----- interrupts ---------------------------------------------------------------------------------
-def interrupts_raise() -> None:
-    """Ctrl-C and SIGTERM raise KeyboardInterrupt, which unwinds through every `with` (the
-    emulation's teardown included). For a command's entry point: SIGINT is set here, not left as
-    inherited, because Python installs its KeyboardInterrupt handler only when it starts with
-    SIGINT at the default action, and a shell without job control starts background commands
-    (`cmd &` in a script, a CI job) with SIGINT ignored, which every child inherits: there
-    Ctrl-C did nothing. SIGTERM would otherwise end the process without any teardown."""
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, signal.default_int_handler)
-
-
-# ----- teardown that a second Ctrl-C cannot abort -----------------------------------------------
-@contextlib.contextmanager
-def _interrupts_to(handler: Callable[[int, object], None]) -> Iterator[None]:
-    """SIGINT and SIGTERM call `handler` during the block, and get their own handlers back
-    after it (only the main thread can set handlers; elsewhere the block runs as it is)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    old = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
-    for s in old:
-        signal.signal(s, handler)
-    try:
-        yield
-    finally:
-        for s, before in old.items():
-            signal.signal(s, before)
-
-
-@contextlib.contextmanager
-def teardown_shield() -> Iterator[None]:
-    """SIGINT and SIGTERM print "still tearing down" instead of interrupting the block (only
-    the main thread can set handlers; elsewhere the block runs unshielded)."""
-    def _still(signum: int, frame: object) -> None:
-        print("mrclab: still tearing down, please wait", file=sys.stderr, flush=True)
-
-    with _interrupts_to(_still):
-        yield
-
-
-@contextlib.contextmanager
-def interrupts_deferred(what: str) -> Iterator[None]:
-    """SIGINT and SIGTERM during the block print "`what`, please wait" and are raised as
-    KeyboardInterrupt once the block has finished (main thread only; elsewhere the block runs
-    as it is): for steps that must not stop half-way but should not swallow the interrupt."""
-    got: list[int] = []
-
-    def _later(signum: int, frame: object) -> None:
-        got.append(signum)
-        print(f"mrclab: {what}, please wait", file=sys.stderr, flush=True)
-
-    with _interrupts_to(_later):
-        yield
-    if got:
-        raise KeyboardInterrupt
 
 
 # ----- processes ----------------------------------------------------------------------------------
@@ -386,14 +212,13 @@ def _remove_dirs(paths: list[str]) -> int:
     return removed
 
 
-def cleanup_leftovers(registry: Path | None = None, teardown: bool = False) -> dict[str, int]:
+def cleanup_leftovers(registry: Path | None = None, spare: str | None = None) -> dict[str, int]:
     """Remove every kind of leftover (see the module docstring). `registry`: also the
-    directories the run recorded there registered (the lock taker, cleaning after a dead
-    predecessor); `teardown`: an emulation's own teardown, which kills its own stragglers too.
-    Returns counts by kind."""
+    directories and servers the run recorded there (the lock taker, cleaning after a dead
+    predecessor); `spare`: a run whose processes live on (the taker's own); None, as in an
+    emulation's own teardown: its own stragglers are killed too. Returns counts by kind."""
     from topologies import switches
 
-    spare = None if teardown else run_id()
     out = {"processes": kill_marked(spare)}
     out.update(switches.cleanup_leftovers())
     out["veths"] = _delete_veths()
@@ -450,10 +275,3 @@ def leftovers() -> dict[str, list]:
         "lock": [] if free else [str(LOCK_PATH)],
     }
 
-
-def clean_all() -> dict[str, int]:
-    """`mrclab clean`: take the lock (refused while a live run holds it), which removes every
-    leftover of a dead run, and release it."""
-    take_lock()
-    release_lock()
-    return last_cleanup

@@ -33,11 +33,12 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from topologies import cleanup, placement
+from topologies import placement
 from topologies.dataplane.ports import PortSpec
 from topologies.emulation import Emulation, existing_link_class
 from topologies.model import LINK_MTU, Fabric
 from topologies.preflight import EmulationError, PreflightError
+from topologies.runctx import RunContext
 from topologies.servers import CHECKOUT, SSH_CONFIG_ENV, server_run, ssh_command, ssh_options
 from topologies.switches.base import NOTIFY_FILE, REMOTE_CPU_INTERVAL_S, STATUS_FILE
 from topologies.switches.linux import LinuxBackend
@@ -164,7 +165,7 @@ class SplitLinuxBackend(LinuxBackend):
 
     def start_instances(self) -> None:
         for server in self.servers:
-            cleanup.track_server(self.server_ips[server], str(self.folders[server]))
+            RunContext.register_server(self.server_ips[server], str(self.folders[server]))
             folder = shlex.quote(str(self.folders[server]))
             result = server_run(self.server_ips[server], f"rm -rf {folder} && mkdir -p -m 700 {folder}")
             if result.returncode != 0:

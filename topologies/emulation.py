@@ -28,6 +28,7 @@ from topologies.dataplane import encap as host_encap
 from topologies.dataplane.attach import DataPlane
 from topologies.model import DEFAULT_DETECT_MS, LINK_MTU, Fabric
 from topologies.preflight import EmulationError
+from topologies.runctx import RunContext, teardown_shield
 from topologies.switches import SwitchBackend
 from topologies.switches.base import NOTIFY_FILE, STATUS_FILE
 from topologies.switchports import SwitchPorts
@@ -93,7 +94,7 @@ class Emulation(SwitchPorts):
         self._stopping = False  # teardown began: processes dying now are being killed
         self.controller_died: tuple[float, int] | None = None
         self.teardown_errors: list[str] = []
-        self._locked = False
+        self._run: RunContext | None = None  # the run lock, held from start to teardown
 
     # ----- lifecycle ------------------------------------------------------------------------
     def __enter__(self) -> Emulation:
@@ -128,8 +129,9 @@ class Emulation(SwitchPorts):
         why = host_encap.unavailable()
         if why is not None:
             raise preflight.PreflightError(f"MRC's host encapsulation cannot run here: {why}")
-        cleanup.take_lock()  # removes whatever a killed run left, first
-        self._locked = True
+        # The run's hold on the machine (joined when a Testbed or the runner holds it): its
+        # taker removes whatever a killed run left, first.
+        self._run = RunContext().enter()
         _LIVE.add(self)
         t0 = time.monotonic()
         try:
@@ -298,17 +300,16 @@ class Emulation(SwitchPorts):
         t0 = time.monotonic()
         failed: list[str] = []
         self._stopping = True
-        with cleanup.teardown_shield():
-            if not self._locked:  # a retry after a failed teardown released the lock
+        with teardown_shield():
+            if self._run is None:  # a retry after a failed teardown released the lock
                 try:
-                    cleanup.take_lock(clean=False)
-                    self._locked = True
+                    self._run = RunContext(clean=False).enter()
                 except preflight.PreflightError:
                     return  # another run holds the machine now, and cleaned up when it took it
             for name, step in (("processes", self._stop_procs), ("hosts", self._stop_hosts),
                                ("data plane", self._detach_dataplane),
                                ("switches", self._stop_switches),
-                               ("leftovers", lambda: cleanup.cleanup_leftovers(teardown=True)),
+                               ("leftovers", cleanup.cleanup_leftovers),  # its own stragglers too
                                ("controller", self._stop_controller)):
                 try:
                     step()
@@ -319,9 +320,9 @@ class Emulation(SwitchPorts):
             self._stopped = not failed
             if self._stopped:
                 _LIVE.discard(self)
-            if self._locked:
-                self._locked = False
-                cleanup.release_lock()
+            if self._run is not None:
+                run, self._run = self._run, None
+                run.leave()
 
     @property
     def torn_down(self) -> bool:

@@ -1,6 +1,6 @@
 """Reaching the servers of a split fabric (topologies/cluster.py): ssh as root, with the
 ssh_config `MRCLAB_SSH_CONFIG` names if set, and a killed run's leftovers cleaned over there
-(what topologies/cleanup.py calls for every server a dead run registered)."""
+(what topologies/runctx.py's lock taker calls for every server a dead run registered)."""
 
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ def clean_server(address: str, folder: str) -> bool:
     """What a killed run left on a server: its leftovers as `mrclab clean` sees them there,
     and its folder. True when the server answered."""
     command = (f"cd {shlex.quote(str(CHECKOUT))} && {shlex.quote(sys.executable)} -c "
-               f"'from topologies import cleanup; cleanup.clean_all()'; rm -rf {shlex.quote(folder)}")
+               f"'from topologies import runctx; runctx.clean_all()'; rm -rf {shlex.quote(folder)}")
     try:
         return server_run(address, command, timeout=60).returncode == 0
     except subprocess.TimeoutExpired:

@@ -227,18 +227,21 @@ def assess(backend: str, params: FabricParams, busy_senders: int, mtu_payload: i
     out["within"] = out["switches_within"]
     if agent_cores is not None:
         agents_need = agent_load(params, busy_senders, mtu_payload)
-        cores = max(agent_cores - cap["forwarding_cores"], MIN_AGENT_CORES)
-        if calibration is not None and calibration.get("backend") == backend:
-            # the calibration read the whole machine: the switches' own processes are in it
-            cores = agent_cores
+        cal = calibration if calibration is not None and calibration.get("backend") == backend \
+            else None
+        # A calibration read the whole machine, the switches' own processes included: its agents
+        # count on every free core. Otherwise they get what the switches' forwarding leaves.
+        cores = agent_cores if cal is not None else \
+            max(agent_cores - cap["forwarding_cores"], MIN_AGENT_CORES)
+        if cal is not None:
             allowed = cores * AUTO_CPU_SHARE
-            points = cost_points(calibration, params)
-            if agents != "shared" and calibration.get("agents") == "shared":
+            points = cost_points(cal, params)
+            if agents != "shared" and cal.get("agents") == "shared":
                 points = [(x, y * PER_HOST_COST) for x, y in points]
-            needed = cores_for(points, agents_need)
+            cores_needed = cores_for(points, agents_need)
             agents_faithful = round(min(pps_for(points, allowed), 1e9))
-            within = needed <= allowed
-            process = agents_process_points(calibration, params) if agents == "shared" else None
+            within = cores_needed <= allowed
+            process = agents_process_points(cal, params) if agents == "shared" else None
             if process is not None:  # one thread for every agent: one core, whatever is free
                 process_needed = cores_for(process, agents_need)
                 out.update({"agents_process_cores_needed": round(process_needed, 2),
@@ -246,10 +249,10 @@ def assess(backend: str, params: FabricParams, busy_senders: int, mtu_payload: i
                 agents_faithful = min(agents_faithful,
                                       round(min(pps_for(process, AGENTS_PROCESS_SHARE), 1e9)))
                 within = within and process_needed <= AGENTS_PROCESS_SHARE
-            out.update({"calibrated": True, "cores_needed": round(needed, 2),
+            out.update({"calibrated": True, "cores_needed": round(cores_needed, 2),
                         "cores_allowed": round(allowed, 2), "agents_within": within,
                         # the committed reference (calibration.effective), not this machine's own
-                        "calibration_is_reference": bool(calibration.get("reference"))})
+                        "calibration_is_reference": bool(cal.get("reference"))})
         else:
             agents_faithful = round(agent_pps_per_core(backend) * cores)
             out.update({"calibrated": False, "agents_within": agents_need <= agents_faithful})

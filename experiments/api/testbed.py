@@ -37,12 +37,13 @@ from experiments.api.capture import Capture
 from experiments.api.faults import FaultInjector
 from experiments.api.flows import AgentFlow, Flow, TcpFlow
 from experiments.outdir import REPO
-from topologies import cleanup, files, hostnet, shaping
+from topologies import files, hostnet, shaping
 from topologies.cluster import make_emulation
 from topologies.emulation import Emulation
 from topologies.model import DEFAULT_DETECT_MS, Fabric, FabricError, Route
 from topologies.pathtables import agent_paths
 from topologies.preflight import EmulationError
+from topologies.runctx import RunContext
 
 AGENT_TRANSPORTS = frozenset({"mrc", "roce", "spray"})  # run by the host agents
 FIRST_TCP_PORT = 5200  # TCP/MPTCP flow N listens on FIRST_TCP_PORT + N
@@ -208,7 +209,7 @@ class Testbed:
         self._mptcp = False
         self._sampling = False
         self._qpns: dict[str, set[int]] = {}  # host -> QPNs opened on it
-        self._locked = False  # holds the run lock (between start and close)
+        self._run = RunContext()  # the run lock, held between start and close
 
     # ----- lifecycle ------------------------------------------------------------------------
     def __enter__(self) -> Testbed:
@@ -221,18 +222,17 @@ class Testbed:
     def start(self) -> None:
         """Bring the fabric up: controller, switches, hosts, links, the switches' data plane.
         A failure tears down whatever had started, then raises."""
-        # The run lock first (the emulation takes it again: it is re-entrant), so that a
-        # folder of our own is registered with the run: after a kill -9 the next run or
-        # `mrclab clean` removes it with everything else (a folder given to us is not ours).
+        # The run lock first (the emulation joins it), so that a folder of our own is
+        # registered with the run: after a kill -9 the next run or `mrclab clean` removes it
+        # with everything else (a folder given to us is not ours).
         try:
-            cleanup.take_lock()
+            self._run.enter()
         except BaseException:  # another run holds the machine: nothing of ours to leave
             if self._own_workdir:
                 shutil.rmtree(self.workdir, ignore_errors=True)
             raise
-        self._locked = True
         if self._own_workdir:
-            cleanup.track_dir(self.workdir)
+            self._run.register(self.workdir)
         try:
             self.em.start()
             self.cpu.__enter__()
@@ -243,7 +243,7 @@ class Testbed:
                 if self._own_workdir:
                     shutil.rmtree(self.workdir, ignore_errors=True)
             finally:
-                self._release()
+                self._run.leave()
             raise
         self._show_baseline_addresses()
         self.t0 = time.monotonic()
@@ -268,12 +268,7 @@ class Testbed:
                     if self._own_workdir:
                         shutil.rmtree(self.workdir, ignore_errors=True)
                 finally:
-                    self._release()
-
-    def _release(self) -> None:
-        if self._locked:
-            self._locked = False
-            cleanup.release_lock()
+                    self._run.leave()
 
     @property
     def net(self):  # -> mininet.net.Mininet

@@ -145,6 +145,9 @@ class Options:
     # cli` takes them): e.g. the EV set's size and active/backup split (Fig. 12's 16 EVs).
     params: tuple[tuple[str, bool | int | float], ...] = ()
     given: frozenset[str] = frozenset()  # the fields the user set (checked against the kind's)
+    # The machine's free cores, read once as the run was set up (`--link-mbps auto` sized it on
+    # them) and reused by the load check; None: the run reads them as it starts.
+    free_cores: float | None = None
 
     def as_dict(self) -> dict:
         out = {k: getattr(self, k) for k in ("transports", "duration", "fault_at", "fault_end",

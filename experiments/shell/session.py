@@ -16,7 +16,7 @@ from pathlib import Path
 from endpoints.host.overrides import Replacement
 from endpoints.protocol.config import TransportConfig
 from experiments.api.testbed import Testbed, describe_switches
-from topologies import cleanup
+from topologies import runctx
 from topologies.model import DEFAULT_DETECT_MS, Fabric
 
 
@@ -32,9 +32,9 @@ def _end(signum: int, frame: object) -> None:
 def _console_signals() -> None:
     """Ctrl-C raises KeyboardInterrupt (the console stops the foreground command with it, and
     the session goes on), set rather than inherited as every command's is
-    (`cleanup.interrupts_raise`: a console on its own terminal, pexpect or ssh -t, inherits
+    (`runctx.interrupts_raise`: a console on its own terminal, pexpect or ssh -t, inherits
     SIGINT ignored too); SIGTERM and SIGHUP end the session."""
-    cleanup.interrupts_raise()
+    runctx.interrupts_raise()
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, _end)
 

@@ -40,7 +40,7 @@ from experiments.analysis import fidelity
 from experiments.api.testbed import wait_for_agents
 from experiments.outdir import REPO, RESULTS
 from experiments.tools.benchnet import RECEIVER, SENDER, BenchNet
-from topologies import cleanup, files
+from topologies import cleanup, files, runctx
 from topologies.model import Fabric, FabricParams
 from topologies.pathtables import agent_paths
 
@@ -326,7 +326,7 @@ def run_bench(seconds: float = 5.0, runs: int = 3, profile_seconds: float = 2.0,
     results: list[dict] = []
     profile = None
     # Under the run lock, in a registered work folder, in namespaces named for the clean-up.
-    with cleanup.scratch_dir("mrclab-bench-") as workdir, \
+    with runctx.scratch_dir("mrclab-bench-") as workdir, \
             BenchNet(fabric, f"{cleanup.NETNS_PREFIX}b{os.getpid()}") as net:
         with fidelity.CpuSampler() as cpu, \
                 agents(net, workdir, seed, transport, raw_send, False, paced) as ag:
@@ -416,7 +416,7 @@ def format_summary(result: dict, out: Path) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    cleanup.interrupts_raise()  # its clean-up runs on Ctrl-C and SIGTERM, even as a background job
+    runctx.interrupts_raise()  # its clean-up runs on Ctrl-C and SIGTERM, even as a background job
     parser = argparse.ArgumentParser(prog="python -m experiments.tools.bench",
                                      description="MRC host agent packets per CPU core")
     parser.add_argument("--seconds", type=float, default=5.0, help="each measured window")

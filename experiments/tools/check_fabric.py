@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from endpoints.host import netio
-from topologies import cleanup, netns
+from topologies import netns, runctx
 from topologies.cluster import make_emulation
 from topologies.emulation import Emulation
 from topologies.model import Fabric, FabricError, Route
@@ -133,7 +133,7 @@ def check_fabric(fabric: Fabric, workdir: Path | None = None, sample_pairs: int 
     """Probe every path of `fabric` (or `sample_pairs` host pairs), cut a link, probe, restore,
     probe. `workdir`: where the emulation keeps its files (a fresh private one by default)."""
     if workdir is None:
-        with cleanup.scratch_dir("mrclab-check-fabric-") as scratch:
+        with runctx.scratch_dir("mrclab-check-fabric-") as scratch:
             return check_fabric(fabric, scratch, sample_pairs, seed, cut, datapath, switch, servers)
     pairs = choose_pairs(fabric, sample_pairs, seed)
     cut_link = cut or default_cut(fabric, pairs)

@@ -36,7 +36,7 @@ from experiments.analysis import calibration
 from experiments.outdir import REPO, RESULTS
 from experiments.scenarios import SCENARIOS
 from experiments.scenarios.permutation import THROUGHPUT_FRACTION, THROUGHPUT_MBPS
-from topologies import cleanup, files
+from topologies import cleanup, files, runctx
 
 OUT = RESULTS / "bench" / "cost.json"
 DATAPLANE = RESULTS / "bench" / "dataplane.json"
@@ -338,7 +338,7 @@ def main(argv: list[str] | None = None) -> int:
         rates, seconds = list(CALIBRATE_RATES), CALIBRATE_SECONDS
     else:
         seconds = args.seconds
-    cleanup.interrupts_raise()
+    runctx.interrupts_raise()
     result = run(rates, seconds, args.seed, backend, args.profile and not args.calibrate,
                  adapt=args.calibrate)
     target = calibration.cache_path(backend) if args.calibrate else Path(args.out)

@@ -33,7 +33,6 @@ import contextlib
 import json
 import os
 import platform
-import shutil
 import struct
 import subprocess
 import sys
@@ -45,7 +44,7 @@ from endpoints.protocol import wire
 from experiments.analysis import fidelity
 from experiments.outdir import REPO
 from experiments.tools.startup_bench import SHAPES as STARTUP_SHAPES
-from topologies import cleanup, files, preflight, switches
+from topologies import files, preflight, runctx, switches
 from topologies.emulation import Emulation
 from topologies.model import GATEWAY_MAC, Fabric, FabricParams
 from topologies.preflight import PreflightError
@@ -245,7 +244,7 @@ def measure(backend: str, shape: str, workdir: Path, start_pps: float, trials: i
 
 
 def main(argv: list[str] | None = None) -> int:
-    cleanup.interrupts_raise()  # Ctrl-C and SIGTERM tear the emulation down, even as a background job
+    runctx.interrupts_raise()  # Ctrl-C and SIGTERM tear the emulation down, even as a background job
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--switch", default=None, help="comma-separated backends (default: every "
                         "one this machine runs)")
@@ -276,11 +275,8 @@ def main(argv: list[str] | None = None) -> int:
     load_before = os.getloadavg()
     for backend in backends:
         for shape in args.shapes.split(","):
-            workdir = files.private_dir(f"mrclab-dpbench-{backend}-{shape}-")
-            try:
+            with runctx.scratch_dir(f"mrclab-dpbench-{backend}-{shape}-") as workdir:
                 result = measure(backend, shape, workdir, args.start_pps, args.trials)
-            finally:
-                shutil.rmtree(workdir, ignore_errors=True)
             result["measured_at"] = time.strftime("%Y-%m-%dT%H:%M:%S")
             data.setdefault(backend, {})[shape] = result
             print(json.dumps({backend: {shape: {k: v for k, v in result.items()

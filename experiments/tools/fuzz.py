@@ -44,7 +44,7 @@ from experiments.analysis import fidelity, metrics
 from experiments.api.flows import AgentFlow
 from experiments.api.testbed import Testbed
 from experiments.outdir import RESULTS
-from topologies import cleanup, files, netns
+from topologies import files, netns, runctx
 from topologies.model import Fabric, FabricParams
 
 FUZZ_RESULTS = RESULTS / "fuzz"
@@ -157,7 +157,7 @@ def run(datagrams: int = 100_000, rate: float = RATE, seed: int = 1, out: Path |
     """The attack; returns the report (written to `out`/report.{json,md} when given)."""
     rng = random.Random(seed)
     fabric = Fabric(FABRIC)
-    with cleanup.scratch_dir("mrclab-fuzz-") as workdir, \
+    with runctx.scratch_dir("mrclab-fuzz-") as workdir, \
             Testbed(fabric, workdir, seed=seed, switch=switch) as bed:
         say(f"fabric up in {bed.em.setup_seconds:.1f} s")
         bed.prepare(["mrc", "roce"])
@@ -360,7 +360,7 @@ def _markdown(r: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    cleanup.interrupts_raise()  # Ctrl-C and SIGTERM tear the emulation down, even as a background job
+    runctx.interrupts_raise()  # Ctrl-C and SIGTERM tear the emulation down, even as a background job
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--datagrams", type=int, default=100_000)
     parser.add_argument("--rate", type=float, default=RATE, help="datagrams per second")

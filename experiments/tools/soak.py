@@ -39,7 +39,7 @@ from pathlib import Path
 from experiments.outdir import REPO, RESULTS
 from experiments.scenarios.permutation import THROUGHPUT_FRACTION
 from experiments.scenarios.schema import GOODPUT_BEFORE_MBPS
-from topologies import cleanup, files
+from topologies import cleanup, files, runctx
 
 SOAK_RESULTS = RESULTS / "soak"
 FAULTS = ("none", "kill_run", "sigint", "double_sigint", "kill_controller", "kill_agent")
@@ -330,7 +330,7 @@ def _markdown(r: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    cleanup.interrupts_raise()  # Ctrl-C and SIGTERM tear the emulation down, even as a background job
+    runctx.interrupts_raise()  # Ctrl-C and SIGTERM tear the emulation down, even as a background job
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--seed", type=int, default=1)

@@ -18,7 +18,7 @@ from pathlib import Path
 from experiments.analysis.fidelity import software_versions
 from experiments.outdir import RESULTS
 from experiments.tools.check_fabric import check_fabric
-from topologies import cleanup, files
+from topologies import files, runctx
 from topologies.model import FabricParams, build
 from topologies.switches import CHOICES
 
@@ -30,7 +30,7 @@ SHAPES = {
 
 
 def main(argv: list[str] | None = None) -> int:
-    cleanup.interrupts_raise()  # Ctrl-C and SIGTERM tear the emulation down, even as a background job
+    runctx.interrupts_raise()  # Ctrl-C and SIGTERM tear the emulation down, even as a background job
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--shapes", default=",".join(SHAPES), help="comma-separated: " + ", ".join(SHAPES))
     parser.add_argument("--sample-pairs", type=int, default=24)

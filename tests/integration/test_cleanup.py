@@ -19,6 +19,7 @@ import pytest
 
 from tests.integration.helpers import REPO, assert_nothing_left
 from topologies import cleanup
+from topologies.runctx import RunContext
 
 pytestmark = pytest.mark.usefixtures("emulation_ready")
 
@@ -160,12 +161,9 @@ def test_a_lock_file_naming_a_live_but_unrelated_pid_blocks_nothing():
 
 
 def test_a_live_holder_is_named_with_a_command_that_clears_it():
-    cleanup.take_lock(clean=False)
-    try:
+    with RunContext(clean=False):
         proc = _mrclab("check-fabric", *TINY)
         _, stderr = proc.communicate(timeout=60)
-    finally:
-        cleanup.release_lock()
     assert proc.returncode == 2
     lines = stderr.strip().splitlines()
     assert len(lines) == 1 and f"sudo kill {os.getpid()}" in lines[0], stderr

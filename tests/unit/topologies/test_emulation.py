@@ -24,14 +24,14 @@ def test_switch_thresholds_count_frames_of_the_runs_payload_size(tmp_path):
 def test_a_start_refused_by_the_lock_leaves_the_running_emulation_alone(tmp_path, monkeypatch):
     """Regression: a second emulation whose start was refused (another one holds the machine's
     lock) went on in stop() to remove leftovers, i.e. the running emulation's switches."""
-    from topologies import cleanup, emulation, preflight
+    from topologies import cleanup, emulation, preflight, runctx
 
-    def refused() -> None:
+    def refused(directory, clean):
         raise preflight.PreflightError("another emulation runs")
 
     cleaned = []
     monkeypatch.setattr(emulation.switches, "check", lambda requested: "ovs")
-    monkeypatch.setattr(cleanup, "take_lock", refused)
+    monkeypatch.setattr(runctx, "_take", refused)
     monkeypatch.setattr(cleanup, "cleanup_leftovers", lambda: cleaned.append(True))
     em = Emulation(build(planes=1, leaves=1, spines=1), tmp_path)
     try:

@@ -136,6 +136,46 @@ def test_link_mbps_auto_picks_the_fastest_faithful_rate(measured, monkeypatch, f
         cli.make_parser().parse_args(["run", "permutation", "--link-mbps", "fast"])
 
 
+
+def test_a_run_reads_the_free_cores_once(measured, monkeypatch, tmp_path):
+    """Reading the free cores takes 0.75 s: `mrclab run --link-mbps auto` sizes the run on one
+    reading, carried in its Options to the load check; a run given a rate (or started from the
+    Python API) reads them as it starts, once."""
+    from experiments import cli, runner
+    from experiments.analysis import calibration
+    from topologies import switches
+
+    reads: list[float] = []
+
+    def free_cores(window: float = 0.0) -> float:
+        reads.append(window)
+        return 1.5
+
+    class Started(Exception):
+        pass
+
+    def testbed(*args, **kwargs):
+        raise Started  # the load check is done by now; nothing is started
+
+    monkeypatch.setattr(switches, "resolve", lambda requested="auto": "ovs")
+    monkeypatch.setattr(calibration, "free_cores", free_cores)
+    monkeypatch.setattr(runner, "Testbed", testbed)
+    for argv in (["--link-mbps", "auto"], []):  # no rate given: auto under the scenario's
+        reads.clear()
+        opts = cli.run_options(cli.make_parser().parse_args(["run", "permutation", *argv]))
+        assert opts.free_cores == 1.5 and len(reads) == 1
+        with pytest.raises(Started):
+            runner.execute(opts, tmp_path, lambda line: None)
+        assert len(reads) == 1
+    assert "free_cores" not in opts.as_dict()  # the summary's config is as it was
+    reads.clear()
+    given = cli.run_options(cli.make_parser().parse_args(["run", "permutation", "--link-mbps", "5"]))
+    assert given.free_cores is None and reads == []
+    with pytest.raises(Started):
+        runner.execute(given, tmp_path, lambda line: None)
+    assert len(reads) == 1
+    assert runner.run_free_cores(given) == 1.5
+
 def test_the_agents_are_a_bound_of_their_own():
     p = FabricParams(planes=2, leaves=4, spines=2, hosts_per_leaf=2, link_mbps=10.0)
     per_nic = 10e6 / 8 / wire.frame_bytes(MTU)
@@ -191,6 +231,25 @@ def test_the_agents_get_the_cores_a_userspace_switch_leaves():
     floor = capacity.assess("ovs", p, 8, MTU, greedy, {}, agent_cores=2)
     assert floor["agent_cores"] == capacity.MIN_AGENT_CORES
 
+
+
+def test_the_agents_cores_are_the_free_ones_calibrated_or_what_forwarding_leaves():
+    """One reading of the agents' cores per case: with a calibration of the run's backend,
+    every free core (the calibration counted the switches' processes); without one, the free
+    cores less the benchmark's forwarding cores, never under the floor."""
+    p = FabricParams(planes=2, leaves=4, spines=2, hosts_per_leaf=2, link_mbps=10.0)
+    bench = {"ovs": {"16x4": {"packet_hops_per_s": 10**7, "forwarding_cores": 5.0,
+                              "fabric": SMALL.as_dict()}}}
+    cal = {**_idle_calibration(), "backend": "ovs"}
+    for free in (1.0, 3.0):
+        calibrated = capacity.assess("ovs", p, 8, MTU, bench, {}, agent_cores=free, calibration=cal)
+        assert calibrated["calibrated"] and calibrated["agent_cores"] == free
+        assert calibrated["cores_allowed"] == pytest.approx(free * capacity.AUTO_CPU_SHARE)
+    other = capacity.assess("ovs", p, 8, MTU, bench, {}, agent_cores=6.0,
+                            calibration={**cal, "backend": "linux"})
+    assert not other["calibrated"] and other["agent_cores"] == 1.0  # 6 less 5 forwarding
+    floor = capacity.assess("ovs", p, 8, MTU, bench, {}, agent_cores=3.0)
+    assert floor["agent_cores"] == capacity.MIN_AGENT_CORES
 
 def _calibration(fixed=0.2, marginal=200.0, backend="linux"):
     """A calibration as `make setup` writes it, measured on the default permutation."""
@@ -318,7 +377,8 @@ def test_one_process_for_every_agent_is_bound_by_its_one_core():
     p = FabricParams(planes=2, leaves=4, spines=2, hosts_per_leaf=2, link_mbps=10.0)
     cal = _shared_calibration()
     points = capacity.agents_process_points(cal, p)
-    assert points == [(0.0, pytest.approx(0.03)), (2317.0, pytest.approx(0.33)), (4614.0, pytest.approx(0.55))]
+    assert points == [(0.0, pytest.approx(0.03)), (2317.0, pytest.approx(0.33)),
+                      (4614.0, pytest.approx(0.55))]
     # On two free cores the machine's bound (1.2) would take the permutation well past 20
     # Mbit/s; the agents' one process (0.7 of its core) stops it first.
     rate = capacity.faithful_rate("linux", p, 8, MTU, {}, {}, agent_cores=2, calibration=cal)
@@ -336,7 +396,8 @@ def test_one_process_for_every_agent_is_bound_by_its_one_core():
                                agents="per-host")
     shared = capacity.assess("linux", p, 8, MTU, {}, {}, agent_cores=2, calibration=cal)
     assert "agents_process_cores_needed" not in per_host
-    assert per_host["cores_needed"] == pytest.approx(shared["cores_needed"] * capacity.PER_HOST_COST, abs=0.01)
+    assert per_host["cores_needed"] == pytest.approx(shared["cores_needed"] * capacity.PER_HOST_COST,
+                                                     abs=0.01)
     # A calibration made with a process per host (no such reading) applies as before.
     old = {k: v for k, v in cal.items() if k != "agents"}
     assert capacity.agents_process_points(old, p) is None

@@ -131,9 +131,9 @@ def test_message_contents_are_reproducible_distinct_and_never_repeat_within_a_me
 # (a CI job, `cmd &` in a script): with SIGINT ignored.
 INTERRUPTED = """
 import os, signal, sys, time
-from topologies import cleanup
+from topologies import runctx
 print("inherited", "ignored" if signal.getsignal(signal.SIGINT) is signal.SIG_IGN else "other")
-cleanup.interrupts_raise()
+runctx.interrupts_raise()
 for sig in (signal.SIGINT, signal.SIGTERM):
     try:
         os.kill(os.getpid(), sig)  # Ctrl-C, then a kill, during the measurement
@@ -157,11 +157,11 @@ def test_ctrl_c_and_sigterm_interrupt_a_tool_even_when_sigint_was_inherited_igno
 def test_every_tool_takes_its_interrupts_before_anything_else(tool, monkeypatch):
     import importlib
 
-    from topologies import cleanup
+    from topologies import runctx
 
     module = importlib.import_module(f"experiments.tools.{tool}")
     calls: list[str] = []
-    monkeypatch.setattr(cleanup, "interrupts_raise", lambda: calls.append(tool))
+    monkeypatch.setattr(runctx, "interrupts_raise", lambda: calls.append(tool))
     with pytest.raises(SystemExit):
         module.main(["--help"])
     assert calls == [tool]

@@ -19,6 +19,7 @@ from experiments.analysis.transports import AGENT_PROCESSES
 from experiments.outdir import RESULTS, OutDirError
 from experiments.shell.cliwords import ArgParser as _ArgParser
 from experiments.shell.cliwords import CliError, clean_text, probability, scenario_defaults
+from topologies import runctx
 from topologies.cleanup import CLEAN_HINT
 from topologies.model import DEFAULT_DETECT_MS, DETECT_MS, FabricError, FabricParams, build, check_number
 from topologies.preflight import EmulationError, PreflightError
@@ -334,20 +335,6 @@ def scenario_default_mbps(name: str) -> float:
     return scenario(name).fabric.link_mbps
 
 
-_interrupted = False
-
-
-def _on_interrupt(signum: int, frame: object) -> None:
-    """The first SIGINT or SIGTERM unwinds through every context manager, so teardown runs;
-    later ones must not abort that teardown."""
-    global _interrupted
-    if _interrupted:
-        print("mrclab: still tearing down, please wait", file=sys.stderr, flush=True)
-        return
-    _interrupted = True
-    raise KeyboardInterrupt
-
-
 def _after_interrupt() -> str:
     """Finish any teardown the interrupt left undone; the line to print, true either way."""
     from topologies.emulation import live_emulations
@@ -362,21 +349,21 @@ def _after_interrupt() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    global _interrupted
-    _interrupted = False
-    signal.signal(signal.SIGTERM, _on_interrupt)
+    runctx.interrupts_once()
     raw = list(sys.argv[1:] if argv is None else argv)
     if raw[:1] == ["paper"]:  # its runs are `mrclab run`s, which check root and the backend
         from experiments.paper import command
-        # Ctrl-C reaches the running `mrclab run` too, which tears its fabric down and exits 130;
-        # this process waits for that (the paper command then stops) rather than kill it midway.
+        # Ctrl-C reaches the running `mrclab run` too (it tears down, exits 130): wait for it.
         signal.signal(signal.SIGINT, lambda signum, frame: None)
         return command.main(raw[1:])
     try:
         args = make_parser().parse_args(argv)
         if args.command != "cli":  # the console's Ctrl-C stops a command, not the session
-            signal.signal(signal.SIGINT, _on_interrupt)
-        return _dispatch(args)
+            signal.signal(signal.SIGINT, runctx.interrupt_once)
+        code = _dispatch(args)
+        if runctx.interrupted():  # its KeyboardInterrupt was swallowed on the way (a library's)
+            raise KeyboardInterrupt
+        return code
     except (CliError, FabricError, PreflightError, OutDirError) as exc:
         print(f"mrclab: error: {exc}", file=sys.stderr)
         return 2

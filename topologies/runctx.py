@@ -200,6 +200,34 @@ def clean_all() -> dict[str, int]:
 
 
 # ----- interrupts ---------------------------------------------------------------------------------
+_interrupted = False  # interrupt_once has raised in this process
+
+
+def interrupt_once(signum: int, frame: object) -> None:
+    """A command's SIGINT and SIGTERM handler: the first raises KeyboardInterrupt, which unwinds
+    through every context manager, so teardown runs; later ones must not abort that teardown."""
+    global _interrupted
+    if _interrupted:
+        print("mrclab: still tearing down, please wait", file=sys.stderr, flush=True)
+        return
+    _interrupted = True
+    raise KeyboardInterrupt
+
+
+def interrupts_once() -> None:
+    """SIGTERM (and, where the caller sets it, SIGINT) to `interrupt_once`, none seen yet."""
+    global _interrupted
+    _interrupted = False
+    signal.signal(signal.SIGTERM, interrupt_once)
+
+
+def interrupted() -> bool:
+    """Whether `interrupt_once` raised: a KeyboardInterrupt that a library's handler swallowed
+    on its way up still ends the command as interrupted (a Ctrl-C during a split fabric's start
+    was seen to end it with status 0)."""
+    return _interrupted
+
+
 def interrupts_raise() -> None:
     """Ctrl-C and SIGTERM raise KeyboardInterrupt, which unwinds through every `with` (the
     emulation's teardown included). For a command's entry point: SIGINT is set here, not left as

@@ -171,3 +171,21 @@ def test_outside_the_main_thread_the_blocks_run_as_they_are():
     t.start()
     t.join()
     assert seen == [before]
+
+
+def test_the_first_interrupt_raises_later_ones_do_not_and_it_is_remembered(capsys):
+    """A command's handler: a swallowed KeyboardInterrupt still ends the command as interrupted
+    (cli.main checks `interrupted()` after the command returns)."""
+    old = signal.getsignal(signal.SIGTERM)
+    try:
+        runctx.interrupts_once()
+        assert runctx.interrupted() is False
+        with pytest.raises(KeyboardInterrupt):
+            runctx.interrupt_once(signal.SIGINT, None)
+        assert runctx.interrupted() is True
+        runctx.interrupt_once(signal.SIGINT, None)  # during the teardown: said, not raised
+        assert "still tearing down" in capsys.readouterr().err
+        runctx.interrupts_once()  # the next command starts afresh
+        assert runctx.interrupted() is False
+    finally:
+        signal.signal(signal.SIGTERM, old)

@@ -61,8 +61,11 @@ def run(loops: list[DataLoop]) -> None:
                     for key, _ in loop.selector.select(0):
                         key.data(key)
                 woken.add(loop)
-            now = monotonic()
             for loop in live:
+                # Each agent its own reading: the one before it may have spent a while sending
+                # (the fabric's forwarding runs inline), and a stale `now` would stamp its
+                # packets early, which its peer's echo then counts as path delay.
+                now = monotonic()
                 deadline = due_at[loop]
                 if loop in woken or deadline <= now or loop.backlog.queues:
                     loop.wakes += 1

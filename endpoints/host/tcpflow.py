@@ -27,6 +27,10 @@ from endpoints.host.goodput import BIN_S, GoodputBins
 IPPROTO_MPTCP = 262
 CHUNK = 64 * 1024
 PROGRESS_S = 0.25  # how often the server rewrites what it has received so far
+# The server result's verdict (experiments/api/flows.py reads it): every byte was the byte sent;
+# the same word as the summaries' figure (experiments/scenarios/schema.py), which this floor
+# cannot import.
+DATA_OK = "data_ok"
 
 
 def pattern(offset: int, length: int) -> bytes:
@@ -86,7 +90,7 @@ def serve(bind: str, port: int, out: str, mptcp: bool, seconds: float) -> int:
     next_report = time.monotonic() + PROGRESS_S
 
     def result(done: bool) -> dict[str, object]:
-        return {"bytes": received, "data_ok": data_ok and received > 0, "bin_s": BIN_S,
+        return {"bytes": received, DATA_OK: data_ok and received > 0, "bin_s": BIN_S,
                 "bins": bins.as_json(), "mptcp": mptcp, "done": done}
 
     while (now := time.monotonic()) < deadline:

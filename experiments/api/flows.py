@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from endpoints.host.control import AgentClient
+from endpoints.host.tcpflow import DATA_OK as SERVER_DATA_OK
 from experiments.analysis.transports import BASELINE_PLANE
 from experiments.outdir import REPO
 from topologies import files
@@ -269,7 +270,7 @@ class TcpFlow:
         received = int(data.get("bytes", 0))
         # The stream matched the pattern; a connection that carried nothing (starved) has no
         # wrong byte either, but one that never connected is a failure.
-        ok = bool(data.get("data_ok")) or (received == 0 and "error" not in data)
+        ok = bool(data.get(SERVER_DATA_OK)) or (received == 0 and "error" not in data)
         return FlowResult(self.transport, self.src, self.dst, bins, ok, received, detail,
                           delivered=received > 0)
 

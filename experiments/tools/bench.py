@@ -39,6 +39,7 @@ from endpoints.host.control import AgentClient
 from experiments.analysis import fidelity
 from experiments.api.testbed import wait_for_agents
 from experiments.outdir import REPO, RESULTS
+from experiments.scenarios.schema import DATA_OK
 from experiments.tools.benchnet import RECEIVER, SENDER, BenchNet
 from topologies import cleanup, files, runctx
 from topologies.model import Fabric, FabricParams
@@ -294,7 +295,7 @@ def stream_once(ag: Agents, qpn: int, seconds: float, msg_bytes: int,
     send_stats, recv_stats = snd.call("stats", qpn=qpn), rcv.call("stats", qpn=qpn)
     result["transfer"] = {
         "qpn": qpn, "paths": opened["paths"],
-        "data_ok": data_ok(send_stats["digests"], recv_stats["digests"]),
+        DATA_OK: data_ok(send_stats["digests"], recv_stats["digests"]),
         "messages_completed": len(recv_stats["digests"]),
         "bytes_delivered": recv_stats["bytes_delivered"],
         "goodput_mbps_in_window": result["receiver"]["goodput_mbps"],
@@ -341,12 +342,12 @@ def run_bench(seconds: float = 5.0, runs: int = 3, profile_seconds: float = 2.0,
         "agent_pps_per_core": best["agent_pps_per_core"],
         "goal_pps_per_core": GOAL_PPS_PER_CORE,
         **{k: v for k, v in best.items() if k != "agent_pps_per_core"},
-        "data_ok": all(r["transfer"]["data_ok"] for r in results),
+        DATA_OK: all(r["transfer"][DATA_OK] for r in results),
         "runs": [{"agent_pps_per_core": r["agent_pps_per_core"],
                   "sender_data_pps_per_cpu_s": r["sender"]["data_pps_per_cpu_s"],
                   "receiver_data_pps_per_cpu_s": r["receiver"]["data_pps_per_cpu_s"],
                   "pair_data_pps_per_cpu_s": r["pair_data_pps_per_cpu_s"],
-                  "data_ok": r["transfer"]["data_ok"],
+                  DATA_OK: r["transfer"][DATA_OK],
                   "machine_cpu_idle_mean_pct": r.get("machine_cpu_idle_mean_pct")}
                  for r in results],
         "counted": ("data packets per CPU-second (utime + stime from /proc/PID/stat) of each agent "

@@ -44,6 +44,7 @@ from experiments.analysis import fidelity, metrics
 from experiments.api.flows import AgentFlow
 from experiments.api.testbed import Testbed
 from experiments.outdir import RESULTS
+from experiments.scenarios.schema import DATA_OK
 from topologies import files, netns, runctx
 from topologies.model import Fabric, FabricParams
 
@@ -259,7 +260,7 @@ def run(datagrams: int = 100_000, rate: float = RATE, seed: int = 1, out: Path |
         "rss_max_mib": {h: round(v, 1) for h, v in sorted(rss.items())},
         "rss_bound_mib": RSS_BOUND_MIB,
         "messages": {name: {"completed": r.detail.get("messages_completed"),
-                            "acked": r.detail.get("messages_acked"), "data_ok": r.data_ok,
+                            "acked": r.detail.get("messages_acked"), DATA_OK: r.data_ok,
                             "delivered": r.delivered} for name, r in results.items()},
         "all_drained": drained,
         "mrc_evs_benched": benched,  # per window: without the attack, and with it

@@ -38,7 +38,7 @@ from pathlib import Path
 
 from experiments.outdir import REPO, RESULTS
 from experiments.scenarios.permutation import THROUGHPUT_FRACTION
-from experiments.scenarios.schema import GOODPUT_BEFORE_MBPS
+from experiments.scenarios.schema import DATA_OK, GOODPUT_BEFORE_MBPS
 from topologies import cleanup, files, runctx
 
 SOAK_RESULTS = RESULTS / "soak"
@@ -208,19 +208,19 @@ def one_run(index: int, scenario: str, fault: str, out: Path, rng: random.Random
     rec.earlier_result_intact = None if rec.completed else _digest(folder) == before
     if session and fault == "none":  # the script ran to its end: the transfer's own check
         rec.completed = proc.returncode == 0
-        rec.figures = {"data_ok": "data ok" in stdout and "Traceback" not in stderr}
+        rec.figures = {DATA_OK: "data ok" in stdout and "Traceback" not in stderr}
     elif rec.completed and fault == "none":
         summary = json.loads(summary_path.read_text())
         rec.figures = {f"{t}.{k}": summary["transports"].get(t, {}).get(k)
                        for t, k in FIGURES[scenario]}
         from experiments.scenarios.schema import data_ok
 
-        rec.figures["data_ok"] = data_ok(summary)
+        rec.figures[DATA_OK] = data_ok(summary)
         rec.figures["faithful"] = summary["fidelity"]["faithful"]
     if session:
         rec.fault = CLI_FAULT_NAMES.get(fault, fault)
     rec.ok = rec.expected_exit and rec.error_line_ok and not rec.leftovers and \
-        rec.earlier_result_intact is not False and (fault != "none" or rec.figures.get("data_ok", False))
+        rec.earlier_result_intact is not False and (fault != "none" or rec.figures.get(DATA_OK, False))
     return rec
 
 

@@ -30,6 +30,7 @@ from experiments.outdir import REPO, RESULTS
 from experiments.scenarios import schema
 from experiments.scenarios.base import Options, Record, Scenario
 from topologies import files, queuesampler, switches
+from topologies.face import whole
 from topologies.model import Fabric
 from topologies.runctx import RunContext
 
@@ -98,7 +99,7 @@ def execute(opts: Options, workdir: Path, say: Progress) -> tuple[Record, dict]:
                  dataplane=opts.dataplane, switch=opts.switch_backend,
                  packet_log=opts.packet_log, replace=opts.replace, servers=opts.servers,
                  transport=opts.transport(), agents=opts.agents) as bed:
-        em = bed.em
+        em = whole(bed.em)  # the switches' counters, the data plane, timings
         say(f"fabric up in {em.setup_seconds:.1f} s ({len(fabric.switches)} switches, "
             f"{describe_switches(em)})")
         if opts.replace:

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from endpoints.protocol.config import TransportConfig
-from topologies import cleanup, files, hostnet, netns, placement, preflight, shaping, switches
+from topologies import cleanup, files, hostnet, netns, pathtables, placement, preflight, shaping, switches
 from topologies.dataplane import encap as host_encap
 from topologies.dataplane.attach import DataPlane
 from topologies.model import DEFAULT_DETECT_MS, LINK_MTU, Fabric
@@ -370,6 +370,23 @@ class Emulation(SwitchPorts):
             return self._pids[node]
         self.fabric.switch(node)  # FabricError naming the valid names
         return self.net[node].pid  # type: ignore[index]
+
+    def agent_settings(self, host: str) -> dict:
+        """What the agent on `host` must know of the emulated fabric: its path table from the
+        model (topologies/pathtables.py), whether the switches mark ECN (its congestion
+        control's delay rule is for fabrics that do not), whether its NICs are shaped (then it
+        paces to them), and the skb->priority of the host qdisc's control class (shaping.py)."""
+        return {"paths": pathtables.agent_paths(self.fabric, host),
+                "ecn_fabric": self.dataplane_info.get("mode") == "ebpf", "nic_pacing": self.shape_links,
+                "control_priority": shaping.CLASS_CONTROL if self.shape_links else 0}
+
+    def configure_mptcp(self, host: str) -> None:
+        """MPTCP endpoints on `host`, one subflow per plane (topologies/hostnet.py)."""
+        hostnet.configure_mptcp(self.fabric, self.fabric.host(host), self.pid(host))
+
+    def remote_cpu_commands(self) -> dict[str, list[str]]:
+        """The other machines whose CPU the fidelity verdict reads (a split fabric's servers)."""
+        return self.switches.remote_cpu_commands() if self.switches is not None else {}
 
     def forwarding_pids(self) -> list[int]:
         """The processes that forward the fabric's packets (see SwitchBackend.forwarding_pids)."""

@@ -15,7 +15,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from topologies.emulation import Emulation
+from topologies.face import Emulator
 from topologies.model import Fabric, FabricError
 
 START_TIMEOUT_S = 5.0  # tcpdump says "listening on" once the socket is open
@@ -41,7 +41,7 @@ def resolve(fabric: Fabric, target: str) -> tuple[str, str]:
 class Capture:
     """One running tcpdump; `snaplen` 0 keeps whole packets."""
 
-    def __init__(self, em: Emulation, target: str, path: Path, snaplen: int, workdir: Path) -> None:
+    def __init__(self, em: Emulator, target: str, path: Path, snaplen: int, workdir: Path) -> None:
         self.em, self.target, self.path = em, target, Path(path).resolve()
         self.node, self.ifname = resolve(em.fabric, target)
         if isinstance(snaplen, bool) or not isinstance(snaplen, int) or snaplen < 0:

@@ -1,10 +1,10 @@
 """Fault injection on a running emulation, every action time-stamped on CLOCK_MONOTONIC.
 
-* link cut / restore: as a pulled cable (`Emulation.set_link`: the link's upper end down, the
+* link cut / restore: as a pulled cable (`Emulator.set_link`: the link's upper end down, the
   other losing its carrier); the switches report the ports down and the baseline's routing
   plane reacts after its detection delay. A host link is a host's NIC port on one plane: the
   host's agent sees its NIC lose carrier (port status, endpoints/host/ports.py).
-* switch failure: the switch stops forwarding while its ports stay up (`Emulation.set_switch`),
+* switch failure: the switch stops forwarding while its ports stay up (`Emulator.set_switch`),
   the failure no port event reveals. The baseline controller is told, as its BFD sessions over
   that switch would tell it, and reacts after the same detection delay.
 * lossy link: random drop with probability p on both directions of a link (or one: the egress
@@ -23,8 +23,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from topologies.cleanup import NFT_TABLE
-from topologies.emulation import Emulation
+from topologies.face import NFT_TABLE, Emulator
 from topologies.model import FabricError
 
 LOSS_SCALE = 1_000_000
@@ -38,7 +37,7 @@ class FaultError(RuntimeError):
 class FaultInjector:
     """Injects faults and keeps the timeline of what it did: {"t" (monotonic), "action",
     "target", details}, in order; `active()` says what is faulted now."""
-    em: Emulation
+    em: Emulator
     timeline: list[dict] = field(default_factory=list)
     _lossy: dict[str, float] = field(default_factory=dict)  # link -> drop probability
     _nic_loss: float | None = None  # every host link's drop probability (set_nic_loss)
@@ -291,7 +290,7 @@ def _chain(ifname: str, suffix: str = "") -> str:
 
 
 def _nft(prefix: tuple[str, ...], script: str, check: bool = True) -> None:
-    """`nft -f -` with `script`, run after `prefix` (Emulation.port_command: where a port is)."""
+    """`nft -f -` with `script`, run after `prefix` (Emulator.port_command: where a port is)."""
     result = subprocess.run([*prefix, "nft", "-f", "-"], input=script, capture_output=True, text=True)
     if check and result.returncode != 0:
         raise FaultError(f"nftables refused the loss rule: {result.stderr.strip()[:300]} "

@@ -30,8 +30,7 @@ from endpoints.host.control import AgentClient
 from endpoints.host.tcpflow import DATA_OK as SERVER_DATA_OK
 from experiments.analysis.transports import BASELINE_PLANE
 from experiments.outdir import REPO
-from topologies import files
-from topologies.emulation import Emulation
+from topologies.face import Emulator, read_json
 
 SIZED_LIMIT_S = 24 * 3600.0  # a sized transfer's time limit: it ends when its bytes are through
 
@@ -206,7 +205,7 @@ class AgentFlow:
 class TcpFlow:
     """Linux TCP or MPTCP between two hosts' plane-0 baseline addresses (endpoints/host/tcpflow.py)."""
 
-    def __init__(self, em: Emulation, workdir: Path, transport: str, src: str, dst: str,
+    def __init__(self, em: Emulator, workdir: Path, transport: str, src: str, dst: str,
                  port: int, number: int = 0) -> None:
         self.em, self.transport, self.src, self.dst, self.port = em, transport, src, dst, port
         self.number = number
@@ -240,7 +239,7 @@ class TcpFlow:
                                         stdout=log, stderr=log, cwd=str(REPO)))
 
     def _server_result(self) -> dict:
-        return files.read_json(self.server_out)
+        return read_json(self.server_out)
 
     def progress(self) -> Progress:
         data = self._server_result()

@@ -37,11 +37,8 @@ from experiments.api.capture import Capture
 from experiments.api.faults import FaultInjector
 from experiments.api.flows import AgentFlow, Flow, TcpFlow
 from experiments.outdir import REPO
-from topologies import files, hostnet, shaping
-from topologies.cluster import make_emulation
-from topologies.emulation import Emulation
+from topologies.face import Emulator, emulator, private_dir
 from topologies.model import DEFAULT_DETECT_MS, Fabric, FabricError, Route
-from topologies.pathtables import agent_paths
 from topologies.preflight import EmulationError
 from topologies.runctx import RunContext
 
@@ -57,23 +54,14 @@ def transport_overrides(config: TransportConfig, base: TransportConfig | None = 
             if getattr(config, f.name) != getattr(base, f.name)}
 
 
-def fabric_settings(em: Emulation) -> dict:
-    """What an agent must know of the emulated fabric beyond the model: whether the switches
-    mark ECN (its congestion control's delay rule is for fabrics that do not), whether its NICs
-    are shaped (then it paces to them), and the skb->priority naming the host qdisc's control
-    class (topologies/shaping.py)."""
-    return {"ecn_fabric": em.dataplane_info.get("mode") == "ebpf",
-            "nic_pacing": em.shape_links,
-            "control_priority": shaping.CLASS_CONTROL if em.shape_links else 0}
-
-
-def start_agents(em: Emulation, hosts: Iterable[str], workdir: Path, seed: int,
+def start_agents(em: Emulator, hosts: Iterable[str], workdir: Path, seed: int,
                  transport: dict | None = None, packet_log: int = 0,
                  procs: dict[str, subprocess.Popen] | None = None,
                  replace: Iterable[overrides.Replacement] = (), processes: str = "shared",
                  logs: dict[str, Path] | None = None) -> dict[str, AgentClient]:
     """Every host's agent (`python -m endpoints.host.agent`), connected to; each is handed its
-    host's path table from the model (topologies/pathtables.py) in its settings. `processes`:
+    host's path table and what it must know of the fabric (`Emulator.agent_settings`) in
+    its settings. `processes`:
     "shared", one process runs them all, each agent made inside its host's namespace
     (endpoints/host/shared.py: a third less CPU per packet than a process each, docs/
     experiments.md, "What a run costs"), or "per-host", a process in each host. Each host's
@@ -88,9 +76,10 @@ def start_agents(em: Emulation, hosts: Iterable[str], workdir: Path, seed: int,
     replace = overrides.check(replace)
     for host in hosts:
         control = str(workdir / f"{host}.sock")
-        settings = {"paths": agent_paths(em.fabric, host), "control": control,
+        facts = em.agent_settings(host)
+        settings = {"paths": facts["paths"], "control": control,
                     "trace": str(workdir / f"{host}-trace.jsonl"), "seed": seed,
-                    "transport": transport or {}, "packet_log": packet_log, **fabric_settings(em)}
+                    "transport": transport or {}, "packet_log": packet_log, **facts}
         if processes == "shared":
             settings["netns"] = f"/proc/{em.pid(host)}/ns/net"
         if replace:
@@ -136,7 +125,7 @@ def wait_for_agents(clients: dict[str, AgentClient], log_of: Callable[[str], Pat
             raise error(f"agent on {host} did not start: {log}") from exc
 
 
-def describe_switches(em: Emulation) -> str:
+def describe_switches(em: Emulator) -> str:
     """The switch backend in a few words, for progress lines; with `auto`, which backend this
     machine does not run and why."""
     fell_back = "; not " in em.switch_choice
@@ -187,17 +176,18 @@ class Testbed:
                                        overrides.parse(r) for r in replace)
         self.provenance = overrides.provenance(self.replace)  # {} for the product's own code
         self._own_workdir = workdir is None
-        self.workdir = files.private_dir("mrclab-testbed-") if workdir is None else Path(workdir)
+        self.workdir = private_dir("mrclab-testbed-") if workdir is None else Path(workdir)
         self.seed = seed
         if isinstance(packet_log, bool) or not isinstance(packet_log, int) or packet_log < 0:
             raise FabricError(f"packet_log must be a whole number >= 0, got {packet_log!r}")
         self.packet_log = packet_log
         self.transport = transport or TransportConfig()
-        self.em = make_emulation(fabric, self.workdir, tuple(servers), datapath=datapath,
-                                 detect_ms=detect_ms, dataplane_mode=dataplane,
-                                 transport=self.transport, switch=switch)
+        # The emulator through its face (topologies/face.py): all this API asks of it.
+        self.em = emulator(fabric, self.workdir, tuple(servers), datapath=datapath,
+                           detect_ms=detect_ms, dataplane_mode=dataplane,
+                           transport=self.transport, switch=switch)
         self.cpu = fidelity.CpuSampler(forwarding_pids=self.em.forwarding_pids,
-                                       remote=self._remote_cpu_commands,
+                                       remote=self.em.remote_cpu_commands,
                                        agent_pids=self._agent_pids)
         self.faults = FaultInjector(self.em)
         self.agents: dict[str, AgentClient] = {}
@@ -275,15 +265,11 @@ class Testbed:
         """The Mininet network: `bed.net["h0"].cmd("ip -6 addr")`, Mininet's own CLI."""
         return self.em.net
 
-    def _remote_cpu_commands(self) -> dict[str, list[str]]:
-        """The other machines whose CPU the fidelity verdict reads (a split fabric's servers)."""
-        return self.em.switches.remote_cpu_commands() if self.em.switches is not None else {}
-
     def _show_baseline_addresses(self) -> None:
         """Mininet's hosts report each NIC's baseline IPv6 address (they have no IPv4), so
         Mininet's own `pingall`, `dump` and name substitution use the baseline routes."""
         for host in self.fabric.hosts:
-            node = self.em.net[host.name]  # type: ignore[index]
+            node = self.em.net[host.name]
             for nic in host.nics:
                 intf = node.intf(nic.ifname)
                 intf.ip, intf.prefixLen = str(nic.addr), 64
@@ -299,7 +285,7 @@ class Testbed:
                                        self.agent_processes, self.agent_logs)
         if "mptcp" in wanted and not self._mptcp:
             for host in self.fabric.hosts:
-                hostnet.configure_mptcp(self.fabric, host, self.em.pid(host.name))
+                self.em.configure_mptcp(host.name)
             self._mptcp = True
 
     def cpu_headroom(self, since: float = 0.0) -> dict[str, Any]:

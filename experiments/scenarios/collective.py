@@ -17,6 +17,7 @@ from experiments.api.testbed import Testbed
 from experiments.scenarios.base import DEFAULT_LINK_MBPS, Kind, Options, Record, Scenario
 from experiments.scenarios.failure import busiest_uplink
 from experiments.scenarios.schema import DATA_OK, Figures, Row, ms
+from topologies.face import whole
 from topologies.model import Fabric, FabricError, FabricParams
 
 STEP_LIMIT_S = 15.0  # a step not done by then counts as timed out
@@ -75,13 +76,13 @@ class Collective(Kind):
         t_start = time.monotonic()
         done = 0
         link = opts.link or ""
-        before = bed.em.port_counters(leaf)
+        before = whole(bed.em).port_counters(leaf)
         for phase in ("no_fault", "fault"):
             times: list[float | None] = []
             if phase == "fault" and not link:
                 # The uplink leaf 0's ring traffic used most in the fault-free phase: for the
                 # single-path transports, the one their hashed flow rides.
-                link, _ = busiest_uplink(bed, names[0], before, bed.em.port_counters(leaf))
+                link, _ = busiest_uplink(bed, names[0], before, whole(bed.em).port_counters(leaf))
             for step in range(opts.steps):
                 if phase == "fault" and step == 0:
                     faults.cut_link(link)

@@ -37,6 +37,7 @@ from experiments.scenarios.schema import (
     num,
     within,
 )
+from topologies.face import whole
 from topologies.model import Fabric, FabricError, FabricParams
 
 SHARED = (0, 0)  # (plane, spine) of the path the second flow is forced onto
@@ -138,7 +139,7 @@ class EcnBalance(Kind):
         return 2  # both flows, each filling its NICs
 
     def run(self, bed: Testbed, opts: Options, transport: str, label: str, record: Record) -> None:
-        fabric, em = bed.fabric, bed.em
+        fabric, em = bed.fabric, whole(bed.em)
         assert opts.fault_at is not None
         (asrc, adst), (bsrc, bdst) = roles(fabric)
         a, b = bed.agent_flow(transport, asrc, adst), bed.agent_flow(transport, bsrc, bdst)

@@ -52,6 +52,7 @@ from experiments.scenarios.schema import (
     ms,
     num,
 )
+from topologies.face import whole
 from topologies.model import Fabric, FabricError
 
 # The default fabric (scenarios/base.py): one flow at a time over 4 planes, 4 KB payloads.
@@ -215,11 +216,11 @@ class Failure(Kind):
         t0 = time.monotonic()
         flow.start(opts.duration)
         sleep_until(t0 + max(RATE_START_S, fault_at - 0.1 - RATE_WINDOW_S))
-        before = bed.em.port_counters(leaf)
-        rx_before, rx_t = bed.em.port_counters(dst_leaf), time.monotonic()
+        before = whole(bed.em).port_counters(leaf)
+        rx_before, rx_t = whole(bed.em).port_counters(dst_leaf), time.monotonic()
         sleep_until(t0 + fault_at - 0.1)
-        after = bed.em.port_counters(leaf)
-        rx_after, rx_dt = bed.em.port_counters(dst_leaf), time.monotonic() - rx_t
+        after = whole(bed.em).port_counters(leaf)
+        rx_after, rx_dt = whole(bed.em).port_counters(dst_leaf), time.monotonic() - rx_t
         tx = rx_after.get(dst_port, {}).get("tx_bytes", 0) - rx_before.get(dst_port, {}).get("tx_bytes", 0)
         record.link_rates[label] = round(tx * 8 / rx_dt / 1e6, 2) if rx_dt > 0 else 0.0
         uplink_counts: dict[str, int] = {}

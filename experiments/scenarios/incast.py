@@ -27,6 +27,7 @@ from experiments.scenarios.base import (
     sleep_until,
 )
 from experiments.scenarios.schema import DATA_OK, IS_TRUE, Figures, Row, at_least, at_most, num
+from topologies.face import whole
 from topologies.model import Fabric, FabricError, FabricParams
 
 SETTLE_S = 0.3  # after the incast starts: the victim's share is measured once queues have built
@@ -89,12 +90,12 @@ class Incast(Kind):
     def variants(self, opts: Options, bed: Testbed) -> list[tuple[str, bool | None]]:
         """Every transport with the switches trimming and as plain drop-tail, when the eBPF
         data plane runs."""
-        if bed.em.dataplane is not None:
+        if whole(bed.em).dataplane is not None:
             return [(t, trim) for t in opts.transports for trim in (True, False)]
         return super().variants(opts, bed)
 
     def run(self, bed: Testbed, opts: Options, transport: str, label: str, record: Record) -> None:
-        fabric, em = bed.fabric, bed.em
+        fabric, em = bed.fabric, whole(bed.em)
         fault_at, fault_end = fault_window(opts)
         senders, receiver, (vsrc, vdst) = traffic.incast_roles([h.name for h in fabric.hosts],
                                                                opts.senders)

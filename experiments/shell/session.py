@@ -17,6 +17,7 @@ from endpoints.host.overrides import Replacement
 from endpoints.protocol.config import TransportConfig
 from experiments.api.testbed import Testbed, describe_switches
 from topologies import runctx
+from topologies.face import whole
 from topologies.model import DEFAULT_DETECT_MS, Fabric
 
 
@@ -56,7 +57,7 @@ def run_cli(fabric: Fabric, transport: TransportConfig, seed: int = 1, datapath:
         with Testbed(fabric, workdir, seed=seed, transport=transport, datapath=datapath,
                      detect_ms=detect_ms, dataplane=dataplane, switch=switch,
                      replace=replace) as bed:
-            em = bed.em
+            em = whole(bed.em)
             setLogLevel("output")  # Mininet's own commands print at this level
             print(f"*** up in {time.monotonic() - t0:.1f} s: {len(fabric.hosts)} hosts "
                   f"h0..h{len(fabric.hosts) - 1}, {len(fabric.switches)} switches, "

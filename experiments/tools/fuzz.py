@@ -46,6 +46,7 @@ from experiments.api.testbed import Testbed
 from experiments.outdir import RESULTS
 from experiments.scenarios.schema import DATA_OK
 from topologies import files, netns, runctx
+from topologies.face import whole
 from topologies.model import Fabric, FabricParams
 
 FUZZ_RESULTS = RESULTS / "fuzz"
@@ -160,7 +161,7 @@ def run(datagrams: int = 100_000, rate: float = RATE, seed: int = 1, out: Path |
     fabric = Fabric(FABRIC)
     with runctx.scratch_dir("mrclab-fuzz-") as workdir, \
             Testbed(fabric, workdir, seed=seed, switch=switch) as bed:
-        say(f"fabric up in {bed.em.setup_seconds:.1f} s")
+        say(f"fabric up in {whole(bed.em).setup_seconds:.1f} s")
         bed.prepare(["mrc", "roce"])
         mrc, roce = bed.flow("mrc", *MRC_PAIR), bed.flow("roce", *ROCE_PAIR)
         assert isinstance(mrc, AgentFlow) and isinstance(roce, AgentFlow)
@@ -238,8 +239,8 @@ def run(datagrams: int = 100_000, rate: float = RATE, seed: int = 1, out: Path |
         port_events = sum(_port_events(workdir / f"{host}-trace.jsonl", mrc.qpn) for host in MRC_PAIR)
         # What the fabric itself dropped (switch ports, real queues, OVS, host NICs): a path
         # that really lost a genuine packet was benched for a reason.
-        fabric_drops = fidelity.dataplane_totals(bed.em)
-        switch_info = bed.em.switch_info()
+        fabric_drops = fidelity.dataplane_totals(whole(bed.em))
+        switch_info = whole(bed.em).switch_info()
         cpu_idle = bed.cpu.mean_idle(attack_start, attack_end)
         ovs_busy = bed.cpu.ovs_busy(attack_start, attack_end)
         for flow in (mrc, roce):

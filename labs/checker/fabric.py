@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from labs.checker.core import CheckFailed, Context, Skipped
+from topologies.face import whole
 from topologies.model import Fabric
 
 if TYPE_CHECKING:
@@ -61,7 +62,7 @@ def port_packets(bed: Testbed) -> dict[tuple[str, int], tuple[int, int]]:
     """{(switch, port): (rx packets, tx packets)} of every switch, as the switches count them."""
     out = {}
     for sw in bed.fabric.switches:
-        for port, c in bed.em.port_counters(sw.name).items():
+        for port, c in whole(bed.em).port_counters(sw.name).items():
             out[(sw.name, port)] = (c["rx_pkts"], c["tx_pkts"])
     return out
 

@@ -32,6 +32,11 @@ PURE = ("topologies/model.py", "topologies/numbering.py", "topologies/pathtables
         "topologies/scale.py", "topologies/placement.py")
 IMPURE_MODULES = {"os", "socket", "time", "subprocess", "selectors", "select", "threading", "shutil",
                   "tempfile", "ctypes", "pathlib", "signal"}
+# The Python API drives the emulator through its narrow face; of the rest of topologies/ it
+# imports only the pure model, the run context and the emulator's error types.
+API = "experiments/api/"
+API_TOPOLOGIES = ("topologies/__init__.py", "topologies/face.py", "topologies/model.py",
+                  "topologies/runctx.py", "topologies/preflight.py")
 # Floors inside a folder: the protocol below the host part; what measurements mean below the API
 # that takes them.
 SUBFLOORS = ((("endpoints/protocol/", 0), ("endpoints/host/", 1)),
@@ -126,6 +131,19 @@ def test_no_circle_of_imports():
             pytest.fail("import circle: " + " -> ".join(cycle))
 
 
+def test_the_api_reaches_the_emulator_only_through_its_face():
+    found = []
+    for path in _files():
+        rel = _rel(path)
+        if not rel.startswith(API):
+            continue
+        for module, line in _imports(path):
+            target = _module_file(module)
+            if target is not None and target.startswith("topologies/") and target not in API_TOPOLOGIES:
+                found.append(f"{rel}:{line} imports {module}: use topologies/face.py")
+    assert not found, "\n".join(found)
+
+
 def test_pure_layers_do_no_io():
     found = []
     for path in _files():
@@ -145,4 +163,5 @@ def test_the_rule_sees_real_imports():
     assert "endpoints/protocol/wire.py" in graph["topologies/dataplane/build.py"]
     assert "endpoints/numbercheck.py" in graph["topologies/model.py"]
     assert "topologies/model.py" in graph["topologies/pathtables.py"]
+    assert "topologies/face.py" in graph["experiments/api/testbed.py"]
     assert _floor("topologies/model.py") == 2 and _floor("endpoints/host/agent.py") == 1

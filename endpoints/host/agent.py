@@ -1,4 +1,4 @@
-"""The host agent: one process per emulated host, running MRC (and the RoCE-like go-back-N
+"""The host agent: one per emulated host, running MRC (and the RoCE-like go-back-N
 baseline) QPs over real sockets around the sans-IO cores.
 
 `python -m endpoints.host.agent --config FILE` inside the host's namespace; with several
@@ -61,10 +61,6 @@ class Agent:
         self.commands = AgentCommands(loop, self.paths, ports, config, int(settings.get("seed", 1)),
                                       classes, replacements_from.provenance(replacements))
         self.control = ControlServer(settings["control"], loop.selector, self.commands.handle)
-
-    def run(self) -> None:
-        self.loop.run()
-        self.close()
 
     def close(self) -> None:
         self.control.close()

@@ -128,10 +128,17 @@ def cost_points(cal: dict[str, Any], params: FabricParams) -> list[tuple[float, 
             fixed, marginal = 0.0, max(r["busy_cores"] / r["delivered_data_pps"] for r in cal["runs"])
         return [(0.0, slower * fixed * scale), (1.0, slower * (fixed * scale + marginal))]
     runs = [r for r in cal["runs"] if r.get("faithful", True)] or list(cal["runs"])
-    points, top = [(0.0, slower * float(idle) * scale)], slower * float(idle) * scale
+    return _from_idle(float(idle), scale, runs, "busy_cores", slower)
+
+
+def _from_idle(idle: float, scale: float, runs: list[dict[str, Any]], key: str,
+               slower: float = 1.0) -> list[tuple[float, float]]:
+    """(0, `idle` scaled) then, by data packets/s, each run's `key` cores with its idle part
+    scaled the same way, never falling as packets grow; all times `slower`."""
+    points, top = [(0.0, slower * idle * scale)], slower * idle * scale
     for r in sorted(runs, key=lambda r: r["delivered_data_pps"]):
         if r["delivered_data_pps"] > points[-1][0]:
-            top = max(top, slower * (float(idle) * scale + r["busy_cores"] - float(idle)))
+            top = max(top, slower * (idle * scale + float(r[key]) - idle))
             points.append((float(r["delivered_data_pps"]), top))
     return points
 
@@ -148,11 +155,7 @@ def agents_process_points(cal: dict[str, Any], params: FabricParams) -> list[tup
     idle = cal.get("idle") or {}
     base = max(float(idle.get("fabric_and_agents_cores", 0.0)) - float(idle.get("fabric_cores", 0.0)), 0.0)
     scale = host_ports(params) / host_ports(FabricParams.from_dict(cal["fabric"]))
-    points, top = [(0.0, base * scale)], base * scale
-    for r in sorted(runs, key=lambda r: r["delivered_data_pps"]):
-        if r["delivered_data_pps"] > points[-1][0]:
-            top = max(top, base * scale + float(r["agents_process_cores"]) - base)
-            points.append((float(r["delivered_data_pps"]), top))
+    points = _from_idle(base, scale, runs, "agents_process_cores")
     return points if len(points) > 1 else None
 
 

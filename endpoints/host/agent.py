@@ -119,10 +119,7 @@ def main(argv: list[str] | None = None) -> int:
         profiler = cProfile.Profile()
         profiler.enable()
     try:
-        if len(agents) == 1:
-            agents[0].loop.run()
-        else:
-            shared.run([agent.loop for agent in agents])
+        shared.run([agent.loop for agent in agents])
     except KeyboardInterrupt:
         pass
     finally:

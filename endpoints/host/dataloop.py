@@ -1,8 +1,9 @@
 """The host agent's data loop: its QPs' datagrams through real sockets and the sans-IO cores,
 the NIC ports as a transmit scheduler, the trace, and the host's queues sampled.
 
-One epoll wait per turn (a datagram, a timer, a control command: the control channel's
-selector is in the same wait), then every QP's timers and transmissions (`_service`). Each
+Its loop (endpoints/host/shared.py, for one agent or several in one process) waits once per
+turn for a datagram, a timer or a control command, takes the datagrams (`_receive`), then runs
+every QP's timers and transmissions (`_service`). Each
 EV's datagrams go from this host's NIC to the peer's NIC on the EV's plane, marked with the EV:
 the host's encapsulation program wraps them to the path's uSID carrier (endpoints/host/netio.py).
 Goodput is binned (endpoints/host/goodput.py) on CLOCK_MONOTONIC, which every namespace shares,
@@ -30,7 +31,6 @@ import collections
 import hashlib
 import json
 import random
-import select
 import selectors
 import socket
 import sys
@@ -61,16 +61,12 @@ PATTERN_BYTES = 1_052_693  # a prime just above 2**20
 HOST_SAMPLE_S = 0.020
 # Batched wake-ups, off by default: with `nic_refill_frames` the NIC pacer lets each port run
 # that many frames ahead and wakes its senders once per that many (the host qdisc paces them;
-# each frame is timestamped with its modelled departure), and with `rx_holdoff_frames` the
-# receive socket rests that many frame times after a wake-up that took a partial burst, as a NIC
-# moderates interrupts. Measured (docs/experiments.md, "What a run costs"): 3 and 1 cut the
-# permutation's fixed CPU from 0.45 to 0.15-0.28 of a core and the CPU per packet at 2-5 Mbit/s
-# by a fifth, but not at 10 Mbit/s; and they changed results: spray through a cut link fell
-# from 0.89 to 0.44-0.47 of its goodput (the modelled departures ran ahead of the real qdisc, so
-# SACKs echoed timestamps "from the future" and lost their RTT samples; the rest alone, 0.73).
-# Until the departure is read from the kernel rather than modelled, the agents run unbatched.
+# each frame is timestamped with its modelled departure). Measured with a receive holdoff
+# (docs/history.md): they cut the permutation's fixed CPU but changed results: spray through a
+# cut link fell from 0.89 to 0.44-0.47 of its goodput (the modelled departures ran ahead of the
+# real qdisc, so SACKs echoed timestamps "from the future" and lost their RTT samples). Until
+# the departure is read from the kernel rather than modelled, the agents run unbatched.
 NIC_REFILL_FRAMES = 0.0
-RX_HOLDOFF_FRAMES = 0.0
 # Lazy pacer wake-ups (unlike the batching above, the host queue stays within DEPTH_FRAMES and
 # frames keep their hand-over timestamps): a sender waiting for a busy port is woken only when
 # the port has this much left to send, not as soon as it could take one more frame. Any wake-up
@@ -120,8 +116,8 @@ class Qp:
         return "send" if self.sender is not None else "recv"
 
 class DataLoop:
-    """The sockets, the NIC pacer, the QPs (`qps`, opened and closed by the control commands)
-    and the loop that runs them (`run`, until `running` is false)."""
+    """The sockets, the NIC pacer and the QPs (`qps`, opened and closed by the control
+    commands), run by endpoints/host/shared.py's loop until `running` is false."""
 
     def __init__(self, settings: dict[str, Any], config: TransportConfig, link_mbps: float, planes: int,
                  nics: dict[str, int]) -> None:
@@ -140,10 +136,6 @@ class DataLoop:
                               depth=DEPTH_FRAMES + refill, refill=refill + lag,
                               stamp_departure=refill > 0) \
             if settings.get("nic_pacing", True) else None
-        # (NICs not shaped: datagrams come as fast as the peers send, and resting would only
-        # cap the rate.)
-        self.rx_holdoff = float(settings.get("rx_holdoff_frames", RX_HOLDOFF_FRAMES)) * \
-            self.config.frame_time(link_mbps) if self.pacer is not None else 0.0
         self.control_priority = int(settings.get("control_priority", 0))
         # raw_send: every packet built in Python and sent on the raw socket (the former path,
         # kept for comparison and for kernels that refuse the per-path sockets).
@@ -151,13 +143,9 @@ class DataLoop:
         self.tx = netio.Transmitter(kernel_checksum=not settings.get("raw_send", False))
         # The local address is not needed (the EV names the path): one control message fewer.
         self.rx = netio.open_receiver(wire.MRC_PORT, pktinfo=False)
-        self.selector = selectors.DefaultSelector()  # the control server's sockets
-        # The loop waits on an epoll of its own holding the receive socket and the control
-        # selector's epoll (itself pollable): the common wake-up, a datagram or a timer, then
-        # skips the selectors module's per-call bookkeeping.
-        self._wait = select.epoll()
-        self._wait.register(self.rx.fileno(), select.EPOLLIN)
-        self._wait.register(self.selector.fileno(), select.EPOLLIN)
+        # The control server's sockets; its epoll (itself pollable) sits in the loop's wait
+        # (endpoints/host/shared.py) beside the receive socket.
+        self.selector = selectors.DefaultSelector()
         self.qps: dict[int, Qp] = {}
         self.backlog = netio.Backlog(self.tx)  # backpressure: per path, bounded
         self.trace = open(settings["trace"], "a") if settings.get("trace") else None
@@ -325,49 +313,6 @@ class DataLoop:
                 earliest = deadline
         return earliest
 
-    def run(self) -> None:
-        deadline: float | None = None
-        rx = self.rx.fileno()
-        backlogged = self.backlog.queues  # truthy while a path waits (Backlog.__bool__, inline)
-        holdoff, resting_until = self.rx_holdoff, 0.0
-        monotonic, receive = time.monotonic, self._receive
-        while self.running:
-            now = monotonic()
-            timeout = 0.05 if deadline is None else min(max(deadline - now, 0.0), 0.05)
-            if backlogged:
-                timeout = min(timeout, 0.0002)
-            if now < resting_until:
-                # The receive socket rests: wait for a deadline or a command only, then take
-                # whatever arrived meanwhile in one burst.
-                for key, _ in self.selector.select(min(timeout, resting_until - now)):
-                    key.data(key)
-                now = monotonic()
-                taken = receive(now)
-                self.rx_dgrams += taken
-                # Rest again after a partial burst; nothing came, or a full burst: no rest.
-                resting_until = now + holdoff if 0 < taken < RECV_BURST else 0.0
-            else:
-                for fd, _ in self._wait.poll(timeout):  # rounded up to whole ms, as selectors does
-                    if fd == rx:
-                        now = monotonic()
-                        taken = receive(now)
-                        self.rx_wakes += 1
-                        self.rx_dgrams += taken
-                        if 0 < taken < RECV_BURST and holdoff:  # (0: never rests)
-                            resting_until = now + holdoff
-                    else:
-                        for key, _ in self.selector.select(0):
-                            key.data(key)
-            self.wakes += 1
-            if backlogged:
-                self.backlog.flush()
-            now = time.monotonic()
-            if deadline and now - deadline > self._loop_lag:  # 0.0: "at once", not a time
-                self._loop_lag = now - deadline
-            deadline = self._service(now)
-            if now >= self._next_host_sample:
-                self._sample_host(now)
-
     def _sample_host(self, now: float) -> None:
         """Read the NICs' qdisc backlog: resynchronise the pacer with it, and trace it."""
         self._next_host_sample = now + HOST_SAMPLE_S
@@ -396,7 +341,6 @@ class DataLoop:
     def close(self) -> None:
         if self._qreader is not None:
             self._qreader.close()
-        self._wait.close()
         self.rx.close()
         self.tx.close()
         if self.trace is not None:

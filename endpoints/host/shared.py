@@ -1,4 +1,4 @@
-"""Every host's agent in one process: the same agents (endpoints/host/agent.py), one loop.
+"""The agents' loop: one agent's, or every host's agent in one process (endpoints/host/agent.py).
 
 `python -m endpoints.host.agent --config A.json --config B.json ...`, each settings naming its
 host's network namespace (`netns`: /proc/PID/ns/net of a process in it, or /run/netns/NAME):
@@ -14,10 +14,11 @@ caches the other agents have evicted (docs/experiments.md, "What a run costs"). 
 whose wait covers every host's sockets and timers wakes once for whatever is due across them
 all, and stays warm.
 
-The loop is `DataLoop.run`'s, for several loops: one epoll over every agent's receive socket
-and control selector; after a wake-up, an agent is serviced (its QPs' timers and
-transmissions) only when a datagram or command came for it, its own earliest deadline passed,
-or its backlog waits: what its own process would have done, without the wake-ups of the others.
+The loop: one epoll over every agent's receive socket and control selector; after a wake-up,
+an agent is serviced (its QPs' timers and transmissions) only when a datagram or command came
+for it, its own earliest deadline passed, or its backlog waits: what its own process would have
+done, without the wake-ups of the others. A process with one agent (`--agents per-host`) runs
+the same loop over a list of one.
 """
 
 from __future__ import annotations

@@ -4,12 +4,21 @@ here, below both, so that neither imports the other for them."""
 
 from __future__ import annotations
 
+from topologies.model import FabricError
+
 TRANSPORTS = ("mrc", "roce", "spray", "tcp", "mptcp")  # the runner's, the tables' columns' order
 MULTIPATH = frozenset({"mrc", "spray", "mptcp"})  # use every plane; the others are pinned to plane 0
 BASELINE_PLANE = 0
 # How the hosts' agents run: every one in one process (the default: a third less CPU per packet,
 # endpoints/host/shared.py), or a process in each host.
 AGENT_PROCESSES = ("shared", "per-host")
+
+
+def check_agent_processes(name: str) -> str:
+    """`name` if it is one of AGENT_PROCESSES; else FabricError naming them."""
+    if name not in AGENT_PROCESSES:
+        raise FabricError(f"unknown agent processes {name!r}: use one of {', '.join(AGENT_PROCESSES)}")
+    return name
 
 
 def planes_used(transport: str, planes: int) -> tuple[int, ...]:

@@ -32,7 +32,7 @@ from endpoints.host.control import AgentClient
 from endpoints.protocol import wire
 from endpoints.protocol.config import TransportConfig, with_overrides
 from experiments.analysis import fidelity
-from experiments.analysis.transports import AGENT_PROCESSES, BASELINE_PLANE, TRANSPORTS
+from experiments.analysis.transports import BASELINE_PLANE, TRANSPORTS, check_agent_processes
 from experiments.api.capture import Capture
 from experiments.api.faults import FaultInjector
 from experiments.api.flows import AgentFlow, Flow, TcpFlow
@@ -69,15 +69,14 @@ def start_agents(em: Emulator, hosts: Iterable[str], workdir: Path, seed: int,
     agent logs the first N datagrams it sends and receives in its trace. `replace`: code in
     the product's place at named override points (endpoints/host/overrides.py), in every
     agent; each agent is asked what it loaded, and must answer with the same files."""
-    if processes not in AGENT_PROCESSES:
-        raise ValueError(f"unknown agent processes {processes!r}: use one of {', '.join(AGENT_PROCESSES)}")
+    check_agent_processes(processes)
     hosts = list(hosts)
     clients, configs = {}, {}
     replace = overrides.check(replace)
     for host in hosts:
         control = str(workdir / f"{host}.sock")
         facts = em.agent_settings(host)
-        settings = {"paths": facts["paths"], "control": control,
+        settings = {"control": control,
                     "trace": str(workdir / f"{host}-trace.jsonl"), "seed": seed,
                     "transport": transport or {}, "packet_log": packet_log, **facts}
         if processes == "shared":
@@ -168,9 +167,7 @@ class Testbed:
                  packet_log: int = 0,
                  replace: Iterable[overrides.Replacement | str] = (),
                  servers: Iterable[str] = (), agents: str = "shared") -> None:
-        if agents not in AGENT_PROCESSES:
-            raise FabricError(f"unknown agent processes {agents!r}: use one of {', '.join(AGENT_PROCESSES)}")
-        self.agent_processes = agents
+        self.agent_processes = check_agent_processes(agents)
         self.fabric = fabric
         self.replace = overrides.check(r if isinstance(r, overrides.Replacement) else
                                        overrides.parse(r) for r in replace)

@@ -85,7 +85,11 @@ class ReverseEvs:
         return [ev for ev in self.evs if not self.out >> self.plane[ev] & 1]
 
     def _swap(self, dead: int) -> None:
-        """Replace a dead EV with a spare, same plane first; the dead one becomes the last spare."""
+        """Replace a dead EV with a spare, same plane first; the dead one becomes the last spare.
+        The spare carries nothing until a probe proves it: in a plane whose every path is
+        down, a spare presumed alive took its share of the SACKs and probe answers for two
+        probe rounds, then the next one did, so the sender's probes of its own bad EVs there
+        kept going unanswered, and a restored path waited hundreds of milliseconds to be used."""
         if not self.spares:
             return
         spare = next((s for s in self.spares if self.plane[s] == self.plane[dead]), self.spares[0])
@@ -93,7 +97,7 @@ class ReverseEvs:
         self.spares.append(dead)
         self.evs[self.evs.index(dead)] = spare
         del self.alive[dead], self.misses[dead]
-        self.alive[spare] = True
+        self.alive[spare] = False
         self.misses[spare] = 0
 
 

@@ -432,3 +432,21 @@ def test_a_path_with_no_rtt_sample_yet_is_not_judged_by_other_paths_timing():
     sim.run(1.0, stop=both_acked)
     assert acked == [0, 1] and rcv.take_completed() == list(enumerate(msgs))
     assert snd.stats["retransmitted"] == 0 and snd.stats["lost"] == 0
+
+
+def test_a_spare_reverse_ev_carries_nothing_until_a_probe_proves_it():
+    """Bug: a spare swapped in for a dead reverse EV was presumed alive. With every path of a
+    plane down, each spare in turn carried its share of the SACKs and probe answers, lost,
+    for two probe rounds, so the sender's probes of its own bad EVs there went unanswered and
+    a restored path waited hundreds of milliseconds (Fig. 19's restores) to be used again."""
+    evs = [EvInfo(e, e >> 16) for e in (0x10001, 0x10002, 0x10003, 0x20001, 0x20002)]
+    rev = ReverseEvs(evs, 2, random.Random(1))
+    plane1 = [ev for ev in rev.evs if ev >> 16 == 1]
+    dead = plane1[0]
+    rev.result(dead, False)
+    assert rev.result(dead, False) == (True, False)
+    spare = next(ev for ev in rev.evs if ev >> 16 == 1 and ev not in plane1)
+    assert dead in rev.spares and not rev.alive[spare]
+    assert spare not in {rev.next() for _ in range(20)}  # unproven: nothing goes over it
+    assert rev.result(spare, True) == (False, True)  # its probe answered: in the rotation
+    assert spare in {rev.next() for _ in range(20)}

@@ -110,6 +110,8 @@ class Qp:
     pattern: bytes = b""  # twice PATTERN_BYTES of seeded random bytes, made on the first post
     last_delivered: int = 0
     completed: int = 0  # messages fully acknowledged (sender side)
+    due: float | None = 0.0  # its core's next deadline when last polled (0.0: poll it at once)
+    touched: bool = False  # a datagram came for it since it was last polled
 
     @property
     def role(self) -> str:
@@ -153,6 +155,7 @@ class DataLoop:
         self.packet_log = int(settings.get("packet_log", 0)) if self.trace is not None else 0
         self.stats: collections.Counter[str] = collections.Counter()
         self.running = True
+        self.service_all = True  # the next service polls every QP, not only the due ones
         # Host queues: the NICs' root qdiscs by interface index, read every HOST_SAMPLE_S.
         self._nic_plane: dict[int, int] = {}
         self._qreader: QdiscReader | None = None
@@ -274,7 +277,7 @@ class DataLoop:
                 stats["unknown_qp"] += 1
                 continue
             qp.core.on_datagram(data, ev, now, ce)
-            received = True
+            qp.touched = received = True
         if received:
             # Goodput bins once per burst, not per datagram: the burst shares `now`, so its bin.
             for qp in qps.values():
@@ -286,9 +289,21 @@ class DataLoop:
         return taken
 
     def _service(self, now: float) -> float | None:
-        """Run every QP's timers and transmissions; return the earliest deadline."""
+        """Run the timers and transmissions of every QP that is due: a datagram came for it,
+        its deadline passed, or `service_all` says each one (a control command, which may
+        have posted or changed anything, or the pacer resynchronised with the qdiscs, which
+        can ready a port sooner than a waiting sender's deadline); return the earliest deadline.
+        A QP's poll with nothing due does nothing, and with a few QPs per host, or a few
+        dozen in a collective, polling only the due ones is most of what a wake-up saves."""
         earliest: float | None = None
+        every, self.service_all = self.service_all, False
         for qp in self.qps.values():
+            due = qp.due
+            if not (every or qp.touched or (due is not None and due <= now)):
+                if due is not None and (earliest is None or due < earliest):
+                    earliest = due
+                continue
+            qp.touched = False
             core = qp.core
             items = core.poll(now)
             if items:
@@ -308,7 +323,7 @@ class DataLoop:
             if self.trace is not None:
                 for event in core.take_events():
                     self.trace.write(_json_line(as_record(qp.qpn, event)))
-            deadline = core.next_deadline()
+            qp.due = deadline = core.next_deadline()
             if deadline is not None and (earliest is None or deadline < earliest):
                 earliest = deadline
         return earliest
@@ -316,6 +331,7 @@ class DataLoop:
     def _sample_host(self, now: float) -> None:
         """Read the NICs' qdisc backlog: resynchronise the pacer with it, and trace it."""
         self._next_host_sample = now + HOST_SAMPLE_S
+        self.service_all = True  # the pacer may be resynchronised below
         nics: dict[str, list[int]] = {}
         if self._qreader is not None:
             try:

@@ -61,6 +61,7 @@ def run(loops: list[DataLoop]) -> None:
                 else:
                     for key, _ in loop.selector.select(0):
                         key.data(key)
+                    loop.service_all = True  # a command may have posted, opened or changed any QP
                 woken.add(loop)
             for loop in live:
                 # Each agent its own reading: the one before it may have spent a while sending

@@ -98,3 +98,45 @@ def test_a_loop_that_stops_is_left_out_while_the_others_run():
         second.close()
     # a stopped loop's deadlines keep coming due: serviced again, it would count more than 3
     assert len(first.services) == 3 and len(second.services) == 30
+
+
+class FakeCore:
+    """A core whose deadline is set by the test; counts its polls."""
+
+    def __init__(self, deadline: float | None) -> None:
+        self.deadline = deadline
+        self.polls: list[float] = []
+
+    def poll(self, now: float) -> list:
+        self.polls.append(now)
+        return []
+
+    def take_events(self) -> list:
+        return []
+
+    def next_deadline(self) -> float | None:
+        return self.deadline
+
+
+def test_a_service_polls_only_the_qps_that_are_due():
+    from endpoints.host.dataloop import DataLoop, Qp
+
+    loop = object.__new__(DataLoop)  # only what _service reads: the QPs, the trace, the flag
+    loop.trace = None
+    cores = {"timer": FakeCore(1.0), "idle": FakeCore(None), "later": FakeCore(5.0)}
+    loop.qps = {n: Qp(n, "h1", n, "mrc", core, None)  # type: ignore[arg-type]
+                for n, core in enumerate(cores.values())}
+    loop.service_all = True
+    assert loop._service(0.5) == 1.0  # the first: every QP, each deadline learnt
+    assert [len(c.polls) for c in cores.values()] == [1, 1, 1]
+    cores["timer"].deadline = 3.0
+    assert loop._service(2.0) == 3.0  # only the one whose deadline passed
+    assert [len(c.polls) for c in cores.values()] == [2, 1, 1]
+    loop.qps[1].touched = True  # a datagram came for the idle one
+    assert loop._service(2.5) == 3.0
+    assert [len(c.polls) for c in cores.values()] == [2, 2, 1] and not loop.qps[1].touched
+    cores["later"].deadline = None
+    loop.service_all = True  # a control command: every QP again
+    assert loop._service(2.6) == 3.0
+    assert [len(c.polls) for c in cores.values()] == [3, 3, 2] and not loop.service_all
+    assert loop._service(4.0) == 3.0 and [len(c.polls) for c in cores.values()] == [4, 3, 2]

@@ -136,6 +136,7 @@ def make_parser() -> argparse.ArgumentParser:
     shell.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
                        help="a transport parameter for the session, e.g. ev_set_size=16 (repeatable)")
     shell.add_argument("--seed", type=int, default=1, help="drives every random choice")
+    _servers_arg(shell)
     shell.add_argument("--workdir", default=None,
                        help="keep the agents' logs and traces here (default: a temporary folder)")
     shell.add_argument("--script", type=Path, default=None,
@@ -320,11 +321,16 @@ def run_options(args: argparse.Namespace):  # -> experiments.scenarios.Options
         from dataclasses import replace
 
         from experiments.analysis import calibration
-        from experiments.runner import faithful_link_mbps
+        from experiments.runner import faithful_link_mbps, server_figures
         from topologies import switches
 
+        backend = switches.resolve(args.switch)
+        # a split run: each server's own forwarding figure bounds it too (read, or measured once)
+        opts = check(opts)
+        opts = replace(opts, servers_forwarding=server_figures(
+            opts, backend, lambda m: print(f"[{args.scenario}] {m}", flush=True)))
         free = calibration.free_cores()  # 0.75 s: read once, carried to the run's load check
-        rate = faithful_link_mbps(check(opts), switches.resolve(args.switch), free,
+        rate = faithful_link_mbps(opts, backend, free,
                                   ceiling=None if args.link_mbps == "auto" else f.link_mbps)
         opts = replace(opts, fabric=replace(fabric, link_mbps=rate), free_cores=free)
     return check(opts)
@@ -457,7 +463,8 @@ def _dispatch(args: argparse.Namespace) -> int:
         from experiments.shell.session import run_cli
 
         return run_cli(fabric, transport, args.seed, args.datapath, args.dataplane, args.detect_ms,
-                       workdir, args.script, switch=args.switch, replace=replacements)
+                       workdir, args.script, switch=args.switch, replace=replacements,
+                       servers=_servers(args) or ())
     demo_out = outdir.check(args.out) if args.command == "demo" else None
     switches.check(args.switch)
     if args.command == "check-fabric":

@@ -56,7 +56,7 @@ def assess_load(opts: Options, backend: str, free_cores: float | None = None) ->
     out = capacity.assess(backend, opts.fabric, senders, opts.transport().mtu_payload,
                           files.read_json(MEASURED_CAPACITY), files.read_json(REFERENCE_CAPACITY),
                           agent_cores=os.cpu_count() or 1 if free_cores is None else free_cores,
-                          calibration=cal, agents=opts.agents)
+                          calibration=cal, agents=opts.agents, servers=_servers(opts))
     # which calibration the figures came from (the summary records it)
     out["calibration"] = None if cal is None else {
         k: cal.get(k) for k in ("fixed_cores", "marginal_us_per_packet", "idle", "fingerprint",
@@ -73,7 +73,26 @@ def faithful_link_mbps(opts: Options, backend: str, free_cores: float | None = N
                                   files.read_json(MEASURED_CAPACITY), files.read_json(REFERENCE_CAPACITY),
                                   agent_cores=os.cpu_count() or 1 if free_cores is None else free_cores,
                                   calibration=calibration.effective(backend), ceiling=ceiling,
-                                  agents=opts.agents)
+                                  agents=opts.agents, servers=_servers(opts))
+
+
+def _servers(opts: Options) -> dict | None:
+    return None if opts.servers_forwarding is None else dict(opts.servers_forwarding)
+
+
+def server_figures(opts: Options, backend: str, say: Progress) -> dict | None:
+    """A split run's servers' forwarding figures (topologies/server_calibration.py: each one's
+    own calibration, made there once if missing, or else the head's figure for as many planes);
+    None for a run on one machine."""
+    from topologies import placement, server_calibration
+
+    split = placement.place(Fabric(opts.fabric), opts.servers) if opts.servers else None
+    if split is None or not split.split:
+        return None
+    cals = server_calibration.forwarding(split, backend, say)
+    measured, reference = files.read_json(MEASURED_CAPACITY), files.read_json(REFERENCE_CAPACITY)
+    return server_calibration.figures(split, cals, lambda planes: capacity.head_figure(
+        backend, opts.fabric, planes, measured, reference)["packet_hops_per_s"])
 
 
 def run_free_cores(opts: Options) -> float:

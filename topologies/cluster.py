@@ -14,9 +14,8 @@ What each server needs: this checkout at the same path with `make setup` done, r
 from the head with a key (`MRCLAB_SSH_CONFIG`: an ssh_config file used for every connection,
 e.g. the one `topologies/cluster_lab.py` writes), sudo and mnexec (Debian's mininet).
 
-Limits (docs/cluster.md): the kernel-router backend only; the eBPF counters and trimming on/off
-of remote ports are not read or changed from the head; captures and faults beyond cutting and
-restoring a link are for local switches.
+Limits (docs/cluster.md): kernel routers only; the eBPF counters and trimming of remote ports,
+captures and switch failures there are out of the head's reach.
 """
 
 from __future__ import annotations
@@ -94,6 +93,7 @@ def _classes() -> tuple[type, type]:
     """(RemoteKernelRouter, VxlanLink), built on Mininet's cluster edition (imported late:
     Mininet is not needed to import this module)."""
     from mininet.examples.cluster import RemoteGRELink, RemoteMixin
+    from mininet.link import Link
     from mininet.util import quietRun
 
     from topologies.switches.routers import KernelRouter
@@ -134,6 +134,7 @@ def _classes() -> tuple[type, type]:
             if node1.server == "localhost":  # the head's address towards that server
                 ip1 = quietRun(f"ip route get {ip2}").split(" src ")[1].split()[0]
             type(self).VNI += 1
+            self.vni = self.VNI
             for node, name, local, remote in ((node1, intfname1, ip1, ip2), (node2, intfname2, ip2, ip1)):
                 out = node.rcmd(
                     f"ip link add name {name}{self.ends.get(node.name, '')} mtu {LINK_MTU} type vxlan"
@@ -144,6 +145,9 @@ def _classes() -> tuple[type, type]:
                     raise EmulationError(f"moving {name} into {node} on {node.server} failed")
                 node.cmd(f"ip link set dev {name} up")  # a move into a namespace sets it down
             return None
+
+        def status(self) -> str:  # the CLI's `links`: RemoteLink's polls `tunnel` (here 1)
+            return f"{Link.status(self)} VXLAN id {self.vni} (UDP {VXLAN_PORT})"
 
     return RemoteKernelRouter, VxlanLink
 
@@ -476,6 +480,10 @@ class SplitEmulation(Emulation):
             return self._pids[node]
         raise EmulationError(f"{node} runs on {self.split_backend.server_of(node)}: "
                              f"no process of it on this machine")
+
+    def set_switch(self, name: str, forwarding: bool) -> float:
+        self.notify_controller({})  # refused before the switch stops (half a fault otherwise)
+        return 0.0
 
     def notify_controller(self, message: dict) -> None:
         raise EmulationError("the control planes of a split fabric run on its servers: "

@@ -12,6 +12,11 @@ no longer matches is stale and is measured again by the next `make setup`. Where
 capacity falls back to the committed cost reference (kernel routers) or per-core figures
 (experiments/analysis/capacity.py) and says so.
 
+A server of a split fabric (`--servers`) carries switches only: its figure is what its kernel
+routers forward (`python -m experiments.tools.dataplane_bench --calibrate`, the data-plane
+benchmark's short form, run there over ssh by topologies/server_calibration.py), cached there in
+`results/calibration-forwarding-BACKEND.json` with that server's fingerprint (`load_forwarding`).
+
 `free_cores` reads /proc/stat over a short window just before a run: a core that another
 program keeps busy is not counted on (`--link-mbps auto` and the default rate look at it).
 `busy_pids` names such programs' processes, so that what they take is told apart from what a
@@ -97,6 +102,28 @@ def effective(backend: str, path: Path | None = None, reference: Path = REFERENC
         return own
     ref = files.read_json(reference)
     return {**ref, "reference": True} if ref and ref.get("backend") == backend else None
+
+
+# The forwarding calibration's form (what `load_forwarding` accepts).
+FORWARDING_FORM = 1
+
+
+def forwarding_path(backend: str) -> Path:
+    """Where this machine's forwarding calibration of `backend` is cached."""
+    return RESULTS / f"calibration-forwarding-{backend}.json"
+
+
+def forwarding_fingerprint(backend: str) -> dict[str, Any]:
+    return {**fingerprint(backend), "form": FORWARDING_FORM, "kind": "forwarding"}
+
+
+def load_forwarding(backend: str, path: Path | None = None) -> dict[str, Any] | None:
+    """The cached forwarding calibration for `backend` if it was made on this machine with this
+    code (as `load` holds the cost calibration to it)."""
+    data = files.read_json(forwarding_path(backend) if path is None else path)
+    if not data or data.get("fingerprint") != forwarding_fingerprint(backend):
+        return None
+    return data
 
 
 def stale(backend: str, path: Path | None = None) -> bool:

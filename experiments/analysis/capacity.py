@@ -40,6 +40,13 @@ one `SPREAD` times slower, so that a default it picks holds on any of them (CI's
 rate the per-core figures picked for a faster VM filled 86% of a link, and idled 7.7% at p10).
 This machine's own calibration needs no such margin: `AUTO_CPU_SHARE` covers its own noise.
 
+A fabric split over servers (`--servers`, topologies/placement.py) forwards each plane on the
+server that carries it, the head forwarding nothing: the switches' bound is then each server's
+(`server_bounds`), its load the run's share of its planes (every busy sender fills one NIC per
+plane alike), its figure the forwarding calibration measured there (`mrclab`'s dataplane bench
+in its short form, topologies/server_calibration.py), or the head's figure for as many planes where
+a server has none.
+
 Backends are only names here: any backend the benchmark measured (`--switch` names) plugs in.
 """
 
@@ -181,6 +188,38 @@ def pps_for(points: list[tuple[float, float]], cores: float) -> float:
     return xn + (cores - yn) * (xn - x0) / (yn - y0) if yn > y0 else float("inf")
 
 
+def server_load(params: FabricParams, busy_senders: int, mtu_payload: int, planes: int) -> float:
+    """Packet-hops/s the switches of `planes` of the fabric's planes carry at most: every busy
+    sender fills each of its NICs, one per plane, so the load splits evenly over the planes."""
+    return load(params, busy_senders, mtu_payload) * planes / params.planes
+
+
+def server_bounds(params: FabricParams, busy_senders: int, mtu_payload: int,
+                  servers: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Per server of a split run, `servers[name]` ({"planes": [...], "packet_hops_per_s": its
+    forwarding figure, ...}) with "needed_packet_hops_per_s" (its planes' share of the load),
+    "faithful_packet_hops_per_s" (`FAITHFUL_SHARE` of its figure: the calibration fed its
+    switches from a sender on the same cores, but not through the VXLAN tunnels every host
+    link adds there, one encapsulation and one decapsulation per path beside three hops) and
+    "within". A server without planes carries nothing; one with a figure of 0 (nothing known)
+    counts as within, as `assess` does for an unknown backend."""
+    out = {}
+    for name, s in servers.items():
+        needed = server_load(params, busy_senders, mtu_payload, len(s["planes"]))
+        faithful = float(s.get("packet_hops_per_s") or 0) * FAITHFUL_SHARE
+        out[name] = {**s, "needed_packet_hops_per_s": round(needed),
+                     "faithful_packet_hops_per_s": round(faithful),
+                     "within": not s["planes"] or not faithful or needed <= faithful}
+    return out
+
+
+def head_figure(backend: str, params: FabricParams, planes: int, measured: dict[str, Any],
+                reference: dict[str, Any]) -> dict[str, Any]:
+    """The head's figure (`capacity`) for a server carrying `planes` of `params`' planes: what a
+    server without a forwarding calibration of its own counts on."""
+    return capacity(backend, replace(params, planes=max(planes, 1)), measured, reference)
+
+
 def switch_ports(params: FabricParams) -> int:
     """Switch-side interfaces: one per host NIC, two per T0-T1 link."""
     return params.planes * params.leaves * (params.hosts_per_leaf + 2 * params.spines)
@@ -211,7 +250,8 @@ def capacity(backend: str, params: FabricParams, measured: dict[str, Any],
 def assess(backend: str, params: FabricParams, busy_senders: int, mtu_payload: int,
            measured: dict[str, Any], reference: dict[str, Any],
            agent_cores: float | None = None,
-           calibration: dict[str, Any] | None = None, agents: str = "shared") -> dict[str, Any]:
+           calibration: dict[str, Any] | None = None, agents: str = "shared",
+           servers: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
     """Whether the run fits: capacity's keys and "backend", "busy_senders",
     "needed_packet_hops_per_s", "faithful_packet_hops_per_s", "switches_within", "within". A
     backend nothing is known about counts as within (source "none" says so). With
@@ -220,13 +260,18 @@ def assess(backend: str, params: FabricParams, busy_senders: int, mtu_payload: i
     with a `calibration` of this backend (experiments/analysis/calibration.py), the agents' bound is
     this machine's: "calibrated" True and "cores_needed", "cores_allowed", and for `agents`
     "shared" (every host's agent in one process) that process's too, one core at most:
-    "agents_process_cores_needed", "agents_process_cores_allowed"."""
+    "agents_process_cores_needed", "agents_process_cores_allowed". With `servers` (a split run:
+    the servers' forwarding figures, `server_bounds`), the switches' bound is theirs: "servers"
+    with each one's, "switches_within" when every one fits."""
     cap = capacity(backend, params, measured, reference)
     faithful = cap["packet_hops_per_s"] * FAITHFUL_SHARE
     needed = load(params, busy_senders, mtu_payload)
     out = {"backend": backend, "busy_senders": busy_senders,
            "needed_packet_hops_per_s": round(needed), "faithful_packet_hops_per_s": round(faithful),
            "switches_within": cap["source"] == "none" or needed <= faithful, **cap}
+    if servers:  # the head forwards nothing: each server bounds its own planes
+        out["servers"] = server_bounds(params, busy_senders, mtu_payload, servers)
+        out["switches_within"] = all(s["within"] for s in out["servers"].values())
     out["within"] = out["switches_within"]
     if agent_cores is not None:
         agents_need = agent_load(params, busy_senders, mtu_payload)
@@ -268,14 +313,15 @@ def assess(backend: str, params: FabricParams, busy_senders: int, mtu_payload: i
 def faithful_rate(backend: str, params: FabricParams, busy_senders: int, mtu_payload: int,
                   measured: dict[str, Any], reference: dict[str, Any],
                   agent_cores: float | None = None, calibration: dict[str, Any] | None = None,
-                  ceiling: float | None = None, agents: str = "shared") -> float:
+                  ceiling: float | None = None, agents: str = "shared",
+                  servers: dict[str, dict[str, Any]] | None = None) -> float:
     """The fastest rate of `LADDER` (at most `ceiling`) at which the run fits (the slowest if
-    none does)."""
+    none does); with `servers`, on each server of a split run too."""
     for rate in LADDER:
         if ceiling is not None and rate > ceiling:
             continue
         if assess(backend, replace(params, link_mbps=rate), busy_senders, mtu_payload,
-                  measured, reference, agent_cores, calibration, agents)["within"]:
+                  measured, reference, agent_cores, calibration, agents, servers)["within"]:
             return rate
     return LADDER[-1]
 
@@ -302,6 +348,14 @@ def describe(a: dict[str, Any]) -> str:
                 f"{a['agent_data_pps_faithful']:,} is what they send faithfully on the "
                 f"{a['agent_cores']:g} cores the {a['backend']} switches leave them "
                 f"({agent_pps_per_core(a['backend']):,} per core)")
+    over = [(n, s) for n, s in (a.get("servers") or {}).items() if not s["within"]]
+    if over:
+        name, s = over[0]
+        whose = "its own calibration" if s.get("source") == "calibrated" else "the head's figure"
+        return (f"needs up to {s['needed_packet_hops_per_s']:,} packet-hops/s of server {name} "
+                f"(planes {','.join(map(str, s['planes']))}); it forwards "
+                f"{s['faithful_packet_hops_per_s']:,} faithfully ({FAITHFUL_SHARE:.0%} of the "
+                f"{int(s['packet_hops_per_s']):,} of {whose})")
     if a["source"] == "none":
         return (f"needs up to {a['needed_packet_hops_per_s']:,} packet-hops/s; the capacity of the "
                 f"{a['backend']} switches is unknown here (run `make bench`)")

@@ -13,6 +13,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from endpoints.host import overrides
 from endpoints.protocol.config import TransportConfig, with_overrides
@@ -148,6 +149,9 @@ class Options:
     # The machine's free cores, read once as the run was set up (`--link-mbps auto` sized it on
     # them) and reused by the load check; None: the run reads them as it starts.
     free_cores: float | None = None
+    # A split run's servers' forwarding figures, read once as it was set up (runner.server_figures:
+    # capacity.server_bounds takes them); None: none read (one machine, or a rate given).
+    servers_forwarding: Mapping[str, Any] | None = field(default=None, compare=False)
 
     def as_dict(self) -> dict:
         out = {k: getattr(self, k) for k in ("transports", "duration", "fault_at", "fault_end",

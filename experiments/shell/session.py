@@ -43,7 +43,7 @@ def _console_signals() -> None:
 def run_cli(fabric: Fabric, transport: TransportConfig, seed: int = 1, datapath: str = "auto",
             dataplane: str = "auto", detect_ms: float = DEFAULT_DETECT_MS, workdir: Path | None = None,
             script: Path | None = None, switch: str = "auto",
-            replace: tuple[Replacement, ...] = ()) -> int:
+            replace: tuple[Replacement, ...] = (), servers: tuple[str, ...] = ()) -> int:
     from mininet.log import setLogLevel
 
     from experiments.shell.console import MrcCli
@@ -56,7 +56,7 @@ def run_cli(fabric: Fabric, transport: TransportConfig, seed: int = 1, datapath:
     try:
         with Testbed(fabric, workdir, seed=seed, transport=transport, datapath=datapath,
                      detect_ms=detect_ms, dataplane=dataplane, switch=switch,
-                     replace=replace) as bed:
+                     replace=replace, servers=servers) as bed:
             em = whole(bed.em)
             setLogLevel("output")  # Mininet's own commands print at this level
             print(f"*** up in {time.monotonic() - t0:.1f} s: {len(fabric.hosts)} hosts "

@@ -24,6 +24,13 @@ A rate is carried faithfully when at least `FAITHFUL_DELIVERY` of it arrives wit
 error; the bench searches the highest such rate (a few windows, doubling then bisecting) and
 records it. Results merge into results/bench/dataplane.json:
 `{"<backend>": {"16x4": {"packet_hops_per_s": N, ...}, "64x8": {...}}, ...}`.
+
+`--calibrate`: the short form (`CALIBRATE_SHAPE`, every plane loaded, `CALIBRATE_TRIALS` windows),
+cached as this machine's forwarding calibration (experiments/analysis/calibration.py,
+results/calibration-forwarding-BACKEND.json, with its fingerprint); `--if-stale` keeps a cache
+that still fits. Its last line is `{"forwarding_calibration": {...}}` (`null` for `--cached` on a
+machine without a usable one): what a split run's head reads from each server over ssh
+(topologies/server_calibration.py).
 """
 
 from __future__ import annotations
@@ -41,7 +48,7 @@ from pathlib import Path
 
 from endpoints.host import netio
 from endpoints.protocol import wire
-from experiments.analysis import fidelity
+from experiments.analysis import calibration, fidelity
 from experiments.outdir import REPO
 from experiments.tools.startup_bench import SHAPES as STARTUP_SHAPES
 from topologies import files, preflight, runctx, switches
@@ -62,6 +69,14 @@ WARMUP_S, WINDOW_S = 1.0, 3.0
 DRAIN_QUIET_S, DRAIN_MAX_S = 0.3, 30.0
 TRIALS = 6
 START_PPS = 5000  # the first rate tried (delivered packets per second, all planes together)
+# The short form: the smallest fabric with two planes loaded at once (kernel routers forward in
+# softirq, per packet whatever the fabric's size), six windows from a rate kernel routers carry
+# on any VM of the kind (the reference's is ~130k delivered/s): about half a minute.
+CALIBRATE_SHAPE = FabricParams(planes=2, leaves=2, spines=2, hosts_per_leaf=1)
+CALIBRATE_TRIALS, CALIBRATE_START_PPS = 6, 20000
+# What the head reads back of a forwarding calibration (not its sweep).
+CALIBRATION_KEYS = ("packet_hops_per_s", "fabric", "measured_at", "fingerprint", "trials",
+                    "machine_busy_cores", "dataplane")
 
 
 def frames(fabric: Fabric, src: str, dst: str, plane: int) -> bytes:
@@ -215,15 +230,16 @@ def sweep(load: Load, start_pps: float, trials: int = TRIALS) -> tuple[dict | No
     return lo, tried
 
 
-def measure(backend: str, shape: str, workdir: Path, start_pps: float, trials: int) -> dict:
-    """Both loads of one shape in one emulation: every plane (the figure), then one plane."""
-    params = SHAPES[shape]
+def measure(backend: str, params: FabricParams, workdir: Path, start_pps: float, trials: int,
+            one_plane: bool = True) -> dict:
+    """Both loads of one shape in one emulation: every plane (the figure), then one plane (not
+    with `one_plane` False)."""
     fabric = Fabric(FabricParams(planes=params.planes, leaves=params.leaves, spines=params.spines,
                                  hosts_per_leaf=params.hosts_per_leaf, link_mbps=LINK_MBPS))
     em = Emulation(fabric, workdir, dataplane_mode="ebpf", switch=backend)
     loads: dict[int, tuple[dict | None, list[dict]]] = {}
     with em:
-        for planes in (fabric.params.planes, 1):
+        for planes in (fabric.params.planes, 1) if one_plane else (fabric.params.planes,):
             load = Load(em, workdir, planes)
             try:
                 loads[planes] = sweep(load, start_pps, trials)
@@ -231,7 +247,7 @@ def measure(backend: str, shape: str, workdir: Path, start_pps: float, trials: i
                 load.close()
         info = {"switches": em.backend.info(), "dataplane": em.dataplane_info["mode"],
                 "setup_seconds": round(em.setup_seconds, 2)}
-    (best, tried), (one_best, one_tried) = loads[fabric.params.planes], loads[1]
+    (best, tried), (one_best, one_tried) = loads[fabric.params.planes], loads.get(1, (None, []))
     result = dict(best) if best else {"packet_hops_per_s": 0}
     one = dict(one_best) if one_best else {"packet_hops_per_s": 0}
     result.update({"faithful_delivery": FAITHFUL_DELIVERY, "hops": HOPS, "payload": PAYLOAD,
@@ -253,7 +269,15 @@ def main(argv: list[str] | None = None) -> int:
                         help="the first rate offered (frames/s, every plane together)")
     parser.add_argument("--trials", type=int, default=TRIALS, help="windows per shape, at most")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    parser.add_argument("--calibrate", action="store_true", help="the short form, cached as this "
+                        "machine's forwarding calibration (results/calibration-forwarding-BACKEND.json)")
+    parser.add_argument("--if-stale", action="store_true",
+                        help="with --calibrate: only when the cache is stale")
+    parser.add_argument("--cached", action="store_true", help="print the cached forwarding "
+                        "calibration (null if none fits this machine); measure nothing")
     args = parser.parse_args(argv)
+    if args.cached or args.calibrate:
+        return calibrate(switches.resolve(args.switch or "linux"), args.cached, args.if_stale)
     try:
         preflight.check_all()
         backends = [b for b in switches.BACKENDS if switches.BACKENDS[b].unavailable() is None] \
@@ -276,7 +300,7 @@ def main(argv: list[str] | None = None) -> int:
     for backend in backends:
         for shape in args.shapes.split(","):
             with runctx.scratch_dir(f"mrclab-dpbench-{backend}-{shape}-") as workdir:
-                result = measure(backend, shape, workdir, args.start_pps, args.trials)
+                result = measure(backend, SHAPES[shape], workdir, args.start_pps, args.trials)
             result["measured_at"] = time.strftime("%Y-%m-%dT%H:%M:%S")
             data.setdefault(backend, {})[shape] = result
             print(json.dumps({backend: {shape: {k: v for k, v in result.items()
@@ -288,6 +312,38 @@ def main(argv: list[str] | None = None) -> int:
     data["machine"] = {"cpus": os.cpu_count(), "arch": platform.machine(),
                        "loadavg_before": [round(x, 2) for x in load_before]}
     files.write_json(args.out, data)
+    return 0
+
+
+def _brief(cal: dict | None) -> str:
+    return json.dumps({"forwarding_calibration": None if cal is None else
+                       {k: cal.get(k) for k in CALIBRATION_KEYS}})
+
+
+def calibrate(backend: str, cached_only: bool, if_stale: bool) -> int:
+    """`--cached` / `--calibrate`: this machine's forwarding calibration of `backend`, read back
+    or measured (and cached); the last line says which figure it is."""
+    cal = calibration.load_forwarding(backend)
+    if cached_only or (if_stale and cal is not None):
+        print(_brief(cal))
+        return 0
+    try:
+        preflight.check_all()
+        if not os.access(BLAST, os.X_OK):
+            raise PreflightError(f"{BLAST.relative_to(REPO)} is missing: run `make setup`")
+    except PreflightError as exc:
+        print(f"dataplane_bench: error: {exc}", file=sys.stderr)
+        return 2
+    with runctx.scratch_dir(f"mrclab-dpcal-{backend}-") as workdir:
+        result = measure(backend, CALIBRATE_SHAPE, workdir, CALIBRATE_START_PPS, CALIBRATE_TRIALS,
+                         one_plane=False)
+    if not result["packet_hops_per_s"]:
+        print("dataplane_bench: error: no rate was carried faithfully", file=sys.stderr)
+        return 1
+    result.update(measured_at=time.strftime("%Y-%m-%dT%H:%M:%S"), trials=CALIBRATE_TRIALS,
+                  fingerprint=calibration.forwarding_fingerprint(backend))
+    files.write_json(calibration.forwarding_path(backend), result)
+    print(_brief(result))
     return 0
 
 

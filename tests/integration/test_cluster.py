@@ -1,8 +1,8 @@
 """A fabric split over two servers on this one machine: the second "server" is a network, PID
 and mount namespace with its own sshd (topologies/cluster_lab.py), reached over ssh as a real
-machine would be. check-fabric through the real CLI, nothing left on either side after a normal
-end, after a Ctrl-C, and after a kill -9 of the head and `mrclab clean`; bad --servers refused in
-one line."""
+machine would be. check-fabric, the link-failure scenario and `mrclab cli` through the real CLI,
+nothing left on either side after a normal end, after a Ctrl-C, and after a kill -9 of the head
+and `mrclab clean`; bad --servers refused in one line."""
 
 import json
 import os
@@ -84,7 +84,8 @@ def test_split_fabric_proves_every_path_and_leaves_nothing(server):
 def test_split_link_failure_rides_through_and_the_servers_cpu_is_in_the_verdict(server, tmp_path):
     """The link-failure scenario on the split fabric (the cut link's routers on the server): MRC
     rides through and the single-path baseline stalls for the routing delay, as unsplit
-    (test_scenarios); the server's CPU is sampled over ssh into every transport's verdict."""
+    (test_scenarios); the server's CPU is sampled over ssh into every transport's verdict; its
+    rate was bounded by the server's own forwarding calibration."""
     for attempt in (1, 2):
         out = tmp_path / f"split-{attempt}"
         argv = [sys.executable, "-m", "experiments.cli", "run", "link-failure", "--switch", "linux",
@@ -98,6 +99,11 @@ def test_split_link_failure_rides_through_and_the_servers_cpu_is_in_the_verdict(
         if not again_if_disturbed(s["fidelity"], attempt):
             break
     assert s["fidelity"]["faithful"], s["fidelity"]["problems"]
+    # the rate was sized on the server's own forwarding figure too, read back (or measured once)
+    there = s["capacity"]["servers"][server.address]
+    assert there["source"] == "calibrated" and there["planes"] == [0, 1] and there["within"]
+    assert there["packet_hops_per_s"] > 0 and there["calibration"]["fingerprint"]["kind"] == "forwarding"
+    assert ("measuring it there once" in proc.stdout) == there["calibration"]["calibrated_now"]
     placed = s["switches"]["placement"]
     assert placed["split"] is True and placed["planes"][server.address] == [0, 1]
     mrc, roce = s["transports"]["mrc"], s["transports"]["roce"]
@@ -106,6 +112,48 @@ def test_split_link_failure_rides_through_and_the_servers_cpu_is_in_the_verdict(
         seen = entry["servers"][server.address]  # sampled there, every 250 ms of the run
         assert seen["samples"] >= 8, (transport, seen)
         assert 0 <= seen["cpu_idle_p10_pct"] <= seen["cpu_idle_mean_pct"] <= 100
+    assert _server_left(server) == []
+    assert_nothing_left()
+
+
+CLI_SCRIPT = """\
+pingall
+p0s0 ip -o link show dev p0s0-eth1
+link p0l0 p0s0 down
+p0s0 ip -o link show dev p0s0-eth1
+paths h0 h1
+fail p0s0
+link p0l0 p0s0 up
+links
+send h0 h1 1M
+faults
+"""
+
+
+def test_mininets_cli_on_a_split_fabric(server, tmp_path):
+    """`mrclab cli --servers`: pingall over the tunnels, `link` down/up on a T0-T1 link whose
+    routers run on the server (the port there goes down and comes back: `p0s0 CMD` runs in that
+    router's shell, over ssh), `paths` sees the cut, `links` lists the tunnels, a flow goes
+    through; a switch failure, which the server's control plane cannot be told of, is refused
+    whole (nothing recorded)."""
+    script = tmp_path / "split.mrc"
+    script.write_text(CLI_SCRIPT)
+    argv = [sys.executable, "-m", "experiments.cli", "cli", "--switch", "linux", "--servers",
+            f"head,{server.address}", "--script", str(script)]
+    for key, value in SHAPE.items():
+        argv += [f"--{key}", str(value)]
+    done = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=200, env=_env(server))
+    out = done.stdout + done.stderr  # Mininet's own commands print through its log (stderr)
+    assert done.returncode == 1, out  # `fail p0s0`, refused
+    assert "*** Results: 0% dropped (2/2 received)" in out
+    states = [line for line in out.splitlines() if ": p0s0-eth1@" in line]
+    assert len(states) == 2 and "state UP" in states[0] and "state DOWN" in states[1], states
+    assert "p0l0-p0s0 cut" in out and "p0l0-p0s0 restored" in out
+    assert "DOWN (p0l0-p0s0 cut)" in out
+    assert "h0-eth0<->p0l0-eth1 (OK OK) VXLAN" in out
+    assert "flow 1 done: 1.0 MiB" in out and "data ok" in out
+    assert "switch failures are not reported to them yet" in done.stderr
+    assert "no faults: every link and switch works" in out  # the refused failure left nothing
     assert _server_left(server) == []
     assert_nothing_left()
 

@@ -158,3 +158,17 @@ def test_free_cores_counts_load_that_stays_not_a_burst(monkeypatch):
 
     monkeypatch.setattr(calibration, "machine_times", reader)
     assert calibration.free_cores(window=1.0, parts=5) == 1.0
+
+
+def test_a_forwarding_calibration_has_a_cache_and_a_fingerprint_of_its_own(tmp_path, monkeypatch):
+    monkeypatch.setattr(calibration, "RESULTS", tmp_path)
+    assert calibration.forwarding_path("linux") != calibration.cache_path("linux")
+    assert calibration.load_forwarding("linux") is None
+    path = calibration.forwarding_path("linux")
+    calibration.save({"fingerprint": calibration.fingerprint("linux"), "packet_hops_per_s": 5}, path)
+    assert calibration.load_forwarding("linux") is None  # the cost calibration's form: not this
+    calibration.save({"fingerprint": calibration.forwarding_fingerprint("linux"), "backend": "linux",
+                      "packet_hops_per_s": 5}, path)
+    assert calibration.load_forwarding("linux")["packet_hops_per_s"] == 5
+    monkeypatch.setattr(calibration, "code_hash", lambda: "changed")
+    assert calibration.load_forwarding("linux") is None  # the code that forwards changed

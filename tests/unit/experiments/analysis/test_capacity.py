@@ -403,3 +403,68 @@ def test_one_process_for_every_agent_is_bound_by_its_one_core():
     assert capacity.agents_process_points(old, p) is None
     assert "agents_process_cores_needed" not in capacity.assess("linux", p, 8, MTU, {}, {},
                                                                 agent_cores=2, calibration=old)
+
+
+# ----- a split run: each server bounds its own planes ------------------------------------------
+SPLIT = FabricParams(planes=4, leaves=2, spines=2, hosts_per_leaf=2, link_mbps=10.0)
+
+
+def test_a_server_carries_its_planes_share_of_the_load():
+    whole = capacity.load(SPLIT, 4, MTU)
+    assert capacity.server_load(SPLIT, 4, MTU, 1) == pytest.approx(whole / 4)
+    assert capacity.server_load(SPLIT, 4, MTU, 3) == pytest.approx(whole * 3 / 4)
+    assert capacity.server_load(SPLIT, 4, MTU, 0) == 0
+
+
+def test_each_server_is_bounded_by_its_own_figure():
+    need_one = capacity.server_load(SPLIT, 4, MTU, 1)  # a plane's load
+    fast = int(3 * need_one / capacity.FAITHFUL_SHARE) + 1  # carries three planes, not four
+    servers = {"s1": {"planes": [0, 2], "packet_hops_per_s": fast, "source": "calibrated"},
+               "s2": {"planes": [1, 3], "packet_hops_per_s": fast, "source": "head"}}
+    b = capacity.server_bounds(SPLIT, 4, MTU, servers)
+    assert b["s1"]["within"] and b["s2"]["within"] and b["s1"]["source"] == "calibrated"
+    assert b["s1"]["needed_packet_hops_per_s"] == round(2 * need_one)
+    assert b["s1"]["faithful_packet_hops_per_s"] == round(fast * capacity.FAITHFUL_SHARE)
+    # all four planes on s1: over its figure, however much the other could carry
+    heavy = {"s1": {**servers["s1"], "planes": [0, 1, 2, 3]}, "s2": {**servers["s2"], "planes": []}}
+    b = capacity.server_bounds(SPLIT, 4, MTU, heavy)
+    assert not b["s1"]["within"] and b["s2"]["within"] and b["s2"]["needed_packet_hops_per_s"] == 0
+    # a figure of 0 is nothing known: within, as an unknown backend is
+    unknown = {"s": {"planes": [0], "packet_hops_per_s": 0}}
+    assert capacity.server_bounds(SPLIT, 4, MTU, unknown)["s"]["within"]
+
+
+def test_a_split_runs_switch_bound_is_its_servers_not_the_heads():
+    tight = {"s1": {"planes": [0, 1, 2, 3], "source": "calibrated",
+                    "packet_hops_per_s": int(capacity.load(SPLIT, 4, MTU) / capacity.FAITHFUL_SHARE) - 1}}
+    # the head's figure (MEASURED's 120k) would carry it; s1's own does not
+    assert capacity.assess("ovs", SPLIT, 4, MTU, MEASURED, REFERENCE)["switches_within"]
+    a = capacity.assess("ovs", SPLIT, 4, MTU, MEASURED, REFERENCE, servers=tight)
+    assert a["switches_within"] is False and a["within"] is False
+    assert a["servers"]["s1"]["within"] is False
+    said = capacity.describe(a)
+    assert "server s1 (planes 0,1,2,3)" in said and "its own calibration" in said
+    roomy = {"s1": {**tight["s1"], "packet_hops_per_s": 10**9}}
+    # ... and a server that carries more than the head's figure lifts the bound
+    assert capacity.assess("ovs", replace_rate(SPLIT, 1000.0), 4, MTU, MEASURED, REFERENCE,
+                           servers=roomy)["switches_within"]
+
+
+def replace_rate(p: FabricParams, mbps: float) -> FabricParams:
+    return FabricParams(**{**p.as_dict(), "link_mbps": mbps})
+
+
+def test_auto_picks_the_fastest_rate_every_server_carries():
+    per_plane_at_10 = capacity.server_load(SPLIT, 4, MTU, 1)  # linear in the rate
+    # s1 carries three planes, s2 one: s2's figure lets 40 Mbit/s through, s1's 10 only
+    servers = {"s1": {"planes": [0, 1, 2], "packet_hops_per_s": int(3 * per_plane_at_10 / 0.5) + 1},
+               "s2": {"planes": [3], "packet_hops_per_s": int(4 * per_plane_at_10 / 0.5) + 1}}
+    assert capacity.faithful_rate("ovs", SPLIT, 4, MTU, {}, {}, servers=servers) == 10.0
+    servers["s1"]["packet_hops_per_s"] *= 4
+    assert capacity.faithful_rate("ovs", SPLIT, 4, MTU, {}, {}, servers=servers) == 40.0
+
+
+def test_a_server_without_a_figure_counts_on_the_heads_for_as_many_planes():
+    got = capacity.head_figure("ovs", SMALL, 1, MEASURED, REFERENCE)
+    assert got == capacity.capacity("ovs", FabricParams(**{**SMALL.as_dict(), "planes": 1}),
+                                    MEASURED, REFERENCE)

@@ -204,7 +204,8 @@ def cost_section(_: dict[str, Any] | None = None) -> str:
         opts: Options = default_options(name)
         senders = sc.kind.busy_senders(opts, _fabric(opts))
         rate = capacity.faithful_rate(cost["backend"], opts.fabric, senders, 4096, {}, {},
-                                      agent_cores=cost["fingerprint"]["cores"], calibration=cost)
+                                      agent_cores=cost["fingerprint"]["cores"], calibration=cost,
+                                      agent_cost=sc.kind.agent_cost(opts))
         picks.append(f"{name} {rate:g}")
     rows += ["", "With these figures as its calibration, on an idle machine, `--link-mbps auto` picks "
                  "(Mbit/s; a run without `--link-mbps` takes the smaller of this and the scenario's "

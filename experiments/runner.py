@@ -56,7 +56,8 @@ def assess_load(opts: Options, backend: str, free_cores: float | None = None) ->
     out = capacity.assess(backend, opts.fabric, senders, opts.transport().mtu_payload,
                           files.read_json(MEASURED_CAPACITY), files.read_json(REFERENCE_CAPACITY),
                           agent_cores=os.cpu_count() or 1 if free_cores is None else free_cores,
-                          calibration=cal, agents=opts.agents, servers=_servers(opts))
+                          calibration=cal, agents=opts.agents, servers=_servers(opts),
+                          agent_cost=opts.scenario.kind.agent_cost(opts))
     # which calibration the figures came from (the summary records it)
     out["calibration"] = None if cal is None else {
         k: cal.get(k) for k in ("fixed_cores", "marginal_us_per_packet", "idle", "fingerprint",
@@ -73,7 +74,8 @@ def faithful_link_mbps(opts: Options, backend: str, free_cores: float | None = N
                                   files.read_json(MEASURED_CAPACITY), files.read_json(REFERENCE_CAPACITY),
                                   agent_cores=os.cpu_count() or 1 if free_cores is None else free_cores,
                                   calibration=calibration.effective(backend), ceiling=ceiling,
-                                  agents=opts.agents, servers=_servers(opts))
+                                  agents=opts.agents, servers=_servers(opts),
+                                  agent_cost=opts.scenario.kind.agent_cost(opts))
 
 
 def _servers(opts: Options) -> dict | None:

@@ -251,7 +251,7 @@ def assess(backend: str, params: FabricParams, busy_senders: int, mtu_payload: i
            measured: dict[str, Any], reference: dict[str, Any],
            agent_cores: float | None = None,
            calibration: dict[str, Any] | None = None, agents: str = "shared",
-           servers: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
+           servers: dict[str, dict[str, Any]] | None = None, agent_cost: float = 1.0) -> dict[str, Any]:
     """Whether the run fits: capacity's keys and "backend", "busy_senders",
     "needed_packet_hops_per_s", "faithful_packet_hops_per_s", "switches_within", "within". A
     backend nothing is known about counts as within (source "none" says so). With
@@ -262,7 +262,8 @@ def assess(backend: str, params: FabricParams, busy_senders: int, mtu_payload: i
     "shared" (every host's agent in one process) that process's too, one core at most:
     "agents_process_cores_needed", "agents_process_cores_allowed". With `servers` (a split run:
     the servers' forwarding figures, `server_bounds`), the switches' bound is theirs: "servers"
-    with each one's, "switches_within" when every one fits."""
+    with each one's, "switches_within" when every one fits. `agent_cost`: the agents' CPU per
+    data packet against the calibration's (a scenario kind's `agent_cost`)."""
     cap = capacity(backend, params, measured, reference)
     faithful = cap["packet_hops_per_s"] * FAITHFUL_SHARE
     needed = load(params, busy_senders, mtu_payload)
@@ -274,7 +275,7 @@ def assess(backend: str, params: FabricParams, busy_senders: int, mtu_payload: i
         out["switches_within"] = all(s["within"] for s in out["servers"].values())
     out["within"] = out["switches_within"]
     if agent_cores is not None:
-        agents_need = agent_load(params, busy_senders, mtu_payload)
+        agents_need = agent_load(params, busy_senders, mtu_payload) * agent_cost
         cal = calibration if calibration is not None and calibration.get("backend") == backend \
             else None
         # A calibration read the whole machine, the switches' own processes included: its agents
@@ -304,7 +305,9 @@ def assess(backend: str, params: FabricParams, busy_senders: int, mtu_payload: i
         else:
             agents_faithful = round(agent_pps_per_core(backend) * cores)
             out.update({"calibrated": False, "agents_within": agents_need <= agents_faithful})
-        out.update({"agent_cores": round(cores, 2), "agent_data_pps_needed": round(agents_need),
+        # agent_data_pps_needed counts each packet `agent_cost` times (the calibration's packets)
+        out.update({"agent_cost": agent_cost, "agent_cores": round(cores, 2),
+                    "agent_data_pps_needed": round(agents_need),
                     "agent_data_pps_faithful": agents_faithful})
         out["within"] = out["switches_within"] and out["agents_within"]
     return out
@@ -314,14 +317,15 @@ def faithful_rate(backend: str, params: FabricParams, busy_senders: int, mtu_pay
                   measured: dict[str, Any], reference: dict[str, Any],
                   agent_cores: float | None = None, calibration: dict[str, Any] | None = None,
                   ceiling: float | None = None, agents: str = "shared",
-                  servers: dict[str, dict[str, Any]] | None = None) -> float:
+                  servers: dict[str, dict[str, Any]] | None = None, agent_cost: float = 1.0) -> float:
     """The fastest rate of `LADDER` (at most `ceiling`) at which the run fits (the slowest if
     none does); with `servers`, on each server of a split run too."""
     for rate in LADDER:
         if ceiling is not None and rate > ceiling:
             continue
         if assess(backend, replace(params, link_mbps=rate), busy_senders, mtu_payload,
-                  measured, reference, agent_cores, calibration, agents, servers)["within"]:
+                  measured, reference, agent_cores, calibration, agents, servers,
+                  agent_cost)["within"]:
             return rate
     return LADDER[-1]
 

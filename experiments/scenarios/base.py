@@ -68,6 +68,11 @@ class Kind:
         time unless a kind says otherwise."""
         return 1
 
+    def agent_cost(self, opts: Options) -> float:
+        """The agents' CPU per data packet against the calibration's (the default permutation,
+        one QP each way per host), for the capacity's agents' bound."""
+        return 1.0
+
     def variants(self, opts: Options, bed: Testbed) -> list[tuple[str, bool | None]]:
         """(transport, switch trimming) runs; None leaves the data plane as set up."""
         return [(t, None) for t in opts.transports]

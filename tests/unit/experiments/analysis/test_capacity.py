@@ -405,6 +405,31 @@ def test_one_process_for_every_agent_is_bound_by_its_one_core():
                                                                 agent_cores=2, calibration=old)
 
 
+
+def test_a_kind_dearer_per_packet_gets_a_slower_auto_rate():
+    """The collectives' agents cost twice the permutation's per packet (allreduce.AGENT_COST):
+    `auto` counts each of their packets that many times, on both the machine's and the agents'
+    process bounds."""
+    from experiments.scenarios import allreduce, default_options
+
+    p = FabricParams(planes=2, leaves=2, spines=2, hosts_per_leaf=2, link_mbps=10.0)
+    cal = _shared_calibration()
+    plain = capacity.assess("linux", p, 4, MTU, {}, {}, agent_cores=2, calibration=cal)
+    dear = capacity.assess("linux", p, 4, MTU, {}, {}, agent_cores=2, calibration=cal, agent_cost=2.0)
+    assert dear["agent_data_pps_needed"] == pytest.approx(2 * plain["agent_data_pps_needed"], abs=1)
+    assert dear["agent_cost"] == 2.0
+    assert dear["cores_needed"] > plain["cores_needed"]
+    assert dear["agents_process_cores_needed"] > plain["agents_process_cores_needed"]
+    fast = capacity.faithful_rate("linux", p, 4, MTU, {}, {}, agent_cores=2, calibration=cal)
+    slow = capacity.faithful_rate("linux", p, 4, MTU, {}, {}, agent_cores=2, calibration=cal,
+                                  agent_cost=2.0)
+    assert slow < fast
+    # the kinds say it: the collectives of the paper's Figs. 16 and 17, not the others
+    assert default_options("allreduce").scenario.kind.agent_cost(default_options("allreduce")) == \
+        allreduce.AGENT_COST == 2.0
+    assert default_options("alltoall").scenario.kind.agent_cost(default_options("alltoall")) == 2.0
+    assert default_options("permutation").scenario.kind.agent_cost(default_options("permutation")) == 1.0
+
 # ----- a split run: each server bounds its own planes ------------------------------------------
 SPLIT = FabricParams(planes=4, leaves=2, spines=2, hosts_per_leaf=2, link_mbps=10.0)
 

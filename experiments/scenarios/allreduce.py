@@ -42,10 +42,13 @@ LARGEST_KB = 2048  # per host; the sweep: this, a quarter and a sixteenth
 LIMIT_S = 20.0  # an all-reduce not done by then is "unusable": the rest of its sweep is skipped
 POLL_S = 0.005  # how often the QP a step waits for is asked for its completions
 # The agents' CPU per data packet against the permutation's, for `auto`: at 20 Mbit/s the
-# agents' process of these 4 hosts ran at 88-96% of a core (p90; RoCE with 16 QPs a pair, MRC's
-# all-to-all), as much as the default permutation's 8 hosts at the same rate (0.95-0.99), on
-# half the data: many QPs, every write and completion a control call, go-back-N resending.
+# all-reduce's 4 hosts took the agents' process to 88-92% of a core (p90, RoCE with 16 QPs a
+# pair), as much as the default permutation's 8 hosts at that rate (0.95-0.99), on half the
+# data: many QPs, every write and completion a control call, go-back-N resending. The
+# all-to-all has three peers a host, so three times the QPs (RoCE: 192): 96-100% at 20 Mbit/s
+# and 93% in one run of two at 10, about three times the permutation's cost per packet.
 AGENT_COST = 2.0
+ALLTOALL_AGENT_COST = 3.0
 
 
 # The headline and checked figures' keys: their one spelling, which every reader imports.
@@ -265,6 +268,9 @@ class AllToAll(AllReduce):
     def pairs(self, names: list[str]) -> list[tuple[str, str]]:
         """Every ordered pair of hosts."""
         return [(a, b) for a in names for b in names if a != b]
+
+    def agent_cost(self, opts: Options) -> float:
+        return ALLTOALL_AGENT_COST
 
     def collective(self, groups: Sequence[Sequence[AgentFlow]], hosts: int, size: int,
                    limit: float) -> float | None:

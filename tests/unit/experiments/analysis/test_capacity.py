@@ -427,7 +427,8 @@ def test_a_kind_dearer_per_packet_gets_a_slower_auto_rate():
     # the kinds say it: the collectives of the paper's Figs. 16 and 17, not the others
     assert default_options("allreduce").scenario.kind.agent_cost(default_options("allreduce")) == \
         allreduce.AGENT_COST == 2.0
-    assert default_options("alltoall").scenario.kind.agent_cost(default_options("alltoall")) == 2.0
+    assert default_options("alltoall").scenario.kind.agent_cost(default_options("alltoall")) == \
+        allreduce.ALLTOALL_AGENT_COST == 3.0
     assert default_options("permutation").scenario.kind.agent_cost(default_options("permutation")) == 1.0
 
 # ----- a split run: each server bounds its own planes ------------------------------------------

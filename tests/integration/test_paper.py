@@ -3,7 +3,8 @@ verdict the paper's shape, its folder complete, the index over every figure of t
 (Fig. 9a is left out: in one CI rehearsal its quick form's sender-side run was not faithful, MRC
 filling 84% of its plane-0 link before a fault at 1.5 s; test_port_status covers port status.
 Figs. 9d, 14, 17 and 19 are left out: on this testbed they do not show the paper's shape, or
-not in every run (Fig. 19's worst bin 0.66-0.94 of the capacity left over three runs), which
+not in every run (Fig. 19's worst bin 0.66-0.94 of the capacity left over three runs; 0.74-0.92
+after the reverse EVs' spares were fixed), which
 their pages say: docs/experiments.md, "The paper's figures". Fig. 16 has a test of its own.)"""
 
 import json

@@ -293,8 +293,8 @@ class DataLoop:
         its deadline passed, or `service_all` says each one (a control command, which may
         have posted or changed anything, or the pacer resynchronised with the qdiscs, which
         can ready a port sooner than a waiting sender's deadline); return the earliest deadline.
-        A QP's poll with nothing due does nothing, and with a few QPs per host, or a few
-        dozen in a collective, polling only the due ones is most of what a wake-up saves."""
+        A QP's poll with nothing due does nothing: skipping it saved about 5% of the default
+        permutation's CPU per packet (docs/history.md, 2026-12-02)."""
         earliest: float | None = None
         every, self.service_all = self.service_all, False
         for qp in self.qps.values():

@@ -13,7 +13,6 @@ interrupted run leaves the previous results untouched.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import time
@@ -159,8 +158,7 @@ def execute(opts: Options, workdir: Path, say: Progress) -> tuple[Record, dict]:
         info = {"setup_seconds": round(em.setup_seconds, 2), "datapath": em.datapath,
                 "switches": em.switch_info(), "capacity": load,
                 "dataplane": {**em.dataplane_info, "totals": fidelity.dataplane_totals(em)},
-                "controller_events": [json.loads(line)
-                                      for line in em.events_path.read_text().splitlines()],
+                "controller_events": em.controller_events(),  # a split fabric's servers' merged
                 "traces": {"windows": {lb: [round(a, 4), round(b, 4)]
                                        for lb, (a, b) in record.windows.items()},
                            "sampling": sampling, "qps": record.qps,

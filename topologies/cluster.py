@@ -14,8 +14,13 @@ What each server needs: this checkout at the same path with `make setup` done, r
 from the head with a key (`MRCLAB_SSH_CONFIG`: an ssh_config file used for every connection,
 e.g. the one `topologies/cluster_lab.py` writes), sudo and mnexec (Debian's mininet).
 
-Limits (docs/cluster.md): kernel routers only; the eBPF counters and trimming of remote ports,
-captures and switch failures there are out of the head's reach.
+A switch failure there is real there: the router stops forwarding (its sysctl, through its
+shell) and the notify message reaches that server's control plane over ssh, as the head's own
+reaches a local one. At teardown the servers' control-plane events (and logs) are fetched into
+the run's files, merged and tagged with their server.
+
+Limits (docs/cluster.md): kernel routers only; the eBPF counters and trimming of remote ports
+and captures there are out of the head's reach.
 """
 
 from __future__ import annotations
@@ -23,7 +28,6 @@ from __future__ import annotations
 import functools
 import json
 import os
-import re
 import shlex
 import subprocess
 import sys
@@ -32,13 +36,13 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from topologies import placement
+from topologies import placement, servers
 from topologies.dataplane.ports import PortSpec
 from topologies.emulation import Emulation, existing_link_class
 from topologies.model import LINK_MTU, Fabric
 from topologies.preflight import EmulationError, PreflightError
 from topologies.runctx import RunContext
-from topologies.servers import CHECKOUT, SSH_CONFIG_ENV, server_run, ssh_command, ssh_options
+from topologies.servers import CHECKOUT, check_servers, server_run, ssh_command, ssh_options
 from topologies.switches.base import NOTIFY_FILE, REMOTE_CPU_INTERVAL_S, STATUS_FILE
 from topologies.switches.linux import LinuxBackend
 
@@ -49,45 +53,6 @@ VXLAN_PORT = 4789
 TUNNEL_OVERHEAD = 50
 SSH_FAILED = 255  # ssh's exit status for its own errors (the remote command's otherwise)
 PARALLEL_SSH = 8  # ssh sessions at once for per-router batches (see docs/cluster.md on MaxSessions)
-SERVER_TOOLS = ("mnexec", "sudo", "ip", "tc", "nsenter")
-
-
-def resolve(server: str) -> str:
-    """A server's IPv4 address (the cluster edition connects by address)."""
-    if re.fullmatch(r"\d+\.\d+\.\d+\.\d+", server):
-        return server
-    out = subprocess.run(["getent", "ahostsv4", server], capture_output=True, text=True).stdout.split()
-    if not out:
-        raise PreflightError(f"--servers: unknown server {server!r} (no IPv4 address for it)")
-    return out[0]
-
-
-def check_servers(p: placement.Placement) -> dict[str, str]:
-    """Every server with planes reachable as root over ssh, with what it needs; its address
-    by name. One PreflightError line per problem, before anything starts."""
-    ips = {}
-    for server in p.servers[1:]:
-        ip = resolve(server)
-        probe = (f"for t in {' '.join(SERVER_TOOLS)}; do command -v $t >/dev/null || echo missing $t; done;"
-                 f" test -x {shlex.quote(sys.executable)} || echo missing {shlex.quote(sys.executable)};"
-                 f" test -d {shlex.quote(str(CHECKOUT))} || echo missing {shlex.quote(str(CHECKOUT))}")
-        try:
-            result = server_run(ip, probe, timeout=15)
-        except subprocess.TimeoutExpired:
-            raise PreflightError(f"--servers: ssh to {server} ({ip}) did not answer within 15 s") from None
-        if result.returncode == 255:
-            why = (result.stderr.strip().splitlines() or ["refused"])[-1]
-            raise PreflightError(f"--servers: cannot ssh to root@{server} ({ip}): {why} "
-                                 f"(see docs/cluster.md; {SSH_CONFIG_ENV} names an ssh_config)")
-        missing = [line.split(" ", 1)[1] for line in result.stdout.splitlines()
-                   if line.startswith("missing ")]
-        if missing:
-            raise PreflightError(f"--servers: {server} lacks {', '.join(missing)}: run `make setup` "
-                                 f"there, in a checkout at {CHECKOUT}")
-        ips[server] = ip
-    return ips
-
-
 # ----- the cluster edition's nodes and links, for kernel routers ---------------------------------
 def _classes() -> tuple[type, type]:
     """(RemoteKernelRouter, VxlanLink), built on Mininet's cluster edition (imported late:
@@ -221,6 +186,10 @@ class SplitLinuxBackend(LinuxBackend):
             return ""
         return result.stdout.strip() if result.returncode == 0 else ""
 
+    def fetch(self, server: str, name: str) -> str | None:
+        """File `name` of the run's folder on `server` (None if it cannot be read)."""
+        return servers.read_text(self.server_ips[server], str(self.folders[server] / name))
+
     def read_status(self, server: str) -> dict:
         path = shlex.quote(str(self.folders[server] / STATUS_FILE))
         result = server_run(self.server_ips[server], f"cat {path}", timeout=10)
@@ -299,7 +268,9 @@ class SplitLinuxBackend(LinuxBackend):
         return "down" if ifname in status.get("ports_down", []) else "up"
 
     def set_forwarding(self, switch: str, forwarding: bool) -> None:
-        self.net[switch].cmd(f"sysctl -qw net.ipv6.conf.all.forwarding={1 if forwarding else 0}")
+        said = self.net[switch].cmd(f"sysctl -qw net.ipv6.conf.all.forwarding={1 if forwarding else 0}")
+        if said.strip():
+            raise EmulationError(f"{switch} on {self.server_of(switch)}: {said.strip()[:200]}")
 
     def set_port(self, switch: str, ifname: str, up: bool) -> None:
         self.net[switch].cmd(f"ip link set dev {ifname} {'up' if up else 'down'}")
@@ -481,13 +452,39 @@ class SplitEmulation(Emulation):
         raise EmulationError(f"{node} runs on {self.split_backend.server_of(node)}: "
                              f"no process of it on this machine")
 
-    def set_switch(self, name: str, forwarding: bool) -> float:
-        self.notify_controller({})  # refused before the switch stops (half a fault otherwise)
-        return 0.0
-
     def notify_controller(self, message: dict) -> None:
-        raise EmulationError("the control planes of a split fabric run on its servers: "
-                             "switch failures are not reported to them yet")
+        """What the head's notify socket gets unsplit, to the notify socket of the control plane
+        of the server its switch runs on (of every server, for a message naming none there)."""
+        backend = self.split_backend
+        name = message.get("switch")
+        on = {sw.name: backend.server_of(sw.name) for sw in self.fabric.switches}
+        for server in [on[name]] if name in on else backend.servers:
+            socket_path = str(backend.folders[server] / NOTIFY_FILE)
+            why = servers.notify(self._server_ips[server], socket_path, message)
+            if why is not None:
+                raise EmulationError(f"telling the control plane on {server} of {message}: {why}")
+
+    def controller_events(self) -> list[dict]:
+        """Every server's control-plane events, fetched over ssh and merged (servers.merge_events),
+        also into the head's events file, which the run's traces keep."""
+        backend = self.split_backend
+        texts = {s: backend.fetch(s, "controller-events.jsonl") for s in backend.servers}
+        events = servers.merge_events({s: text for s, text in texts.items() if text is not None})
+        self.events_path.write_text("".join(json.dumps(e) + "\n" for e in events))
+        return events
+
+    def _stop_switches(self) -> None:
+        """The servers' events and control-plane logs fetched while their folders are there."""
+        try:
+            if self.switches is not None:
+                backend = self.split_backend
+                for server in backend.servers:
+                    log = backend.fetch(server, "controller.log")
+                    if log is not None:
+                        (self.workdir / f"controller-{server}.log").write_text(log)
+                self.controller_events()
+        finally:
+            super()._stop_switches()
 
 
 def make_emulation(fabric: Fabric, workdir: Path, servers: list[str] | tuple[str, ...] | None = None,

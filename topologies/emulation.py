@@ -363,6 +363,10 @@ class Emulation(SwitchPorts):
         with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
             sock.sendto(json.dumps(message).encode(), str(self.notify_path))
 
+    def controller_events(self) -> list[dict]:
+        """What the control plane has logged so far (port_down, baseline_converged, ...)."""
+        return [json.loads(line) for line in self.events_path.read_text().splitlines()]
+
     def pid(self, node: str) -> int:
         """A process in the network namespace of `node`: a host's shell, or for a switch the
         shell Mininet keeps in the namespace its ports live in."""

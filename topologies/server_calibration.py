@@ -20,8 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 from topologies import placement
-from topologies.cluster import check_servers
-from topologies.servers import CHECKOUT, server_run
+from topologies.servers import CHECKOUT, check_servers, server_run
 
 CACHED_TIMEOUT_S = 30  # reading the cache back: one Python start over there
 # Measuring: an emulation brought up and down plus CALIBRATE_TRIALS windows of ~5 s each.

@@ -30,9 +30,9 @@ def test_split_refuses_ovs_before_anything_starts(tmp_path):
 
 
 def test_addresses_pass_and_unknown_names_are_one_line():
-    assert cluster.resolve("10.1.2.3") == "10.1.2.3"
+    assert servers.resolve("10.1.2.3") == "10.1.2.3"
     with pytest.raises(PreflightError, match="unknown server 'no-such-server.invalid'"):
-        cluster.resolve("no-such-server.invalid")
+        servers.resolve("no-such-server.invalid")
 
 
 def test_ssh_takes_the_configured_file(monkeypatch):
@@ -119,3 +119,27 @@ def test_a_file_put_on_a_server_appears_whole(tmp_path, monkeypatch):
     backend._put("s1", target, '{"p0l0": 1}')
     assert target.read_text() == '{"p0l0": 1}' and not (tmp_path / "routers.json.part").exists()
     assert ran[0].startswith("cat > ") and " && mv -f " in ran[0]
+
+
+def test_a_notification_reaches_the_servers_socket_as_the_same_datagram(tmp_path, monkeypatch):
+    """servers.notify's command, run by a local shell in place of ssh: the socket over there
+    gets the message a local control plane gets (controller/routing.py parses it)."""
+    import json
+    import socket
+
+    monkeypatch.setattr(servers, "ssh_command", lambda ip, remote, tty=False: ["sh", "-c", remote])
+    path = tmp_path / "notify sock"  # a space: the path is quoted
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
+        sock.bind(str(path))
+        message = {"cmd": "switch_down", "switch": "p0s1"}
+        assert servers.notify("192.0.2.1", str(path), message) is None
+        assert json.loads(sock.recv(4096)) == message
+    assert "No such file" in servers.notify("192.0.2.1", str(tmp_path / "none"), message)
+
+
+def test_the_servers_events_merge_in_time_order_tagged_with_their_server():
+    s1 = '{"t": 2.0, "event": "switch_down", "switch": "p0s1"}\n{"t": 5.0, "event": "baseline_converged"}\n'
+    s2 = '{"t": 3.5, "event": "port_down", "switch": "p1s0", "port": 1}\n{"t": 6.0, "eve'  # cut short
+    merged = servers.merge_events({"s1": s1, "s2": s2})
+    assert [(e["t"], e["event"], e["server"]) for e in merged] == [
+        (2.0, "switch_down", "s1"), (3.5, "port_down", "s2"), (5.0, "baseline_converged", "s1")]

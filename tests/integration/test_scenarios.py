@@ -179,8 +179,10 @@ def test_permutation_incast_collective_and_report(tmp_path, switch_backend):
         assert trim["incast_fraction_of_receiver_link"] >= CROWD_MIN
         assert trim["evs_marked_bad"] <= BENCHED_MAX and trim["timeouts"] <= TIMEOUTS_MAX
         # Trimming no worse than drop-tail (a little slack on the goodputs: one short run each).
+        # A victim cannot keep more than all of what it had alone: above 1 is the noise of its
+        # alone measurement (a rehearsal: drop-tail 1.033, trimming 0.997), so it counts as 1.
         assert trim["incast_fraction_of_receiver_link"] >= drop["incast_fraction_of_receiver_link"] - 0.03
-        assert trim["victim_goodput_fraction"] >= drop["victim_goodput_fraction"] - 0.03
+        assert trim["victim_goodput_fraction"] >= min(drop["victim_goodput_fraction"], 1.0) - 0.03
         assert trim["timeouts"] <= drop["timeouts"] and trim["evs_marked_bad"] <= drop["evs_marked_bad"]
     if s["dataplane"]["mode"] == "ebpf":
         # The switch counters move as an incast makes them: the receiver's port trims (and

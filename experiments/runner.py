@@ -30,7 +30,7 @@ from experiments.scenarios import schema
 from experiments.scenarios.base import Options, Record, Scenario
 from topologies import files, queuesampler, switches
 from topologies.face import whole
-from topologies.model import Fabric
+from topologies.model import Fabric, FabricParams
 from topologies.runctx import RunContext
 
 MEASURED_CAPACITY = RESULTS / "bench" / "dataplane.json"  # `make bench`, this machine
@@ -50,13 +50,9 @@ def assess_load(opts: Options, backend: str, free_cores: float | None = None) ->
     faithfully (experiments/analysis/capacity.py): this machine's calibration and `make bench` where it
     has them, the committed reference otherwise; the agents count on `free_cores` (default:
     every core)."""
-    senders = opts.scenario.kind.busy_senders(opts, Fabric(opts.fabric))
-    cal = calibration.effective(backend)
-    out = capacity.assess(backend, opts.fabric, senders, opts.transport().mtu_payload,
-                          files.read_json(MEASURED_CAPACITY), files.read_json(REFERENCE_CAPACITY),
-                          agent_cores=os.cpu_count() or 1 if free_cores is None else free_cores,
-                          calibration=cal, agents=opts.agents, servers=_servers(opts),
-                          agent_cost=opts.scenario.kind.agent_cost(opts))
+    args, kwargs = _capacity_args(opts, backend, free_cores)
+    cal = kwargs["calibration"]
+    out = capacity.assess(*args, **kwargs)
     # which calibration the figures came from (the summary records it)
     out["calibration"] = None if cal is None else {
         k: cal.get(k) for k in ("fixed_cores", "marginal_us_per_packet", "idle", "fingerprint",
@@ -68,17 +64,26 @@ def faithful_link_mbps(opts: Options, backend: str, free_cores: float | None = N
                        ceiling: float | None = None) -> float:
     """The fastest link rate (at most `ceiling`) at which the run fits what this machine carries
     faithfully (`--link-mbps auto`; the scenario's own rate as `ceiling` when none is given)."""
+    args, kwargs = _capacity_args(opts, backend, free_cores)
+    return capacity.faithful_rate(*args, **kwargs, ceiling=ceiling)
+
+
+_LoadArgs = tuple[str, FabricParams, int, int, dict[str, Any], dict[str, Any]]
+
+
+def _capacity_args(opts: Options, backend: str,
+                   free_cores: float | None) -> tuple[_LoadArgs, dict[str, Any]]:
+    """What capacity.assess and capacity.faithful_rate both take for this run: the offered load,
+    the measured and reference figures, the cores the agents count on (default: every core),
+    the calibration, the agents' mode, the split run's servers and the scenario's agent cost."""
     senders = opts.scenario.kind.busy_senders(opts, Fabric(opts.fabric))
-    return capacity.faithful_rate(backend, opts.fabric, senders, opts.transport().mtu_payload,
-                                  files.read_json(MEASURED_CAPACITY), files.read_json(REFERENCE_CAPACITY),
-                                  agent_cores=os.cpu_count() or 1 if free_cores is None else free_cores,
-                                  calibration=calibration.effective(backend), ceiling=ceiling,
-                                  agents=opts.agents, servers=_servers(opts),
-                                  agent_cost=opts.scenario.kind.agent_cost(opts))
-
-
-def _servers(opts: Options) -> dict | None:
-    return None if opts.servers_forwarding is None else dict(opts.servers_forwarding)
+    args = (backend, opts.fabric, senders, opts.transport().mtu_payload,
+            files.read_json(MEASURED_CAPACITY), files.read_json(REFERENCE_CAPACITY))
+    kwargs = {"agent_cores": os.cpu_count() or 1 if free_cores is None else free_cores,
+              "calibration": calibration.effective(backend), "agents": opts.agents,
+              "servers": None if opts.servers_forwarding is None else dict(opts.servers_forwarding),
+              "agent_cost": opts.scenario.kind.agent_cost(opts)}
+    return args, kwargs
 
 
 def server_figures(opts: Options, backend: str, say: Progress) -> dict | None:

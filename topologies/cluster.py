@@ -121,8 +121,8 @@ class SplitLinuxBackend(LinuxBackend):
     """The kernel routers of the planes placed on other servers, as remote nodes."""
 
     def __init__(self, fabric: Fabric, workdir: Path, split: placement.Placement,
-                 server_ips: dict[str, str]) -> None:
-        super().__init__(fabric, workdir)
+                 server_ips: dict[str, str], ecmp_seed: int | None = None) -> None:
+        super().__init__(fabric, workdir, ecmp_seed=ecmp_seed)
         self.placement = split
         self.server_ips = server_ips
         self.servers = [s for s in split.servers[1:] if split.planes_on(s)]
@@ -212,6 +212,7 @@ class SplitLinuxBackend(LinuxBackend):
             router.finish_shell()
             self.pids[router.name] = router.pid  # the server's pid
             router.cmd(f"sysctl -qw {sysctls}")
+            self.seed_ecmp_in_shell(router)
 
     def run_in(self, jobs: list[tuple[str, list[str], str]]) -> None:
         """Run each (switch, argv, stdin) in the namespace of that switch, on its server,
@@ -315,7 +316,8 @@ class SplitEmulation(Emulation):
         super().start()
 
     def _make_backend(self, name: str) -> LinuxBackend:
-        return SplitLinuxBackend(self.fabric, self.workdir, self.placement, self._server_ips)
+        return SplitLinuxBackend(self.fabric, self.workdir, self.placement, self._server_ips,
+                                 ecmp_seed=self.ecmp_seed)
 
     @property
     def split_backend(self) -> SplitLinuxBackend:

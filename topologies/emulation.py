@@ -56,7 +56,8 @@ class Emulation(SwitchPorts):
     def __init__(self, fabric: Fabric, workdir: Path, datapath: str = "auto",
                  detect_ms: float = DEFAULT_DETECT_MS, shape_links: bool = True,
                  dataplane_mode: str = "auto", transport: TransportConfig | None = None,
-                 switch: str = "auto", servers: Sequence[str] | None = None) -> None:
+                 switch: str = "auto", servers: Sequence[str] | None = None,
+                 ecmp_seed: int | None = 1) -> None:
         if dataplane_mode not in ("auto", "ebpf", "droptail"):
             raise preflight.PreflightError(
                 f"unknown data plane {dataplane_mode!r}: use auto, ebpf or droptail")
@@ -65,6 +66,7 @@ class Emulation(SwitchPorts):
                                            f"{', '.join(switches.CHOICES)}")
         self.fabric = fabric
         self.switch_requested = switch
+        self.ecmp_seed = ecmp_seed  # keys the baseline's ECMP hash where the backend can seed it
         # Which machine runs which plane (`servers`: the head first; None: all on this one).
         self.placement = placement.place(fabric, tuple(servers)) if servers else placement.local(fabric)
         # Switch-side interface -> the switch it belongs to (where its namespace is asked).
@@ -156,7 +158,8 @@ class Emulation(SwitchPorts):
                              getattr(self.backend, "timings", {}).items()})
 
     def _make_backend(self, name: str) -> SwitchBackend:
-        options = {"datapath": self.datapath_requested} if name == "ovs" else {}
+        options: dict[str, Any] = {"datapath": self.datapath_requested} if name == "ovs" \
+            else {"ecmp_seed": self.ecmp_seed}
         return switches.make(name, self.fabric, self.workdir, **options)
 
     def _start_controller(self) -> None:

@@ -96,11 +96,14 @@ _KINDS: tuple[type[Emulator], ...] = (Emulation, SplitEmulation)
 
 def emulator(fabric: Fabric, workdir: Path, servers: Sequence[str] = (), *, datapath: str = "auto",
              detect_ms: float = DEFAULT_DETECT_MS, dataplane_mode: str = "auto",
-             transport: TransportConfig | None = None, switch: str = "auto") -> Emulator:
+             transport: TransportConfig | None = None, switch: str = "auto",
+             ecmp_seed: int | None = 1) -> Emulator:
     """The emulation of `fabric` (not started), on this machine or split over `servers` (the
-    head first: topologies/cluster.py), as the API sees it."""
+    head first: topologies/cluster.py), as the API sees it; `ecmp_seed` (the run's seed) keys
+    the baseline's ECMP hash where the switches can seed it."""
     return make_emulation(fabric, workdir, tuple(servers), datapath=datapath, detect_ms=detect_ms,
-                          dataplane_mode=dataplane_mode, transport=transport, switch=switch)
+                          dataplane_mode=dataplane_mode, transport=transport, switch=switch,
+                          ecmp_seed=ecmp_seed)
 
 
 def whole(em: Emulator) -> Emulation:

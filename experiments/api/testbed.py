@@ -182,7 +182,7 @@ class Testbed:
         # The emulator through its face (topologies/face.py): all this API asks of it.
         self.em = emulator(fabric, self.workdir, tuple(servers), datapath=datapath,
                            detect_ms=detect_ms, dataplane_mode=dataplane,
-                           transport=self.transport, switch=switch)
+                           transport=self.transport, switch=switch, ecmp_seed=seed)
         self.cpu = fidelity.CpuSampler(forwarding_pids=self.em.forwarding_pids,
                                        remote=self.em.remote_cpu_commands,
                                        agent_pids=self._agent_pids)

@@ -3,10 +3,12 @@ controller on Linux routers): what it installs, and what it does (not) change on
 
 import ctypes.util
 import json
+import os
 import re
 import subprocess
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -17,6 +19,7 @@ from topologies import netns
 from topologies.emulation import Emulation
 from topologies.model import build
 from topologies.switches.ovs import ALLOCATOR, OvsBackend
+from topologies.switches.routers import MULTIPATH_SEED_KEY, multipath_seed
 
 pytestmark = pytest.mark.usefixtures("emulation_ready")
 
@@ -110,6 +113,40 @@ def _end_routes(em: Emulation, router: str) -> list[str]:
     return [line for line in out.splitlines() if "seg6local" in line]
 
 
+def _uplinks_taken(em: Emulation, router: str, src: str, dst: str) -> list[str]:
+    """The next hop the router's kernel picks for UDP flows from `src` to `dst`, one per source
+    port of a range: the baseline's ECMP draw as the kernel makes it."""
+    out = []
+    for sport in range(49152, 49152 + 24):
+        got = subprocess.run(netns.command(em.pid(router), [
+            "ip", "-6", "route", "get", dst, "from", src, "ipproto", "udp", "sport", str(sport),
+            "dport", "4791"]), capture_output=True, text=True, check=True).stdout
+        out.append(got.split(" dev ")[1].split()[0])
+    return out
+
+
+def _check_ecmp_seeded(em: Emulation, fabric: Any, leaf: str, src: str, dst: str) -> None:
+    """Every router's ECMP hash is keyed from the run's seed (routers.multipath_seed), and the
+    kernel's draw follows the key: another key moves some flows, the run's key brings them back."""
+    if not os.path.exists(f"/proc/sys/{MULTIPATH_SEED_KEY}"):  # before 6.11: the boot's key
+        assert em.switch_info()["ecmp_hash_seed"] is None
+        return
+    assert em.switch_info()["ecmp_hash_seed"] == 7
+    read = ["sysctl", "-n", MULTIPATH_SEED_KEY.replace("/", ".")]
+    for sw in fabric.switches:
+        got = subprocess.run(netns.command(em.pid(sw.name), read), capture_output=True, text=True,
+                             check=True).stdout.strip()
+        assert int(got) == multipath_seed(7, sw.name), sw.name
+    draw = _uplinks_taken(em, leaf, src, dst)
+    assert len(set(draw)) == 2, draw  # both uplinks of the leaf carry some of the flows
+    write = ["sysctl", "-qw", f"{MULTIPATH_SEED_KEY.replace('/', '.')}={multipath_seed(8, leaf)}"]
+    subprocess.run(netns.command(em.pid(leaf), write), check=True)
+    assert _uplinks_taken(em, leaf, src, dst) != draw, "the hash key moved no flow"
+    write[-1] = write[-1].split("=")[0] + f"={multipath_seed(7, leaf)}"
+    subprocess.run(netns.command(em.pid(leaf), write), check=True)
+    assert _uplinks_taken(em, leaf, src, dst) == draw
+
+
 def test_kernel_routes_installed_and_srv6_untouched_by_failure(tmp_path):
     """The same contract on the Linux kernel-router backend: the routes say what the tables say,
     uN is the kernel's own End with NEXT-C-SID, and only the baseline's multipath routes change,
@@ -117,12 +154,13 @@ def test_kernel_routes_installed_and_srv6_untouched_by_failure(tmp_path):
     require_backend_or_skip("linux")
     fabric = build(planes=2, leaves=3, spines=2, hosts_per_leaf=1)
     detect_ms = 600
-    with Emulation(fabric, tmp_path, detect_ms=detect_ms, switch="linux") as em:
+    with Emulation(fabric, tmp_path, detect_ms=detect_ms, switch="linux", ecmp_seed=7) as em:
         leaf, spine, other = fabric.leaf(0, 0), fabric.spine(0, 0), fabric.leaf(0, 1)
         h0, h1, h2 = (str(fabric.host(f"h{i}").nics[0].addr) for i in range(3))
         end = _end_routes(em, leaf.name)
         assert len(end) == 1 and end[0].startswith("local fcbb:bb00:1400::/48")
         assert "End flavors next-csid lblen 32 nflen 16" in end[0]
+        _check_ecmp_seeded(em, fabric, leaf.name, h0, h1)
         before = {sw.name: _kroutes(em, sw.name) for sw in (leaf, spine)}
         uplinks = [fabric.params.hosts_per_leaf + 1 + s for s in range(2)]
         assert before[leaf.name][h1] == before[leaf.name][h2] == uplinks

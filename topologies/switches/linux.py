@@ -45,6 +45,10 @@ class LinuxBackend(SwitchBackend):
 
     def __init__(self, fabric: Fabric, workdir: Path, **options: Any) -> None:
         super().__init__(fabric, workdir)
+        # The run's seed keys every router's ECMP hash (routers.multipath_seed); None: the
+        # kernel's own boot-time key, as where the sysctl is missing (before 6.11).
+        self.ecmp_seed: int | None = options.get("ecmp_seed")
+        self.ecmp_seeded = False
         self.routers_path = workdir / "routers.json"
         self.status_path = workdir / STATUS_FILE
         self.pids: dict[str, int] = {}
@@ -73,7 +77,12 @@ class LinuxBackend(SwitchBackend):
         return (self.workdir / NOTIFY_FILE).exists()  # bound first thing
 
     def add_switches(self, net: Any) -> None:
-        from topologies.switches.routers import ROUTER_SYSCTLS, KernelRouter
+        from topologies.switches.routers import (
+            MULTIPATH_SEED_KEY,
+            ROUTER_SYSCTLS,
+            KernelRouter,
+            multipath_seed,
+        )
 
         self.net = net
         routers = [net.addSwitch(sw.name, cls=KernelRouter, inNamespace=True, dpid=f"{sw.dpid:016x}")
@@ -84,6 +93,19 @@ class LinuxBackend(SwitchBackend):
             with netns.inside(router.pid):  # before any port exists: every port inherits them
                 for key, value in ROUTER_SYSCTLS.items():
                     _write_sysctl(key, value)
+                if self.ecmp_seed is not None and os.path.exists(f"/proc/sys/{MULTIPATH_SEED_KEY}"):
+                    _write_sysctl(MULTIPATH_SEED_KEY, str(multipath_seed(self.ecmp_seed, router.name)))
+                    self.ecmp_seeded = True
+
+    def seed_ecmp_in_shell(self, router: Any) -> None:
+        """What add_switches does for the ECMP hash key, through `router`'s shell (a router on
+        another server), where that server's kernel has the key."""
+        from topologies.switches.routers import MULTIPATH_SEED_KEY, multipath_seed
+
+        if self.ecmp_seed is not None:
+            key, seed = MULTIPATH_SEED_KEY.replace("/", "."), multipath_seed(self.ecmp_seed, router.name)
+            if "seeded" in router.cmd(f"sysctl -qw {key}={seed} 2>/dev/null && echo seeded"):
+                self.ecmp_seeded = True
 
     def port_link_options(self, switch: str, port: int) -> str:
         # The model's MAC (each port's static neighbour names the MAC across the cable) and an
@@ -154,7 +176,8 @@ class LinuxBackend(SwitchBackend):
 
     def info(self) -> dict[str, Any]:
         return {"switch_backend": self.name, "routers": len(self.fabric.switches),
-                "end_behaviour": KERNEL_END_BEHAVIOUR, "kernel": platform.release()}
+                "end_behaviour": KERNEL_END_BEHAVIOUR, "kernel": platform.release(),
+                "ecmp_hash_seed": self.ecmp_seed if self.ecmp_seeded else None}
 
 
 def _write_sysctl(key: str, value: str) -> None:

@@ -367,7 +367,9 @@ class OvsBackend(SwitchBackend):
         return {"switch_backend": self.name, "datapath": self.datapath,
                 "allocator": self.allocator or "glibc",
                 "ovs_instances": len(self.instances),
-                "planes_per_instance": [len(inst.planes) for inst in self.instances]}
+                "planes_per_instance": [len(inst.planes) for inst in self.instances],
+                # a select group picks its bucket by OVS's own hash: the run's seed does not key it
+                "ecmp_hash_seed": None}
 
 
 class _ControllerRef:

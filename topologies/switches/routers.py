@@ -13,9 +13,29 @@ from __future__ import annotations
 import os
 import pty
 import select
+import zlib
 from typing import Any
 
 from mininet.node import Switch
+
+# The baseline's ECMP hash key (per namespace; kernels from 6.11, and despite its name it keys
+# the IPv6 multipath hash too). Unset, every namespace hashes with one random key drawn at boot:
+# the baseline's paths were the same for every --seed and different on every machine (the RoCE
+# victim beside an incast kept 1.00 of its goodput on one VM and 0.32-0.74 on another, for seeds
+# 1 to 5 alike). Set from the run's seed and the router's name, a run's ECMP draw is its seed's
+# on any machine, and each router draws apart, as real switches seeded per device do.
+MULTIPATH_SEED_KEY = "net/ipv4/fib_multipath_hash_seed"
+
+
+def multipath_seed(run_seed: int, router: str) -> int:
+    """The 32-bit ECMP hash seed of `router` in a run seeded `run_seed` (0 means "random" to
+    the kernel, so never 0).
+
+    >>> multipath_seed(1, "p0l0") == multipath_seed(1, "p0l0") != multipath_seed(2, "p0l0")
+    True
+    """
+    return zlib.crc32(f"{run_seed}/{router}".encode()) or 1
+
 
 IFINDEX_BASE = 1000  # above what a namespace's own devices take (lo is 1)
 # Written in every router namespace before its ports exist, so that every port inherits them.

@@ -129,6 +129,25 @@ def test_linux_backend_before_start(tmp_path):
     assert backend.link_state("p0l0", "p0l0-eth2") == "up"
 
 
+def test_each_router_keys_its_ecmp_hash_from_the_runs_seed(tmp_path):
+    # One key per router and seed, never 0 (the kernel's "random"); a run's draw is its seed's.
+    names = [sw.name for sw in build(planes=4, leaves=8, spines=4, hosts_per_leaf=1).switches]
+    for seed in (0, 1, 2, 3):
+        keys = [routers.multipath_seed(seed, name) for name in names]
+        assert len(set(keys)) == len(names) and 0 not in keys
+        assert keys == [routers.multipath_seed(seed, name) for name in names]
+    assert routers.multipath_seed(1, "p0l0") != routers.multipath_seed(2, "p0l0")
+    # The summary says the key only once the routers have it (not before start, nor on a
+    # kernel without the sysctl); OVS says its hash is not the run's.
+    fabric = build(planes=2, leaves=2, spines=2, hosts_per_leaf=1)
+    backend = switches.make("linux", fabric, tmp_path, ecmp_seed=3)
+    assert isinstance(backend, linux.LinuxBackend) and backend.ecmp_seed == 3
+    assert backend.info()["ecmp_hash_seed"] is None
+    backend.ecmp_seeded = True
+    assert backend.info()["ecmp_hash_seed"] == 3
+    assert "ecmp_hash_seed" in OvsBackend(fabric, tmp_path).info()
+
+
 def test_linux_ports_get_the_models_macs_and_ifindexes_unique_over_the_fabric(tmp_path):
     fabric = build(planes=2, leaves=2, spines=2, hosts_per_leaf=2)
     backend = switches.make("linux", fabric, tmp_path)

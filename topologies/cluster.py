@@ -19,8 +19,11 @@ shell) and the notify message reaches that server's control plane over ssh, as t
 reaches a local one. At teardown the servers' control-plane events (and logs) are fetched into
 the run's files, merged and tagged with their server.
 
+A cut host link takes the carrier of the host's tunnel end too (protodown), as unsplit; a
+capture of a remote port runs tcpdump there over ssh, its pcap streamed back.
+
 Limits (docs/cluster.md): kernel routers only; the eBPF counters and trimming of remote ports
-and captures there are out of the head's reach.
+are out of the head's reach.
 """
 
 from __future__ import annotations

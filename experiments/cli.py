@@ -119,6 +119,7 @@ def make_parser() -> argparse.ArgumentParser:
                       help="switch egress: ECN marking and trimming in eBPF (auto: where it loads)")
     demo.add_argument("--seed", type=int, default=1, help="drives every random choice")
     demo.add_argument("--out", default=str(RESULTS / "demo"), help="the results folder")
+    _servers_arg(demo)
 
     check = sub.add_parser("check-fabric", help="probe every path, cut a link, check, restore")
     _fabric_args(check, DEFAULT_FABRIC)
@@ -481,7 +482,8 @@ def _dispatch(args: argparse.Namespace) -> int:
         assert demo_out is not None
         summary = run_demo(fabric, demo_out, duration=args.duration, cut_at=args.cut_at,
                            restore_at=args.restore_at, detect_ms=detect_ms, seed=args.seed,
-                           datapath=args.datapath, dataplane=args.dataplane, switch=args.switch)
+                           datapath=args.datapath, dataplane=args.dataplane, switch=args.switch,
+                           servers=_servers(args) or ())
         from experiments.runner import failure_line
         failed = failure_line(summary, demo_out)
         if failed:

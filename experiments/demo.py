@@ -33,13 +33,13 @@ SCENARIO = "link-failure"  # whose summary, figures and report columns the demo'
 def run_demo(fabric: Fabric, out: Path, duration: float = 8.0, cut_at: float = 3.0,
              restore_at: float = 6.0, detect_ms: float = DEFAULT_DETECT_MS, seed: int = 1,
              datapath: str = "auto", quiet: bool = False, dataplane: str = "auto",
-             switch: str = "auto") -> dict:
+             switch: str = "auto", servers: tuple[str, ...] = ()) -> dict:
     if fabric.params.leaves < 2 or fabric.params.spines < 2:
         raise FabricError("the demo needs 2+ leaves (hosts on different leaves) and 2+ spines "
                           "(so the baseline has somewhere to reroute): pass --leaves 2 --spines 2")
     opts = check(Options(SCENARIOS[SCENARIO], fabric.params, DEMO_TRANSPORTS, duration,
                          cut_at, restore_at, detect_ms=detect_ms, seed=seed, datapath=datapath,
-                         dataplane=dataplane, switch_backend=switch,
+                         dataplane=dataplane, switch_backend=switch, servers=servers,
                          same_target=True))  # the same checks as `run`
     say = (lambda m: None) if quiet else (lambda m: print(f"[demo] {m}", flush=True))
     summary = run_scenario(opts, out, say, finish=_demo_view)

@@ -19,8 +19,11 @@ shell) and the notify message reaches that server's control plane over ssh, as t
 reaches a local one. At teardown the servers' control-plane events (and logs) are fetched into
 the run's files, merged and tagged with their server.
 
+A cut host link takes the carrier of the host's tunnel end too (protodown), as unsplit; a
+capture of a remote port runs tcpdump there over ssh, its pcap streamed back.
+
 Limits (docs/cluster.md): kernel routers only; the eBPF counters and trimming of remote ports
-and captures there are out of the head's reach.
+are out of the head's reach.
 """
 
 from __future__ import annotations
@@ -32,91 +35,28 @@ import shlex
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from topologies import placement, servers
+from topologies import netns, placement, servers
+from topologies.cluster_nodes import classes
 from topologies.dataplane.ports import PortSpec
 from topologies.emulation import Emulation, existing_link_class
 from topologies.model import LINK_MTU, Fabric
 from topologies.preflight import EmulationError, PreflightError
 from topologies.runctx import RunContext
-from topologies.servers import CHECKOUT, check_servers, server_run, ssh_command, ssh_options
+from topologies.servers import CHECKOUT, check_servers, server_run, ssh_command
 from topologies.switches.base import NOTIFY_FILE, REMOTE_CPU_INTERVAL_S, STATUS_FILE
 from topologies.switches.linux import LinuxBackend
 
-VXLAN_PORT = 4789
 # VXLAN over IPv4 adds 50 bytes (outer IPv4 20, UDP 8, VXLAN 8, inner Ethernet 14): a tunnel
 # carries LINK_MTU frames unfragmented where the network between the servers carries
 # LINK_MTU + TUNNEL_OVERHEAD; the outer packets are fragmented where it carries less.
 TUNNEL_OVERHEAD = 50
 SSH_FAILED = 255  # ssh's exit status for its own errors (the remote command's otherwise)
 PARALLEL_SSH = 8  # ssh sessions at once for per-router batches (see docs/cluster.md on MaxSessions)
-# ----- the cluster edition's nodes and links, for kernel routers ---------------------------------
-def _classes() -> tuple[type, type]:
-    """(RemoteKernelRouter, VxlanLink), built on Mininet's cluster edition (imported late:
-    Mininet is not needed to import this module)."""
-    from mininet.examples.cluster import RemoteGRELink, RemoteMixin
-    from mininet.link import Link
-    from mininet.util import quietRun
-
-    from topologies.switches.routers import KernelRouter
-
-    class RemoteKernelRouter(RemoteMixin, KernelRouter):
-        """A kernel router on its server: the cluster edition's remote node (its shell over
-        ssh), with the router's own shell start (not waiting for each prompt in turn)."""
-
-        def __init__(self, name: str, **kwargs: Any) -> None:
-            self.sshbase = [*RemoteMixin.sshbase, *ssh_options()]
-            super().__init__(name, **kwargs)
-
-        def startShell(self, mnopts: str | None = None) -> None:  # noqa: N802 - Mininet's
-            KernelRouter.startShell(self, mnopts="-c" if self.isRemote else mnopts)
-
-        def finish_shell(self) -> None:
-            KernelRouter.finish_shell(self)
-            if self.isRemote:  # the shell's pid over there (the local one is ssh's)
-                self.pid = int(self.cmd("echo $$").strip())
-
-    class VxlanLink(RemoteGRELink):
-        """The cluster edition's tunnelled link with a VXLAN tunnel in place of gretap, at the
-        fabric's MTU, each end created with the model's MAC and ifindex (`ends`: node name ->
-        " address MAC [index N]"; not addr1/addr2, which Mininet would set again with ifconfig)."""
-
-        VNI = 0
-
-        def __init__(self, node1: Any, node2: Any, ends: dict[str, str], **kwargs: Any) -> None:
-            self.ends = ends
-            super().__init__(node1, node2, **kwargs)
-
-        def makeTunnel(self, node1: Any, node2: Any, intfname1: str, intfname2: str,  # noqa: N802
-                       addr1: str | None = None, addr2: str | None = None) -> None:
-            assert node1.server != node2.server
-            if node2.server == "localhost":
-                return self.makeTunnel(node2, node1, intfname2, intfname1, addr2, addr1)
-            ip1, ip2 = node1.serverIP, node2.serverIP
-            if node1.server == "localhost":  # the head's address towards that server
-                ip1 = quietRun(f"ip route get {ip2}").split(" src ")[1].split()[0]
-            type(self).VNI += 1
-            self.vni = self.VNI
-            for node, name, local, remote in ((node1, intfname1, ip1, ip2), (node2, intfname2, ip2, ip1)):
-                out = node.rcmd(
-                    f"ip link add name {name}{self.ends.get(node.name, '')} mtu {LINK_MTU} type vxlan"
-                    f" id {self.VNI} local {local} remote {remote} dstport {VXLAN_PORT} nolearning ttl 64")
-                if out.strip():
-                    raise EmulationError(f"creating the tunnel {name} on {node.server}: {out.strip()[:200]}")
-                if not self.moveIntf(name, node):
-                    raise EmulationError(f"moving {name} into {node} on {node.server} failed")
-                node.cmd(f"ip link set dev {name} up")  # a move into a namespace sets it down
-            return None
-
-        def status(self) -> str:  # the CLI's `links`: RemoteLink's polls `tunnel` (here 1)
-            return f"{Link.status(self)} VXLAN id {self.vni} (UDP {VXLAN_PORT})"
-
-    return RemoteKernelRouter, VxlanLink
-
-
 class SplitLinuxBackend(LinuxBackend):
     """The kernel routers of the planes placed on other servers, as remote nodes."""
 
@@ -201,7 +141,7 @@ class SplitLinuxBackend(LinuxBackend):
     def add_switches(self, net: Any) -> None:
         from topologies.switches.routers import ROUTER_SYSCTLS
 
-        router_cls, _ = _classes()
+        router_cls, _ = classes()
         self.net = net
         routers = [net.addSwitch(sw.name, cls=router_cls, inNamespace=True, dpid=f"{sw.dpid:016x}",
                                  server=self.server_of(sw.name),
@@ -368,7 +308,7 @@ class SplitEmulation(Emulation):
             backend.server_batch(server, ["ip", "-batch", "-"], "".join(f"{x}\n" for x in lines))
 
     def _add_links(self) -> None:
-        _, vxlan = _classes()
+        _, vxlan = classes()
         existing = existing_link_class()
         backend = self.split_backend
         for link in self.fabric.links:
@@ -440,10 +380,33 @@ class SplitEmulation(Emulation):
         raise EmulationError(f"flows not installed on the servers' switches within {timeout:.0f} s")
 
     def set_link(self, name: str, up: bool) -> float:
+        """The upper end set down or up on its server, as unsplit; for a host link, the host's
+        end (a VXLAN device here, whose carrier a remote cut does not touch) also loses or gets
+        back its carrier (`protodown`: still up, NO-CARRIER, as a veth whose peer went down), so
+        the host's port watcher sees its NIC port go down as unsplit (t0-failure, port faults)."""
         link = self.fabric.link(name)
+        self.split_backend.set_port(link.b, link.b_ifname, up)
+        stamp = time.monotonic()
+        if link.kind == "host":
+            argv = ["ip", "link", "set", "dev", link.a_ifname, "protodown", "off" if up else "on"]
+            done = subprocess.run(netns.command(self._pids[link.a], argv), capture_output=True, text=True)
+            if done.returncode != 0:
+                raise EmulationError(f"{link.a_ifname} protodown: {done.stderr.strip()[:200]}")
+        return stamp
+
+    def popen(self, node: str, argv: Sequence[str], **kwargs: Any) -> subprocess.Popen:
+        """A host's process here; a remote switch's over ssh in its namespace there (a capture
+        of its port): it ends (SIGTERM there) when its stdin closes, or when the ssh session
+        goes with a killed head. Its output comes back through ssh (tcpdump's pcap on stdout)."""
         backend = self.split_backend
-        backend.set_port(link.b, link.b_ifname, up)
-        return time.monotonic()
+        if node in self._pids or node not in backend.pids:
+            return super().popen(node, argv, **kwargs)
+        remote = (f"nsenter --target {backend.pids[node]} --net {shlex.join(argv)} & "
+                  f"read _; kill -TERM $! 2>/dev/null; wait $!")
+        proc = subprocess.Popen(ssh_command(self._server_ips[backend.server_of(node)], remote),
+                                start_new_session=True, stdin=subprocess.PIPE, **kwargs)
+        self.procs.append(proc)
+        return proc
 
     def port_command(self, ifname: str) -> list[str]:
         return self.split_backend.port_command(self._port_owner[ifname])

@@ -56,12 +56,14 @@ class Capture:
             raise FabricError("tcpdump is not installed: run `make setup` (or apt-get install tcpdump)")
         if not self.path.parent.is_dir():
             raise FabricError(f"cannot write {self.path}: {self.path.parent} is not a folder")
-        # -Z root: stay root to write wherever the caller asked (tcpdump would drop to its own
-        # user before opening the file); -U: every packet reaches the file as it is captured.
-        argv = ["tcpdump", "-i", self.ifname, "-w", str(self.path), "-U", "-n", "-Z", "root",
+        # -Z root: stay root (tcpdump would drop to its own user); -U: every packet reaches the
+        # file as it is captured.
+        # The pcap comes on stdout, written here: the same for a switch port on another server
+        # (tcpdump runs there, over ssh: topologies/cluster.py) as for a local one.
+        argv = ["tcpdump", "-i", self.ifname, "-w", "-", "-U", "-n", "-Z", "root",
                 "-s", str(self.snaplen)]
-        with open(self.log, "w") as log:
-            self.proc = self.em.popen(self.node, argv, stdout=log, stderr=log)
+        with open(self.log, "w") as log, open(self.path, "wb") as pcap:
+            self.proc = self.em.popen(self.node, argv, stdout=pcap, stderr=log)
         deadline = time.monotonic() + START_TIMEOUT_S
         while "listening on" not in self.log.read_text():
             if self.proc.poll() is not None or time.monotonic() > deadline:
@@ -79,7 +81,10 @@ class Capture:
         if self.proc is None:
             return self.packets
         if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGINT)  # tcpdump flushes the file and prints its counts
+            if self.proc.stdin is not None:  # a remote one: it ends when its stdin closes
+                self.proc.stdin.close()
+            else:
+                self.proc.send_signal(signal.SIGINT)  # tcpdump flushes the file and prints its counts
             try:
                 self.proc.wait(timeout=5)
             except subprocess.TimeoutExpired:

@@ -1,7 +1,7 @@
 """A fabric split over two servers on this one machine: the second "server" is a network, PID
 and mount namespace with its own sshd (topologies/cluster_lab.py), reached over ssh as a real
-machine would be. check-fabric, the link-failure and switch-failure scenarios and `mrclab cli`
-through the real CLI,
+machine would be. check-fabric, the link-failure, switch-failure and t0-failure scenarios (with a
+capture of a port on the server) and `mrclab cli` through the real CLI,
 nothing left on either side after a normal end, after a Ctrl-C, and after a kill -9 of the head
 and `mrclab clean`; bad --servers refused in one line."""
 
@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -61,6 +62,26 @@ def _server_left(lab) -> list[str]:
     return [line for line in out.stdout.splitlines() if line.strip()]
 
 
+def _split_run(server, tmp_path, scenario: str,
+               *extra: str) -> tuple[dict, Path, subprocess.CompletedProcess]:
+    """`mrclab run SCENARIO` split over the head and the server (MRC and roce, 5 s, seed 1, the
+    test's shape): (summary, results folder, the finished command), once more if the VM
+    disturbed the first run (helpers.again_if_disturbed)."""
+    for attempt in (1, 2):
+        out = tmp_path / f"split-{attempt}"
+        argv = [sys.executable, "-m", "experiments.cli", "run", scenario, "--switch", "linux",
+                "--servers", f"head,{server.address}", "--transports", "mrc,roce", "--duration", "5",
+                "--seed", "1", "--out", str(out), *extra]
+        for key, value in SHAPE.items():
+            argv += [f"--{key}", str(value)]
+        proc = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=400, env=_env(server))
+        assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+        s = json.loads((out / "summary.json").read_text())
+        if not again_if_disturbed(s["fidelity"], attempt):
+            break
+    return s, out, proc
+
+
 def test_split_fabric_proves_every_path_and_leaves_nothing(server):
     proc = subprocess.run(_argv(f"head,{server.address}"), cwd=REPO, capture_output=True, text=True,
                           timeout=300, env=_env(server))
@@ -87,18 +108,7 @@ def test_split_link_failure_rides_through_and_the_servers_cpu_is_in_the_verdict(
     rides through and the single-path baseline stalls for the routing delay, as unsplit
     (test_scenarios); the server's CPU is sampled over ssh into every transport's verdict; its
     rate was bounded by the server's own forwarding calibration."""
-    for attempt in (1, 2):
-        out = tmp_path / f"split-{attempt}"
-        argv = [sys.executable, "-m", "experiments.cli", "run", "link-failure", "--switch", "linux",
-                "--servers", f"head,{server.address}", "--transports", "mrc,roce", "--duration", "5",
-                "--fault-at", "2.5", "--fault-end", "4", "--seed", "1", "--out", str(out)]
-        for key, value in SHAPE.items():
-            argv += [f"--{key}", str(value)]
-        proc = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=400, env=_env(server))
-        assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-        s = json.loads((out / "summary.json").read_text())
-        if not again_if_disturbed(s["fidelity"], attempt):
-            break
+    s, out, proc = _split_run(server, tmp_path, "link-failure", "--fault-at", "2.5", "--fault-end", "4")
     assert s["fidelity"]["faithful"], s["fidelity"]["problems"]
     # the rate was sized on the server's own forwarding figure too, read back (or measured once)
     there = s["capacity"]["servers"][server.address]
@@ -124,18 +134,8 @@ def test_split_switch_failure_is_real_on_the_server_and_its_events_reach_the_sum
     test_scenarios use) but not for the whole failure (the routing plane acted); the server's
     events are merged into the summary and the traces, tagged with it."""
     window_s = 2.0
-    for attempt in (1, 2):
-        out = tmp_path / f"split-{attempt}"
-        argv = [sys.executable, "-m", "experiments.cli", "run", "switch-failure", "--switch", "linux",
-                "--servers", f"head,{server.address}", "--transports", "mrc,roce", "--duration", "5",
-                "--fault-at", "2", "--fault-end", str(2 + window_s), "--seed", "1", "--out", str(out)]
-        for key, value in SHAPE.items():
-            argv += [f"--{key}", str(value)]
-        proc = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=400, env=_env(server))
-        assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-        s = json.loads((out / "summary.json").read_text())
-        if not again_if_disturbed(s["fidelity"], attempt):
-            break
+    s, out, _ = _split_run(server, tmp_path, "switch-failure", "--fault-at", "2",
+                           "--fault-end", str(2 + window_s))
     assert s["fidelity"]["faithful"], s["fidelity"]["problems"]
     mrc, roce = s["transports"]["mrc"], s["transports"]["roce"]
     assert mrc["stall_ms"] < 200, mrc["stall_ms"]
@@ -157,6 +157,50 @@ def test_split_switch_failure_is_real_on_the_server_and_its_events_reach_the_sum
     assert_nothing_left()
 
 
+def _frames(pcap: Path) -> int:
+    from labs.checker import pcapfile
+
+    return len(pcapfile.frames(pcap))
+
+
+def _mrc_packets(pcap: Path) -> int:
+    """Frames of a capture that carry MRC: IPv6-in-IPv6 whose inner UDP goes to MRC's port,
+    read by the project's own pcap reader."""
+    from endpoints.protocol.wire import MRC_PORT
+    from labs.checker import pcapfile
+
+    ipv6_in_ipv6, udp, inner, udp_at = 41, 17, 40, 80
+    return sum(1 for _, ip in pcapfile.frames(pcap) if len(ip) >= udp_at + 4 and ip[6] == ipv6_in_ipv6
+               and ip[inner + 6] == udp and int.from_bytes(ip[udp_at + 2:udp_at + 4], "big") == MRC_PORT)
+
+
+def test_split_t0_failure_is_seen_by_the_hosts_and_a_remote_port_is_captured(server, tmp_path):
+    """t0-failure with the failed leaf on the server: its host link is a tunnel whose head end
+    keeps its carrier by itself, so the cut takes that carrier too (protodown) and the receiver's
+    agent sees its NIC port go down and come back, as unsplit (test_port_status); MRC rides
+    through on the other plane with that plane's share (the unsplit claim) and roce, whose one
+    port is dead, stalls; a capture of a switch port on the server runs there and its pcap,
+    streamed back, holds the run's MRC frames."""
+    port = "p0l0-eth1"  # h0's plane-0 port on its leaf, on the server
+    s, out, _ = _split_run(server, tmp_path, "t0-failure", "--fault-at", "2", "--fault-end", "3.5",
+                           "--capture", port)
+    assert s["fidelity"]["faithful"], s["fidelity"]["problems"]
+    mrc, roce = s["transports"]["mrc"], s["transports"]["roce"]
+    assert mrc["stall_ms"] < 200, mrc["stall_ms"]
+    cap = mrc["capacity_mbps"]
+    assert mrc["goodput_during_mbps"] >= 0.8 * mrc["goodput_before_mbps"] * cap["during"] / cap["before"]
+    assert roce["stall_ms"] >= s["routing"]["detect_ms"] / 2, roce["stall_ms"]
+    dst = mrc["dst"]
+    lines = (out / "traces" / f"{dst}-trace.jsonl").read_text().splitlines()
+    ports = [e["local"] for e in map(json.loads, lines) if e.get("event") == "ports"]
+    assert ports[:2] == [1, 0], ports  # plane 0 down (bit 0), then every port up again
+    pcap = out / f"{port}.pcap"
+    assert _frames(pcap) == s["captures"][port]["packets"]  # all tcpdump took, here
+    assert _mrc_packets(pcap) > 0
+    assert _server_left(server) == []
+    assert_nothing_left()
+
+
 CLI_SCRIPT = """\
 pingall
 p0s0 ip -o link show dev p0s0-eth1
@@ -168,7 +212,9 @@ p0s0 sysctl net.ipv6.conf.all.forwarding
 recover p0s0
 link p0l0 p0s0 up
 links
+capture p0l0-eth1 {pcap}
 send h0 h1 1M
+capture stop
 faults
 """
 
@@ -177,9 +223,11 @@ def test_mininets_cli_on_a_split_fabric(server, tmp_path):
     """`mrclab cli --servers`: pingall over the tunnels, `link` down/up on a T0-T1 link whose
     routers run on the server (the port there goes down and comes back: `p0s0 CMD` runs in that
     router's shell, over ssh), `paths` sees the cut, `links` lists the tunnels, a flow goes
-    through; a switch failure is real there (the router stops forwarding) and undone."""
+    through, captured on the leaf's port there (tcpdump over ssh, its pcap here); a switch
+    failure is real there (the router stops forwarding) and undone."""
     script = tmp_path / "split.mrc"
-    script.write_text(CLI_SCRIPT)
+    pcap = tmp_path / "remote-port.pcap"
+    script.write_text(CLI_SCRIPT.format(pcap=pcap))
     argv = [sys.executable, "-m", "experiments.cli", "cli", "--switch", "linux", "--servers",
             f"head,{server.address}", "--script", str(script)]
     for key, value in SHAPE.items():
@@ -197,6 +245,8 @@ def test_mininets_cli_on_a_split_fabric(server, tmp_path):
     assert "p0s0 no longer forwards" in out and "net.ipv6.conf.all.forwarding = 0" in out
     assert "p0s0 forwards again" in out
     assert "no faults: every link and switch works" in out
+    said = [line for line in out.splitlines() if line.startswith("p0l0-eth1: ")]  # `capture stop`
+    assert said == [f"p0l0-eth1: {_frames(pcap)} packets in {pcap}"] and _mrc_packets(pcap) > 0, said
     assert _server_left(server) == []
     assert_nothing_left()
 

@@ -154,9 +154,12 @@ class LossRecovery:
         sent = now if self.pacer is None else \
             self.pacer.charge(self.evs.plane[ev], p.length + self._frame_overhead, now)
         ts = wire.ts_us(sent)
+        # Evidence only from an echo that names the copy alone: another transmission on the
+        # same EV in the same microsecond would echo alike, and prove nothing of the copy.
+        unique = not self.echoes.genuine(ev, ts)
         self.echoes.sent(ev, ts, now)
         self.tx_count += 1
-        self._probe_echo = (ev, ts, self.tx_count)
+        self._probe_echo = (ev, ts, self.tx_count) if unique else None
         self.stats["tail_probes"] += 1
         self.events.append(Retx(now, p.seq, ev, "tail_probe"))
         return ev, wire.encode_data(p.opcode, wire.F_RETRANSMIT | wire.F_ACK_REQ, self.peer_qpn,

@@ -54,7 +54,7 @@ class TransportConfig:
     rto_min: float = 0.030  # tails only: SACK-based detection handles losses mid-stream
     rto_max: float = 0.200  # s: cap of the RTO and of its exponential backoff
     rto_initial: float = 0.050  # s: the RTO (and the dark-path window) before any RTT sample
-    # With nothing new to send and the oldest packet in flight older than srtt + 4 rttvar +
+    # With nothing left to send (a tail) and the oldest packet in flight older than srtt + 4 rttvar +
     # reorder_slack, send a copy of it on its own EV (recovery.py): a random tail loss is
     # repaired in a round trip instead of waiting for a loss timer (queue_delay_bound or more).
     tail_probe: bool = True  # a tail probe instead of waiting for the loss timers (issue 21)

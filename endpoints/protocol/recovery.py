@@ -9,7 +9,7 @@ lost packet's EV becomes ASSUMED_BAD at once (a backup of its plane takes over) 
 packet is resent, on another EV. Trimmed packets (NACK TRIMMED) are resent at once and only
 skip their EV. No loss timer fires before `queue_delay_bound` (the longest a packet may
 legitimately queue). A tail probe (`tail_probe`) shortens the wait for a tail: when nothing
-new can be sent and the oldest packet in flight is past its probe timeout (srtt + 4 rttvar +
+is left to send and the oldest packet in flight is past its probe timeout (srtt + 4 rttvar +
 `reorder_slack`), a copy of it goes out on its own EV, in the data class.
 """
 

@@ -168,7 +168,7 @@ class MrcSender(PortSteering, LossRecovery, CoreBase):
             if self._pace_wait is None:
                 return 0.0
             deadlines.append(self._pace_wait)
-        elif (probe := self._tail_probe_due()) is not None:
+        elif not self.messages and (probe := self._tail_probe_due()) is not None:
             deadlines.append(probe)
         if self.outstanding:
             oldest = next(iter(self.outstanding.values()))
@@ -446,7 +446,7 @@ class MrcSender(PortSteering, LossRecovery, CoreBase):
                 self.messages.popleft()
             self.stats["sent"] += 1
             out.append(self._emit(p, now, data, False, ev))
-        if not self.retx_queue and not self._can_send_new():
+        if not self.retx_queue and not self.messages:  # a tail: nothing left to send
             probe_at = self._tail_probe_due()
             if probe_at is not None and now >= probe_at and (probe := self._tail_probe(now)) is not None:
                 out.append(probe)

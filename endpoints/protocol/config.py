@@ -54,6 +54,10 @@ class TransportConfig:
     rto_min: float = 0.030  # tails only: SACK-based detection handles losses mid-stream
     rto_max: float = 0.200  # s: cap of the RTO and of its exponential backoff
     rto_initial: float = 0.050  # s: the RTO (and the dark-path window) before any RTT sample
+    # With nothing left to send (a tail) and the oldest packet in flight older than srtt + 4 rttvar +
+    # reorder_slack, send a copy of it on its own EV (recovery.py): a random tail loss is
+    # repaired in a round trip instead of waiting for a loss timer (queue_delay_bound or more).
+    tail_probe: bool = True  # a tail probe instead of waiting for the loss timers (issue 21)
     # Probing of ASSUMED_BAD EVs
     probe_interval: float = 0.005  # s between probes of each bad EV
     probes_to_resurrect: int = 3  # consecutive successes that bring an EV back

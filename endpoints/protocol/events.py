@@ -26,8 +26,9 @@ class Rtt(NamedTuple):
 
 
 class Retx(NamedTuple):
-    """A packet queued for retransmission: `reason` is sack, dark, rto, trimmed, nack<N> or
-    ev_bad (in flight on an EV just benched)."""
+    """A packet queued for retransmission: `reason` is sack, dark, rto, trimmed, nack<N>,
+    ev_bad (in flight on an EV just benched) or tail_probe (a copy sent on its own EV, the
+    original still in flight)."""
     t: float
     seq: int
     ev: int

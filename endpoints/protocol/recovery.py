@@ -8,7 +8,9 @@ srtt + 4 rttvar + `reorder_slack`; an RTO with exponential backoff is the backst
 lost packet's EV becomes ASSUMED_BAD at once (a backup of its plane takes over) and only that
 packet is resent, on another EV. Trimmed packets (NACK TRIMMED) are resent at once and only
 skip their EV. No loss timer fires before `queue_delay_bound` (the longest a packet may
-legitimately queue).
+legitimately queue). A tail probe (`tail_probe`) shortens the wait for a tail: when nothing
+is left to send and the oldest packet in flight is past its probe timeout (srtt + 4 rttvar +
+`reorder_slack`), a copy of it goes out on its own EV, in the data class.
 """
 
 from __future__ import annotations
@@ -20,8 +22,10 @@ from typing import Any
 from endpoints.protocol import wire
 from endpoints.protocol.config import TransportConfig
 from endpoints.protocol.congestion import Nscc
+from endpoints.protocol.echoes import Echoes
 from endpoints.protocol.events import EvBad, FloorHold, Retx, Timeout
-from endpoints.protocol.evset import GOOD, SKIP, EvSet
+from endpoints.protocol.evset import DENIED, GOOD, SKIP, EvSet
+from endpoints.protocol.nicpacer import NicPacer
 from endpoints.protocol.portstatus import PortStatus
 from endpoints.protocol.rtt import RttEstimator
 
@@ -65,7 +69,17 @@ class LossRecovery:
     ev_rtt: dict[int, RttEstimator]
     rack_tx: int
     rto: float
+    tx_count: int
+    peer_qpn: int
+    echoes: Echoes
+    pacer: NicPacer | None
+    _frame_overhead: int
     _lasthop_marked_until: float
+    # Tail probes: the (seq, tx) of the transmission last probed; the (ev, ts, tx) of the copy
+    # until a SACK echoes it
+    _probed: tuple[int, int] | None
+    _probe_echo: tuple[int, int, int] | None
+    _message_data: Callable[[int], memoryview | None]
     _skip: Callable[..., None]
     _peer_ports: Callable[[int, int, float], None]
     _drain_changes: Callable[[float], None]
@@ -98,6 +112,75 @@ class LossRecovery:
             self.suspects.pop(p.seq, None)
             if self.outstanding.pop(p.seq, None) is not None:  # not already resent as stranded
                 self._lose(p, now, "sack")
+
+    # ----- tail probe ------------------------------------------------------------------------
+    def _tail_probe_due(self) -> float | None:
+        """When the oldest packet in flight gets its tail probe (None: none owed). The probe
+        timeout is srtt + 4 rttvar (the QP's or the packet's path's, whichever is longer) +
+        `reorder_slack`, with no `queue_delay_bound` floor: a probe early on a queued packet
+        costs one duplicate packet, not a benched path (see `_tail_probe`)."""
+        if not self.c.tail_probe or not self.outstanding:
+            return None
+        oldest = next(iter(self.outstanding.values()))
+        rtt = self.cc.rtt
+        if self._probed == (oldest.seq, oldest.tx) or not rtt.samples:
+            return None  # one probe per transmission; no timing yet: the RTO alone
+        return oldest.sent + self._pto(oldest.ev)
+
+    def _pto(self, ev: int) -> float:
+        pto = self.cc.rtt.timeout()
+        est = self.ev_rtt.get(ev)
+        if est is not None:
+            pto = max(pto, est.timeout())
+        return pto + self.c.reorder_slack
+
+    def _tail_probe(self, now: float) -> tuple[int, bytes] | None:
+        """A copy of the oldest packet in flight, on the EV it was sent on, flagged as a
+        retransmission (the receiver acknowledges one at once, a duplicate within
+        `sack_delay`, echoing the copy's EV and timestamp). An EV is a FIFO path and the copy
+        is data, never in the control class, so it cannot overtake the original: if the
+        original was lost the copy repairs it; if it is queued the copy arrives after it (a
+        duplicate); and the SACK echoing the copy is path-order evidence (`_probe_evidence`)
+        against every older packet on that EV it reports missing. No loss is declared on
+        time alone, so no queueing delay can make a healthy path look bad; a dead path
+        loses the copy too and is left to the loss timers. The original's record (send time,
+        RTO) is unchanged."""
+        p = next(iter(self.outstanding.values()))
+        self._probed = (p.seq, p.tx)
+        data = self._message_data(p.msn)
+        ev = p.ev
+        if data is None or self.evs.state.get(ev, DENIED) == DENIED:
+            return None
+        sent = now if self.pacer is None else \
+            self.pacer.charge(self.evs.plane[ev], p.length + self._frame_overhead, now)
+        ts = wire.ts_us(sent)
+        # Evidence only from an echo that names the copy alone: another transmission on the
+        # same EV in the same microsecond would echo alike, and prove nothing of the copy.
+        unique = not self.echoes.genuine(ev, ts)
+        self.echoes.sent(ev, ts, now)
+        self.tx_count += 1
+        self._probe_echo = (ev, ts, self.tx_count) if unique else None
+        self.stats["tail_probes"] += 1
+        self.events.append(Retx(now, p.seq, ev, "tail_probe"))
+        return ev, wire.encode_data(p.opcode, wire.F_RETRANSMIT | wire.F_ACK_REQ, self.peer_qpn,
+                                    p.seq, p.msn, p.offset, p.msg_len,
+                                    data[p.offset:p.offset + p.length], ts)
+
+    def _probe_evidence(self, s: wire.Sack, cack: int, base: int, received: int,
+                        newest: dict[int, int]) -> None:
+        """A SACK echoing the tail probe was sent when the copy arrived: on the copy's EV,
+        everything transmitted before it had arrived or is lost (FIFO). It must also report
+        the copied packet received: a timestamp is a microsecond, and a packet sent in the same
+        microsecond on the same EV echoes alike."""
+        probe, probed = self._probe_echo, self._probed
+        if probe is None or probed is None or s.echo_ev != probe[0] or s.echo_ts != probe[1]:
+            return
+        seq = probed[0]
+        if seq >= cack and not (0 <= seq - base < 64 and received >> (seq - base) & 1):
+            return  # another packet's echo: the copy is still on its way
+        self._probe_echo = None
+        if probe[2] > newest.get(probe[0], 0):
+            newest[probe[0]] = probe[2]
 
     def _on_nack(self, n: wire.Nack, now: float) -> None:
         seq = wire.psn_unwrap(n.psn, self.una)

@@ -102,6 +102,8 @@ class MrcSender(PortSteering, LossRecovery, CoreBase):
         self.echoes = Echoes(config.echo_keep)  # what an acceptable SACK or NACK echoes
         self.deferred: dict[int, tuple[float, SentPacket]] = {}  # seq -> (resend at, packet): RNR
         self.replies: list[tuple[int, bytes]] = []  # probe replies owed to the receiver
+        self._probed: tuple[int, int] | None = None  # tail probes (recovery.py)
+        self._probe_echo: tuple[int, int, int] | None = None
         self.proven_ev: int | None = None  # forward EV that most recently delivered (ack, probe reply)
         self.events: list[Complete | Rtt | Retx | EvState | EvActive | Cc | CwndDec | EvSkip | EvBad |
                           FloorHold | EvLoad | Timeout] = []
@@ -116,7 +118,7 @@ class MrcSender(PortSteering, LossRecovery, CoreBase):
                                      "ecn_echoes", "probes_sent", "probe_replies", "sacks",
                                      "nacks", "malformed", "foreign", "stale_acks", "bad_evs",
                                      "resurrected", "floor_holds", "delay_skips", "stranded_resent",
-                                     "unacceptable", "rnr")}
+                                     "unacceptable", "rnr", "tail_probes")}
 
     # ----- API ------------------------------------------------------------------------------
     def send_message(self, data: bytes | memoryview, now: float) -> int:
@@ -166,6 +168,8 @@ class MrcSender(PortSteering, LossRecovery, CoreBase):
             if self._pace_wait is None:
                 return 0.0
             deadlines.append(self._pace_wait)
+        elif not self.messages and (probe := self._tail_probe_due()) is not None:
+            deadlines.append(probe)
         if self.outstanding:
             oldest = next(iter(self.outstanding.values()))
             # Neither loss timer is shorter than queue_delay_bound (_rto_for, _dark_window):
@@ -250,6 +254,7 @@ class MrcSender(PortSteering, LossRecovery, CoreBase):
                 p = self.recent.get(seq)
             if p is not None and p.retx == 0 and p.tx > newest.get(p.ev, 0):
                 newest[p.ev] = p.tx
+        self._probe_evidence(s, cack, base, received, newest)
         self._lost_by_path_order(s, base, window & ~received, newest, now)
         self._advance_una()
         if acked:
@@ -441,6 +446,10 @@ class MrcSender(PortSteering, LossRecovery, CoreBase):
                 self.messages.popleft()
             self.stats["sent"] += 1
             out.append(self._emit(p, now, data, False, ev))
+        if not self.retx_queue and not self.messages:  # a tail: nothing left to send
+            probe_at = self._tail_probe_due()
+            if probe_at is not None and now >= probe_at and (probe := self._tail_probe(now)) is not None:
+                out.append(probe)
         if self.evs.changes or self.evs.moves:
             self._drain_changes(now)
         if self.ev_load_interval is not None and now >= self._ev_load_since + self.ev_load_interval:

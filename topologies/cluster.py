@@ -22,8 +22,10 @@ the run's files, merged and tagged with their server.
 A cut host link takes the carrier of the host's tunnel end too (protodown), as unsplit; a
 capture of a remote port runs tcpdump there over ssh, its pcap streamed back.
 
-Limits (docs/cluster.md): kernel routers only; the eBPF counters and trimming of remote ports
-are out of the head's reach.
+The eBPF program's maps are pinned in each server's run folder (a BPF file system mounted
+there), its counters read and its trimming switched over ssh (topologies/remote_dataplane.py).
+
+Limits (docs/cluster.md): kernel routers only; the remote ports' virtual queues are not sampled.
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ from topologies.dataplane.ports import PortSpec
 from topologies.emulation import Emulation, existing_link_class
 from topologies.model import LINK_MTU, Fabric
 from topologies.preflight import EmulationError, PreflightError
+from topologies.remote_dataplane import RemoteDataPlane
 from topologies.runctx import RunContext
 from topologies.servers import CHECKOUT, check_servers, server_run, ssh_command
 from topologies.switches.base import NOTIFY_FILE, REMOTE_CPU_INTERVAL_S, STATUS_FILE
@@ -232,7 +235,8 @@ class SplitLinuxBackend(LinuxBackend):
             # "[c]": the pattern must not match this very command line.
             config = shlex.quote(f"[c]ontroller.run .*{self.folders[server] / 'controller.json'}")
             server_run(self.server_ips[server], f"for i in $(seq 50); do pgrep -f {config} >/dev/null"
-                       f" || break; sleep 0.1; done; rm -rf {folder}", timeout=30)
+                       f" || break; sleep 0.1; done; {servers.unmount_pins(folder)}; rm -rf {folder}",
+                       timeout=30)
 
     def remote_cpu_commands(self) -> dict[str, list[str]]:
         # A terminal: the loop over there ends with the head's ssh (SIGHUP), as the controller.
@@ -336,21 +340,34 @@ class SplitEmulation(Emulation):
 
     def _attach_dataplane(self, specs: list[PortSpec]) -> dict:
         """The eBPF program on every remote port, loaded and attached over there (one load per
-        server: the ports' ifindexes are unique); it stays attached until the routers go."""
+        server: the ports' ifindexes are unique), pinned in the server's run folder; read and
+        switched from here over ssh (topologies/remote_dataplane.py)."""
         backend = self.split_backend
         by_server: dict[str, list[dict]] = {}
         for spec in specs:
             switch = self._port_owner[spec.ifname]
             by_server.setdefault(backend.server_of(switch), []).append(
                 {**asdict(spec), "netns_pid": backend.pids[switch]})
-        python = (f"cd {shlex.quote(str(CHECKOUT))} && {shlex.quote(sys.executable)} "
-                  f"-m topologies.dataplane attach")
         for server, items in by_server.items():
+            python = (f"cd {shlex.quote(str(CHECKOUT))} && {shlex.quote(sys.executable)} -m "
+                      f"topologies.dataplane attach {shlex.quote(str(backend.folders[server]))}")
             result = server_run(self._server_ips[server], python, stdin=json.dumps(items))
             if result.returncode != 0:
                 raise EmulationError(f"attaching the eBPF program on {server}: "
                                      f"{(result.stderr.strip().splitlines() or ['failed'])[-1][:300]}")
-        return {"remote": sorted(by_server), "counters": "not read from remote servers"}
+        self.dataplane = RemoteDataPlane({s: (self._server_ips[s], backend.folders[s]) for s in by_server})
+        return {"remote": sorted(by_server)}
+
+    def dataplane_counters(self) -> dict[str, dict[str, int]]:
+        """Every server's ports, one ssh call per server; a server not read is named in the
+        summary's `dataplane.counters`."""
+        counters = super().dataplane_counters()
+        if isinstance(self.dataplane, RemoteDataPlane) and self.dataplane.unread:
+            self.dataplane_info["counters"] = "not read from " + "; ".join(
+                f"{s}: {why}" for s, why in self.dataplane.unread.items())
+        else:
+            self.dataplane_info.pop("counters", None)
+        return counters
 
     def _wait_flows(self, timeout: float = 120.0) -> None:
         backend = self.split_backend

@@ -119,11 +119,20 @@ def merge_events(by_server: dict[str, str]) -> list[dict]:
     return sorted(events, key=lambda e: e["t"])
 
 
+def unmount_pins(quoted_folder: str) -> str:
+    """Shell words unmounting the BPF file system the eBPF data plane's pins live on in a run's
+    folder (`python -m topologies.dataplane attach FOLDER`), if mounted: the folder can then go,
+    the pins with it."""
+    return f"umount -l {quoted_folder}/bpf 2>/dev/null || true"
+
+
 def clean_server(address: str, folder: str) -> bool:
     """What a killed run left on a server: its leftovers as `mrclab clean` sees them there,
-    and its folder. True when the server answered."""
+    and its folder (the data plane's pins with it). True when the server answered."""
+    quoted = shlex.quote(folder)
     command = (f"cd {shlex.quote(str(CHECKOUT))} && {shlex.quote(sys.executable)} -c "
-               f"'from topologies import runctx; runctx.clean_all()'; rm -rf {shlex.quote(folder)}")
+               f"'from topologies import runctx; runctx.clean_all()'; {unmount_pins(quoted)}; "
+               f"rm -rf {quoted}")
     try:
         return server_run(address, command, timeout=60).returncode == 0
     except subprocess.TimeoutExpired:

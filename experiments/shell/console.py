@@ -7,7 +7,8 @@ Mininet's commands keep working on this fabric: `nodes`, `net`, `dump`, `links`,
 where a display exists, and `h0 ping6 h2` (a host name after the command becomes its plane-0
 baseline IPv6 address: the hosts have no IPv4). `pingall` and `pingpair` ping those baseline
 addresses. `link a b up|down` becomes `restore`/`cut`, so the fault is recorded like any other;
-`iperf` (IPv4 only) and `switch` (it would delete the bridge) point to what to use instead.
+`iperf` (IPv4 only) and `switch` (it would delete the bridge) point to what to use instead;
+the cluster edition's `status` and `placement` too (experiments/shell/clustercmds.py).
 After any command during which the controller or an agent died, the console says so once.
 """
 
@@ -28,6 +29,7 @@ from experiments.analysis.transports import TRANSPORTS
 from experiments.api.flows import AgentFlow, Flow
 from experiments.api.testbed import Testbed
 from experiments.outdir import RESULTS
+from experiments.shell.clustercmds import ClusterCommands
 from experiments.shell.complete import Completion
 from experiments.shell.faultcmds import FaultCommands
 from experiments.shell.script import ScriptCommands
@@ -92,7 +94,7 @@ def _send_parser() -> argparse.ArgumentParser:
     return p
 
 
-class MrcCli(ScriptCommands, FaultCommands, Completion, CLI):
+class MrcCli(ScriptCommands, FaultCommands, ClusterCommands, Completion, CLI):
     """The session's console; constructing it runs it until `exit` (Mininet's way)."""
 
     prompt = "mrclab> "

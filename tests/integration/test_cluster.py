@@ -1,7 +1,8 @@
 """A fabric split over two servers on this one machine: the second "server" is a network, PID
 and mount namespace with its own sshd (topologies/cluster_lab.py), reached over ssh as a real
 machine would be. check-fabric, the link-failure, switch-failure and t0-failure scenarios (with a
-capture of a port on the server) and `mrclab cli` through the real CLI,
+capture of a port on the server), an incast trimming there (the eBPF counters read over ssh) and
+`mrclab cli` through the real CLI,
 nothing left on either side after a normal end, after a Ctrl-C, and after a kill -9 of the head
 and `mrclab clean`; bad --servers refused in one line."""
 
@@ -55,10 +56,11 @@ def _env(lab) -> dict:
 
 def _server_left(lab) -> list[str]:
     """What runs or remains on the server besides its sshd: router shells, control planes,
-    interfaces other than its own, run folders."""
+    interfaces other than its own, run folders, the BPF file systems of the data plane's pins."""
     out = lab.ssh("ps -eo args= | grep -E 'mininet:|controller.run|mnexec' | grep -v grep; "
                   "ip -o link show | grep -vE ': (lo|eth0)[@:]'; "
-                  "ls -d /tmp/mrclab-check-fabric-*/server-* 2>/dev/null")
+                  "ls -d /tmp/mrclab-*/server-* 2>/dev/null; "
+                  "awk '$3 == \"bpf\" && $2 != \"/sys/fs/bpf\"' /proc/mounts")
     return [line for line in out.stdout.splitlines() if line.strip()]
 
 
@@ -197,6 +199,37 @@ def test_split_t0_failure_is_seen_by_the_hosts_and_a_remote_port_is_captured(ser
     pcap = out / f"{port}.pcap"
     assert _frames(pcap) == s["captures"][port]["packets"]  # all tcpdump took, here
     assert _mrc_packets(pcap) > 0
+    # the eBPF program's counters of the server's ports, read there over ssh (every switch is there)
+    dataplane = s["dataplane"]
+    assert dataplane["remote"] == [server.address] and "counters" not in dataplane, dataplane
+    assert dataplane["totals"]["packets"] > 0 and dataplane["totals"]["control"] > 0, dataplane
+    assert _server_left(server) == []
+    assert_nothing_left()
+
+
+def test_split_incast_trims_on_the_server_and_its_drop_tail_variant_does_not(server, tmp_path):
+    """An incast whose switches all run on the server: the eBPF program's counters come back
+    over ssh, and trimming is switched off there for the drop-tail variant. Three senders into
+    one receiver's two NICs overrun its leaf's ports (on the server): with trimming they trim,
+    as drop-tail switches they never do. The smallest shape with 3 senders (2 x 2 x 2 x 3)."""
+    out = tmp_path / "incast"
+    argv = [sys.executable, "-m", "experiments.cli", "run", "incast", "--switch", "linux",
+            "--servers", f"head,{server.address}", "--transports", "mrc", "--duration", "3",
+            "--fault-at", "1", "--fault-end", "2.5", "--senders", "3", "--seed", "1",
+            "--planes", "2", "--leaves", "2", "--spines", "2", "--hosts-per-leaf", "3",
+            "--out", str(out)]
+    proc = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=300, env=_env(server))
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    s = json.loads((out / "summary.json").read_text())
+    assert s["fidelity"]["faithful"], s["fidelity"]["problems"]
+    assert s["switches"]["placement"]["planes"][server.address] == [0, 1]
+    assert s["dataplane"]["remote"] == [server.address] and "counters" not in s["dataplane"]
+    trimming, droptail = s["transports"]["mrc"], s["transports"]["mrc-droptail"]
+    assert trimming["trimming"] is True and droptail["trimming"] is False
+    assert trimming["switch_ports"]["trimmed"] > 0, trimming["switch_ports"]
+    assert droptail["switch_ports"]["trimmed"] == 0, droptail["switch_ports"]
+    for entry in (trimming, droptail):  # each variant's own counts (reset over there between)
+        assert entry["switch_ports"]["packets"] > 0 and entry["switch_ports"]["control"] > 0
     assert _server_left(server) == []
     assert_nothing_left()
 
@@ -216,7 +249,15 @@ capture p0l0-eth1 {pcap}
 send h0 h1 1M
 capture stop
 faults
+status
+placement
 """
+
+
+def _fabric():
+    from topologies.model import build
+
+    return build(**{key.replace("-", "_"): value for key, value in SHAPE.items()})
 
 
 def test_mininets_cli_on_a_split_fabric(server, tmp_path):
@@ -224,7 +265,8 @@ def test_mininets_cli_on_a_split_fabric(server, tmp_path):
     routers run on the server (the port there goes down and comes back: `p0s0 CMD` runs in that
     router's shell, over ssh), `paths` sees the cut, `links` lists the tunnels, a flow goes
     through, captured on the leaf's port there (tcpdump over ssh, its pcap here); a switch
-    failure is real there (the router stops forwarding) and undone."""
+    failure is real there (the router stops forwarding) and undone; the cluster edition's
+    `status` and `placement` work."""
     script = tmp_path / "split.mrc"
     pcap = tmp_path / "remote-port.pcap"
     script.write_text(CLI_SCRIPT.format(pcap=pcap))
@@ -245,6 +287,13 @@ def test_mininets_cli_on_a_split_fabric(server, tmp_path):
     assert "p0s0 no longer forwards" in out and "net.ipv6.conf.all.forwarding = 0" in out
     assert "p0s0 forwards again" in out
     assert "no faults: every link and switch works" in out
+    # Mininet's cluster edition's own commands: every shell (the remote routers' ssh sessions)
+    # runs, and the routers are placed on the server, the hosts here
+    assert "All nodes are still running." in out
+    placed = dict(line.split(": ", 1) for line in out.splitlines()
+                  if line.startswith(("localhost: ", f"{server.address}: ")))
+    assert sorted(placed[server.address].split()) == sorted(s.name for s in _fabric().switches)
+    assert sorted(placed["localhost"].split()) == sorted(h.name for h in _fabric().hosts)
     said = [line for line in out.splitlines() if line.startswith("p0l0-eth1: ")]  # `capture stop`
     assert said == [f"p0l0-eth1: {_frames(pcap)} packets in {pcap}"] and _mrc_packets(pcap) > 0, said
     assert _server_left(server) == []

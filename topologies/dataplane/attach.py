@@ -14,10 +14,11 @@ import subprocess
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
 
 from topologies import netns
-from topologies.dataplane.bpf import Program
+from topologies.dataplane.bpf import PIN_ROOT, Program
 from topologies.dataplane.build import stale
 from topologies.dataplane.ports import PortSpec, rate_fp, vq_now
 from topologies.shaping import tc_batch
@@ -118,6 +119,34 @@ class DataPlane:
                 spec = g.specs[name] = replace(g.specs[name], trim=enabled)
                 g.program.configure(idx, spec)
 
+    def record(self) -> dict[str, dict]:
+        """Where each port's program is pinned, its ifindex and spec: what `pinned` needs to
+        reach them from another process (a JSON-able dict)."""
+        return {name: {"pin": str(g.program.pin_dir), "ifindex": idx, "spec": asdict(g.specs[name])}
+                for g in self._groups for name, idx in g.ports.items()}
+
+    @classmethod
+    def pinned(cls, record: dict[str, dict]) -> DataPlane:
+        """The ports of a `record()`, their programs opened from their pins (left attached and
+        pinned by `detach()`): the counters, trimming and resets of a data plane another
+        process attached."""
+        dp = cls()
+        programs: dict[str, _Group] = {}
+        try:
+            for name, entry in record.items():
+                group = programs.get(entry["pin"])
+                if group is None:
+                    program = Program(pinned=Path(entry["pin"]))
+                    group = programs[entry["pin"]] = _Group(None, program, {}, set())
+                    dp._groups.append(group)
+                group.ports[name] = entry["ifindex"]
+                group.specs[name] = PortSpec(**entry["spec"])
+                dp._where[name] = group
+        except BaseException:
+            dp.detach(remove_filters=False)
+            raise
+        return dp
+
     def program(self, ifname: str) -> tuple[Program, int]:
         group = self._where[ifname]
         return group.program, group.ports[ifname]
@@ -155,9 +184,10 @@ def _if_index(ifname: str) -> int:
         raise RuntimeError(f"no interface {ifname!r} in this namespace") from None
 
 
-def attach_ports(ports: list[PortSpec]) -> DataPlane:
+def attach_ports(ports: list[PortSpec], pin_root: Path = PIN_ROOT) -> DataPlane:
     """Load the program (once per namespace), configure every port and attach it at egress.
-    All or nothing: on failure whatever was attached is removed and the error raised."""
+    All or nothing: on failure whatever was attached is removed and the error raised.
+    `pin_root`: the BPF file system the loads are pinned in (see bpf.load_pinned)."""
     reason = available()
     if reason is not None:
         raise RuntimeError(f"eBPF data plane unavailable: {reason}")
@@ -178,10 +208,11 @@ def attach_ports(ports: list[PortSpec]) -> DataPlane:
         for specs in groups.values():
             with _in_netns(specs[0].netns_pid):
                 indexes += [_if_index(s.ifname) for s in specs]
-        shared = Program() if len(groups) > 1 and len(set(indexes)) == len(indexes) else None
+        unique = len(groups) > 1 and len(set(indexes)) == len(indexes)
+        shared = Program(root=pin_root) if unique else None
         jobs: list[tuple[int | None, list[str], str]] = []
         for specs in groups.values():
-            dp._attach_group(specs[0].netns_pid, specs, shared or Program(), jobs)
+            dp._attach_group(specs[0].netns_pid, specs, shared or Program(root=pin_root), jobs)
         netns.run_batches(jobs)
     except BaseException:
         dp.detach()

@@ -134,16 +134,21 @@ def _ensure_bpffs() -> None:
 _seq = itertools.count()
 
 
-def load_pinned(obj: Path, prog_type: str, tag: str = "") -> Path:
-    """A new pin directory of this process, `PIN_ROOT/<pid>-<tag><n>` (the clean-up removes
-    those of dead processes by that pid), with `obj` loaded by bpftool into it: the program
-    pinned as `prog`, its maps beside it under their own names. RuntimeError with bpftool's
-    words if the kernel refuses it, the directory removed."""
-    _ensure_bpffs()
-    pin_dir = PIN_ROOT / f"{os.getpid()}-{tag}{next(_seq)}"
+def load_pinned(obj: Path, prog_type: str, tag: str = "", root: Path = PIN_ROOT) -> Path:
+    """A new pin directory of this process, `root/<pid>-<tag><n>` (the clean-up removes
+    those of dead processes under PIN_ROOT by that pid; another `root` is a BPF file system
+    its owner removes), with `obj` loaded by bpftool into it: the program pinned as `prog`, its
+    maps beside it under their own names. RuntimeError with bpftool's words if the kernel
+    refuses it, the directory removed."""
+    if root == PIN_ROOT:
+        _ensure_bpffs()
+    pin_dir = root / f"{os.getpid()}-{tag}{next(_seq)}"
     pin_dir.mkdir(parents=True, exist_ok=True)
-    result = subprocess.run(["bpftool", "prog", "load", str(obj), str(pin_dir / "prog"), "type",
-                             prog_type, "pinmaps", str(pin_dir)], capture_output=True, text=True)
+    # Paths relative to `root`: libbpf turns every "." of a map's pin path into "_" (a split
+    # fabric's server folder holds its dotted address), the name here has none.
+    result = subprocess.run(["bpftool", "prog", "load", str(obj.resolve()), f"{pin_dir.name}/prog",
+                             "type", prog_type, "pinmaps", pin_dir.name], capture_output=True,
+                            text=True, cwd=root)
     if result.returncode != 0:
         shutil.rmtree(pin_dir, ignore_errors=True)
         raise RuntimeError(f"bpftool prog load of {obj.name} failed: {result.stderr.strip()[-800:]}")
@@ -152,10 +157,13 @@ def load_pinned(obj: Path, prog_type: str, tag: str = "") -> Path:
 
 class Program:
     """One load of the object: the program and its three maps, pinned in a private directory.
-    Ports are keyed by ifindex, so every port attached to one Program must share a namespace."""
+    Ports are keyed by ifindex, so every port attached to one Program must share a namespace.
+    `pinned`: open a load that is already pinned there (another process's, e.g. a split
+    fabric's server reading the program its attach left), which `close()` leaves pinned."""
 
-    def __init__(self, obj: Path = OBJECT) -> None:
-        self.pin_dir = load_pinned(obj, "classifier")
+    def __init__(self, obj: Path = OBJECT, root: Path = PIN_ROOT, pinned: Path | None = None) -> None:
+        self._owned = pinned is None
+        self.pin_dir = load_pinned(obj, "classifier", root=root) if pinned is None else pinned
         self.prog_path = self.pin_dir / "prog"
         self._maps: list[_Map] = []
         self.prog_fd = -1
@@ -227,13 +235,15 @@ class Program:
         return RunResult(attr.retval, data_out.raw[:attr.data_size_out], priority, mark_out)
 
     def close(self) -> None:
-        """Unpin and close: the kernel frees the program once no tc filter holds it."""
+        """Close, and unpin a load of its own: the kernel frees the program once no pin and no
+        tc filter holds it."""
         for m in self._maps:
             m.close()
         self._maps.clear()
         if self.prog_fd >= 0:
             os.close(self.prog_fd)
             self.prog_fd = -1
-        shutil.rmtree(self.pin_dir, ignore_errors=True)
+        if self._owned:
+            shutil.rmtree(self.pin_dir, ignore_errors=True)
 
 

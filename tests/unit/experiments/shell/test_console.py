@@ -67,6 +67,7 @@ def test_bad_input_prints_one_line_each_and_the_session_goes_on(tmp_path, capsys
         ("switch p0s0 stop", "`fail NAME`"),
         ("link h0 p1s1 down", "no link between h0 and p1s1"),
         ("frobnicate", "Unknown command: frobnicate"),
+        ("placement plot", "needs a display, networkx and pygraphviz"),
     ]
     cli, out, err = _run(tmp_path, capsys, *[line for line, _ in bad], "paths h0 h1")
     errors = [line for line in err.splitlines() if line.strip()]

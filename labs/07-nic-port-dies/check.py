@@ -308,7 +308,11 @@ def port_down_simulated(ctx: Context) -> str:
 EMULATED = FabricParams(planes=2, leaves=2, spines=2, hosts_per_leaf=1, link_mbps=10.0)
 DURATION, FAULT = 4.0, (1.5, 3.0)
 EMU_STALL_MS = 100.0
-EMU_PARK_WITHIN = 0.150  # s after the cut
+EMU_PARK_WITHIN = 0.150  # s after the receiver's agent heard its port go down
+# The receiver's kernel tells its agent of the lost carrier only once the leaf's end has closed
+# (its qdiscs deactivated, an RCU grace period): 0 ms on one VM, 109-162 ms on another, so the
+# sender's parking is timed from that news, and the news itself gets a bound of its own.
+EMU_NEWS_WITHIN = 1.0  # s after the cut
 EMU_BACK_WITHIN = 0.150  # s after the restore
 EMU_EARLY = 0.050  # s: a fault's recorded time may trail the kernel's news
 
@@ -339,10 +343,17 @@ def real_port_failure(ctx: Context) -> str:
     ports = [(r["t"] - start, r["parked"]) for r in records if r["event"] == "ports"]
     # The fault's times are taken as the command returns: the agents may react a little before.
     parked = [at for at, planes in ports if 0 in planes and at >= cut - EMU_EARLY]
-    if not parked or parked[0] > cut + EMU_PARK_WITHIN:
-        when = f"{(parked[0] - cut) * 1e3:.0f} ms after the cut" if parked else "never"
+    # When the receiver's agent heard of its own port (its `ports` record: local bit 0 set)
+    heard = [r["t"] - start for r in _trace(fabric.REPO / s["_out"] / "traces" / f"{dst}-trace.jsonl", qpn)
+             if r["event"] == "ports" and r["local"] & 1 and r["t"] - start >= cut - EMU_EARLY]
+    if not heard or heard[0] > cut + EMU_NEWS_WITHIN:
+        when = f"{(heard[0] - cut) * 1e3:.0f} ms after the cut" if heard else "never"
+        fabric.fail(s, f"{link} was cut: the receiver's agent heard of its port {when} (want within "
+                       f"{EMU_NEWS_WITHIN * 1e3:.0f} ms: the kernel's news, not your code)")
+    if not parked or parked[0] > heard[0] + EMU_PARK_WITHIN:
+        when = f"{(parked[0] - heard[0]) * 1e3:.0f} ms after" if parked else "never, though"
         fabric.fail(s, f"{link} (the receiver's plane-0 port) was cut: the sender parked plane 0 {when} "
-                       f"(want within {EMU_PARK_WITHIN * 1e3:.0f} ms)")
+                       f"the receiver heard of it (want within {EMU_PARK_WITHIN * 1e3:.0f} ms)")
     back = [at for at, planes in ports if at > parked[0] and 0 not in planes]
     if back and back[0] < restore - EMU_EARLY:
         fabric.fail(s, f"plane 0 was unparked {(restore - back[0]) * 1e3:.0f} ms before {link} was restored")
@@ -359,7 +370,8 @@ def real_port_failure(ctx: Context) -> str:
     if not t["data_ok"]:
         fabric.fail(s, "the receiver did not get every message intact")
     return (f"{link} cut in the emulation: plane 0 parked {(parked[0] - cut) * 1e3:+.0f} ms from "
-            f"the cut, back {(back[0] - restore) * 1e3:+.0f} ms from the restore, {used} packets on it "
+            f"the cut ({(parked[0] - heard[0]) * 1e3:+.0f} ms from the receiver's news), "
+            f"back {(back[0] - restore) * 1e3:+.0f} ms from the restore, {used} packets on it "
             f"since; stall {t['stall_ms']:.0f} ms; data intact")
 
 

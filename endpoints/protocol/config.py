@@ -58,12 +58,22 @@ class TransportConfig:
     # reorder_slack, send a copy of it on its own EV (recovery.py): a random tail loss is
     # repaired in a round trip instead of waiting for a loss timer (queue_delay_bound or more).
     tail_probe: bool = True  # a tail probe instead of waiting for the loss timers (issue 21)
+    # A packet a SACK reported missing, with later packets on other EVs acknowledged, and older
+    # than srtt + 4 rttvar + reorder_slack is presumed lost until the loss timers judge it: it
+    # no longer holds a place in the window and its EV is skipped, so that the live paths carry
+    # on while a dead one's packets wait out `queue_delay_bound` (Fig. 9d; recovery.py).
+    presume_dark: bool = True  # a missing packet past its probe timeout leaves the window
     # Probing of ASSUMED_BAD EVs
     probe_interval: float = 0.005  # s between probes of each bad EV
     probes_to_resurrect: int = 3  # consecutive successes that bring an EV back
     probe_timeout: float = 0.050  # an unanswered probe resets its EV's success count
     reverse_evs_per_plane: int = 2  # receiver's reverse EV set for SACKs (>= 1 per plane)
     reverse_probe_interval: float = 0.100  # s: much more often, the reverse EVs' probes cost a plane of data
+    # SACKs skip the reverse EVs whose forward twin (the model numbers both directions of a
+    # pair alike) went silent, and take the way their packet came when all have: the rotation
+    # alone kept sending SACKs into reverse paths that died with their forward ones for as long
+    # as two probe rounds took to notice (Fig. 9d; receiver.py).
+    sack_on_arrival_path: bool = True  # False: SACKs rotate over the reverse EV set, blind
     # NIC-port status (endpoints/protocol/portstatus.py): a host stops using the planes whose
     # port is down, its own (the agent learns them from the kernel) and its peer's (the down
     # mask its SACKs, NACKs and probes carry).

@@ -9,11 +9,15 @@ at once for a CE-marked packet (`ack_on_ce`: a coalesced SACK echoes only its ne
 and mark); NACKs trimmed packets, out-of-window PSNs, and (NO_PKT_BUFFER: resend later) packets it cannot
 place yet. A duplicate is answered with its own echo, so a flood of forged copies cannot
 displace the genuine trigger; per-EV state is kept for the sender's real paths only.
-SACKs travel on a small reverse EV set (`reverse_evs_per_plane` per plane),
-used round-robin and kept honest by probes: a reverse EV whose probes go unanswered twice is
-swapped for a spare reverse EV (same plane first) when the fabric offers one, else dropped from the
-rotation until a probe gets through again; when every reverse EV looks dead (a probe reply also
-needs a working forward path), SACKs rotate over all of them rather than sit on one.
+SACKs, NACKs and probe answers use a small reverse
+EV set (`reverse_evs_per_plane` per plane), round-robin and kept honest by probes: a reverse
+EV whose probes go unanswered twice is swapped for a spare reverse EV (same plane first) when
+the fabric offers one, else dropped from the rotation until a probe gets through again; when
+every reverse EV looks dead (a probe reply also needs a working forward path), SACKs rotate
+over all of them rather than sit on one. SACKs also skip the reverse EVs whose forward twin (the
+same path the other way) went silent, and go back the way their echoed packet came when every
+one has (`sack_on_arrival_path`): links that fail both ways take reverse paths with the forward
+ones, and probes take two rounds to condemn them.
 Reverse EVs of a plane whose NIC port is down, here or at the sender (portstatus.py), are left
 out of the rotation and of probing; every control packet carries this host's port status, and a
 change of it goes out at once in a SACK.
@@ -53,6 +57,7 @@ class ReverseEvs:
         self.misses = dict.fromkeys(self.evs, 0)
         self._i = 0
         self.out = 0  # planes whose port is down at either end (bit p), left out of the rotation
+        self.dead: set[int] = set()  # condemned by their probes, until one gets through again
 
     def next(self) -> int:
         out = self.out
@@ -65,6 +70,16 @@ class ReverseEvs:
         self._i = (self._i + 1) % len(self.evs)
         return self.evs[self._i]
 
+    def back(self, ev: int, fallback: int | None = None) -> int:
+        """The reverse EV for a reply to a packet that arrived on forward EV `ev`: that path's
+        own way back (the model numbers both directions of a pair alike), which that arrival
+        just proved up; `fallback` (else the rotation's next) when `ev` names no path back,
+        probes condemned it or its plane is out."""
+        plane = self.plane.get(ev)
+        if plane is None or ev in self.dead or self.out >> plane & 1:
+            return self.next() if fallback is None else fallback
+        return ev
+
     def result(self, ev: int, ok: bool) -> tuple[bool, bool] | None:
         """Record a probe outcome; returns (old, new) liveness when it changed."""
         if ev not in self.alive:
@@ -73,10 +88,12 @@ class ReverseEvs:
         if ok:
             self.misses[ev] = 0
             self.alive[ev] = True
+            self.dead.discard(ev)
         else:
             self.misses[ev] += 1
             if self.misses[ev] >= 2:
                 self.alive[ev] = False
+                self.dead.add(ev)
                 self._swap(ev)
         return (old, self.alive.get(ev, False)) if old != self.alive.get(ev, False) else None
 
@@ -145,6 +162,9 @@ class MrcReceiver(CoreBase):
                                      "trimmed", "sacks", "nacks", "ce_marked", "messages",
                                      "probe_replies", "ev_reordered", "unknown_ev")}
         self.ev_high: dict[int, int] = {}  # forward EV -> highest first-transmission PSN on it
+        self.ev_seen: dict[int, float] = {}  # forward EV -> its latest packet's arrival
+        self._gap = 0.0  # s between packets (on the sender's paths), smoothed as an RTT is
+        self._last_arrival = 0.0
 
     @property
     def rcv_nxt(self) -> int:
@@ -201,6 +221,9 @@ class MrcReceiver(CoreBase):
             self._refused(verdict, seq, ev, d.tsval, now)
             return
         if ev in self.forward_evs:
+            self.ev_seen[ev] = now
+            self._gap += (now - self._last_arrival - self._gap) * 0.125
+            self._last_arrival = now
             if not d.flags & wire.F_RETRANSMIT:
                 # An EV is one source route: first transmissions on it should arrive in PSN
                 # order. Counting the exceptions tells whether the emulated paths really are
@@ -302,7 +325,7 @@ class MrcReceiver(CoreBase):
         if self.unacked or not echoes:
             echoes.append((ev, tsval, wire.F_ECN_ECHO if self.ce_on_trigger else 0))
         for echo_ev, echo_ts, flags in echoes:
-            self.out.append((self.rev.next(), wire.encode_sack(
+            self.out.append((self._sack_way(echo_ev, now), wire.encode_sack(
                 self.peer_qpn, rcv_nxt, base, bitmap, echo_ev, echo_ts,
                 self.ce_pending if flags else 0, flags=flags, ports_down=self.ports.sent)))
             self.stats["sacks"] += 1
@@ -310,6 +333,24 @@ class MrcReceiver(CoreBase):
         self.unacked = 0
         self.ce_pending = 0
         self.sack_due = None
+
+    def _sack_way(self, echo_ev: int, now: float) -> int:
+        """The rotation's next reverse EV whose forward twin (the same path the other way) has
+        not gone silent: nothing on it for a round of every path the sender was heard on, at
+        the mean gap between packets, + `reorder_slack` (its links may be down both ways). When
+        every one has, the way the echoed packet came, which its arrival just proved up
+        (`sack_on_arrival_path`). Never the way back by default: SACKs that follow their data
+        made the emulated uplinks queue (docs/transport.md)."""
+        way = self.rev.next()
+        if not self.c.sack_on_arrival_path:
+            return way
+        silent = len(self.ev_seen) * self._gap + self.c.reorder_slack
+        for _ in range(len(self.rev.evs)):
+            seen = self.ev_seen.get(way)
+            if seen is None or now - seen <= silent:
+                return way
+            way = self.rev.next()
+        return self.rev.back(echo_ev, way)
 
     def _nack(self, seq: int, reason: int, ev: int, tsval: int) -> None:
         self._cad["nacks"] += 1

@@ -10,7 +10,10 @@ packet is resent, on another EV. Trimmed packets (NACK TRIMMED) are resent at on
 skip their EV. No loss timer fires before `queue_delay_bound` (the longest a packet may
 legitimately queue). A tail probe (`tail_probe`) shortens the wait for a tail: when nothing
 is left to send and the oldest packet in flight is past its probe timeout (srtt + 4 rttvar +
-`reorder_slack`), a copy of it goes out on its own EV, in the data class.
+`reorder_slack`), a copy of it goes out on its own EV, in the data class. A packet reported
+missing past that same probe timeout, with later ones acknowledged, is presumed lost
+(`presume_dark`): it leaves the window and its EV is skipped until the loss timers judge it, so
+a path that died mid-window does not hold the live ones idle for `queue_delay_bound`.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from endpoints.protocol import wire
 from endpoints.protocol.config import TransportConfig
 from endpoints.protocol.congestion import Nscc
 from endpoints.protocol.echoes import Echoes
-from endpoints.protocol.events import EvBad, FloorHold, Retx, Timeout
+from endpoints.protocol.events import EvBad, EvSkip, FloorHold, Retx, Timeout
 from endpoints.protocol.evset import DENIED, GOOD, SKIP, EvSet
 from endpoints.protocol.nicpacer import NicPacer
 from endpoints.protocol.portstatus import PortStatus
@@ -66,6 +69,8 @@ class LossRecovery:
     retx_seqs: set[int]
     deferred: dict[int, tuple[float, SentPacket]]
     suspects: dict[int, tuple[float, int]]
+    skips: dict[str, int]
+    presumed: dict[int, int]
     ev_rtt: dict[int, RttEstimator]
     rack_tx: int
     rto: float
@@ -125,7 +130,11 @@ class LossRecovery:
         rtt = self.cc.rtt
         if self._probed == (oldest.seq, oldest.tx) or not rtt.samples:
             return None  # one probe per transmission; no timing yet: the RTO alone
-        return oldest.sent + self._pto(oldest.ev)
+        due = oldest.sent + self._pto(oldest.ev)
+        pacer = self.pacer
+        if pacer is not None:  # a copy is a frame like any other: it waits for its port
+            due = max(due, pacer.busy_until[self.evs.plane[oldest.ev]] - pacer.slack)
+        return due
 
     def _pto(self, ev: int) -> float:
         pto = self.cc.rtt.timeout()
@@ -146,9 +155,11 @@ class LossRecovery:
         loses the copy too and is left to the loss timers. The original's record (send time,
         RTO) is unchanged."""
         p = next(iter(self.outstanding.values()))
+        ev = p.ev
+        if self.pacer is not None and not self.pacer.ready(self.evs.plane[ev], now):
+            return None  # its port is full: `_tail_probe_due` says when it is not
         self._probed = (p.seq, p.tx)
         data = self._message_data(p.msn)
-        ev = p.ev
         if data is None or self.evs.state.get(ev, DENIED) == DENIED:
             return None
         sent = now if self.pacer is None else \
@@ -245,15 +256,39 @@ class LossRecovery:
             for p in confirmed:
                 if self.outstanding.pop(p.seq, None) is not None:
                     self._lose(p, now, "sack")
+        presumed = self.presumed
+        if presumed:  # forget those acknowledged, judged or resent since
+            outstanding = self.outstanding
+            for seq, tx in list(presumed.items()):
+                q = outstanding.get(seq)
+                if q is None or q.tx != tx:
+                    del presumed[seq]
+        presume = self.c.presume_dark and not self.evs.stateless
         lost = []
         for p in self.outstanding.values():
             if p.tx >= self.rack_tx:
                 break  # nothing transmitted after this one has been acknowledged yet
-            if p.missing and now - p.sent >= self._dark_window(p.ev):
+            if not p.missing:
+                continue
+            age = now - p.sent
+            if age >= self._dark_window(p.ev):
                 lost.append(p)
+            elif presume and p.seq not in presumed and age >= self._pto(p.ev):
+                self._presume(p, now)
         for p in lost:
             if self.outstanding.pop(p.seq, None) is not None:  # not already resent as stranded
                 self._lose(p, now, "dark")
+
+    def _presume(self, p: SentPacket, now: float) -> None:
+        """`p` is overdue on its path while later packets on others arrived: a dead path's
+        packet, or one queued on a slow path. Either way new data should not follow it there,
+        nor wait for it: it leaves the window and its EV is skipped (as a late RTT sample skips
+        one), and the loss timers still decide whether it was lost."""
+        self.presumed[p.seq] = p.tx
+        self.stats["presumed"] += 1
+        if self.evs.skip(p.ev, p.sent + self._dark_window(p.ev)):  # until the timers judge it
+            self.skips["dark"] += 1
+            self.events.append(EvSkip(now, p.ev, "dark", None))
 
     def _lose(self, p: SentPacket, now: float, reason: str) -> None:
         """A real loss means a bad path (MRC: congestion is trimmed, not dropped): the EV leaves

@@ -104,6 +104,7 @@ class MrcSender(PortSteering, LossRecovery, CoreBase):
         self.replies: list[tuple[int, bytes]] = []  # probe replies owed to the receiver
         self._probed: tuple[int, int] | None = None  # tail probes (recovery.py)
         self._probe_echo: tuple[int, int, int] | None = None
+        self.presumed: dict[int, int] = {}  # seq -> tx: presumed lost, out of the window (recovery.py)
         self.proven_ev: int | None = None  # forward EV that most recently delivered (ack, probe reply)
         self.events: list[Complete | Rtt | Retx | EvState | EvActive | Cc | CwndDec | EvSkip | EvBad |
                           FloorHold | EvLoad | Timeout] = []
@@ -113,12 +114,12 @@ class MrcSender(PortSteering, LossRecovery, CoreBase):
         self.ev_load_interval: float | None = EV_LOAD_INTERVAL  # None: no `EvLoad`
         self._ev_sent: dict[int, int] = {}
         self._ev_load_since = 0.0  # start of the interval `_ev_sent` counts
-        self.skips = {"ecn": 0, "trim": 0, "delay": 0}  # EV skips by cause
+        self.skips = {"ecn": 0, "trim": 0, "delay": 0, "dark": 0}  # EV skips by cause
         self.stats = {k: 0 for k in ("sent", "retransmitted", "lost", "timeouts", "trimmed_nacks",
                                      "ecn_echoes", "probes_sent", "probe_replies", "sacks",
                                      "nacks", "malformed", "foreign", "stale_acks", "bad_evs",
                                      "resurrected", "floor_holds", "delay_skips", "stranded_resent",
-                                     "unacceptable", "rnr", "tail_probes")}
+                                     "unacceptable", "rnr", "tail_probes", "presumed")}
 
     # ----- API ------------------------------------------------------------------------------
     def send_message(self, data: bytes | memoryview, now: float) -> int:
@@ -178,6 +179,9 @@ class MrcSender(PortSteering, LossRecovery, CoreBase):
                 deadlines.append(oldest.sent + self._rto_for(oldest))
                 if oldest.tx < self.rack_tx:
                     deadlines.append(oldest.sent + self._dark_window(oldest.ev))
+            if oldest.missing and oldest.tx < self.rack_tx and oldest.seq not in self.presumed and \
+                    self.c.presume_dark and not self.evs.stateless:  # its window place frees then
+                deadlines.append(oldest.sent + self._pto(oldest.ev))
         if self.suspects:
             deadlines.append(min(first for first, _ in self.suspects.values()) + self.c.reorder_slack)
         if self.prober.pending or self.evs.any_bad():
@@ -367,7 +371,12 @@ class MrcSender(PortSteering, LossRecovery, CoreBase):
         losses and bench good paths). The receiver completes in MSN order no later than we do.
         (Asked a few times per packet: one call, no helper.)"""
         messages = self.messages
-        return bool(messages) and len(self.outstanding) < int(self.cc.cwnd) and \
+        flight = len(self.outstanding)
+        if self.presumed:
+            outstanding = self.outstanding
+            flight -= sum(1 for seq, tx in self.presumed.items()
+                          if (q := outstanding.get(seq)) is not None and q.tx == tx)
+        return bool(messages) and flight < int(self.cc.cwnd) and \
             messages[0][0] < self.next_complete + self.c.max_open_messages
 
     def _emit(self, p: SentPacket, now: float, data: memoryview | None, retx: bool,

@@ -152,11 +152,13 @@ def run(model: ClosModel, pairs: list[tuple[str, str, float, float]], config: Tr
         seed: int = 1, msg_bytes: int = 256 * 1024, until: float | None = None,
         hook: Callable[[float, list[Flow]], None] | None = None,
         cores: tuple[type[MrcSender], type[MrcReceiver]] = (MrcSender, MrcReceiver),
-        watch: tuple[tuple[str, str], ...] = (), sample_s: float = 0.001) -> ClosRun:
+        watch: tuple[tuple[str, str], ...] = (), sample_s: float = 0.001,
+        down: dict[str, list[tuple[float, float]]] | None = None) -> ClosRun:
     """Each (src, dst, start, end) streams messages of `msg_bytes` from start to end.
     `cores`: the sender and receiver classes (replaceable.cores: code at the product's named
     override points); `watch`: links ((kind, name) as in `ClosRun.links`) whose backlog is
-    sampled every `sample_s`."""
+    sampled every `sample_s`; `down`: T0-T1 links (the model's names) down, both ways, over
+    [start, end) intervals."""
     sender_cls, receiver_cls = cores
     sim = Simulation(seed)
     clos = Clos(model, config)
@@ -185,6 +187,9 @@ def run(model: ClosModel, pairs: list[tuple[str, str, float, float]], config: Tr
                     send(ev, payload)
                 sim.endpoints[k] = (core, charged)
         flows.append(Flow(src, dst, snd, rcv, t0, t1))
+    for (kind, name), link in clos.links.items():
+        if down and kind in ("up", "down") and name in down:
+            link.down.extend(down[name])
     end = until if until is not None else max(pr[3] for pr in pairs) + 0.5
     payload = random.Random(seed).randbytes(msg_bytes)
     queues: dict[tuple[str, str], list[tuple[float, int]]] = {key: [] for key in watch}
@@ -277,3 +282,27 @@ def ecn_balance(model: ClosModel, force_at: float = 2.0, duration: float = 5.0, 
     a, b = res.goodput_mbps(fa, force_at + 0.5, duration), res.goodput_mbps(fb, force_at + 0.5, duration)
     return {**res.summary(), "a_after": round(a, 2), "b_after": round(b, 2),
             GOODPUT_FRACTION: round((a + b) / cap, 3), "run": res}
+
+
+def flap_together(model: ClosModel, count: int = 8, seed: int = 1, start: float = 2.0,
+                  flaps: int = 4, period: float = 1.0, down_s: float = 0.3,
+                  **overrides: Any) -> dict[str, Any]:
+    """The flap-together scenario (the paper's Fig. 9d): one flow from the first host to the last
+    while `count` T0-T1 links (drawn by `seed`, as `mrclab run flap-together` draws them) go
+    down together for `down_s` once every `period`, `flaps` times from `start`. `flap_bins`:
+    goodput in the 200 ms bin each flap begins in over the steady goodput of the second before
+    the first (the flows' capacity never drops: no plane loses its last path on the default
+    fabric with one host per leaf)."""
+    fabric = build(model.params)
+    links = [ln.name for ln in fabric.links if ln.kind != "host"]
+    random.Random(seed).shuffle(links)
+    times = [(start + i * period, start + i * period + down_s) for i in range(flaps)]
+    hosts = [h.name for h in fabric.hosts]
+    end = start + flaps * period
+    res = run(model, [(hosts[0], hosts[-1], 0.0, end)], config_for(model, **overrides), seed=seed,
+              until=end + 0.2, down={name: list(times) for name in links[:count]})
+    flow, = res.flows
+    steady = res.goodput_mbps(flow, start - 1.0, start)
+    bins = [res.goodput_mbps(flow, t, t + 0.2) / steady for t, _ in times]
+    return {**res.summary(), "steady_mbps": round(steady, 2), "flap_bins": [round(b, 3) for b in bins],
+            "run": res}

@@ -233,6 +233,11 @@ def _sc(planes: int, spines: int, *, loss: dict | None = None, down: dict | None
 # Falsifying examples found while writing these tests (the bugs are fixed; each has a regression
 # test in test_core_transport.py): kept so every run replays them.
 @example(_sc(2, 2, down={("up", 1, 0): (0.01, 0.1)}, sizes=[1] * 300, seed=13))  # open messages
+# A SACK diverted from a silent twin's reverse EV to a condemned way back turned the rotation a
+# second time: with two reverse EVs every SACK then took the dead one (sack_on_arrival_path)
+@example(Scenario(2, 1, None, 0.00390625, 0.0, {},
+                  {("rnic_d", 1): (0.0, 0.25), ("up", 0, 0): (0.015625, FOREVER),
+                   ("rup", 0, 0): (0.015625, FOREVER)}, 0, [[1, 1]], 0))
 @example(_sc(1, 3, down={("up", 0, 0): (0.0, FOREVER), ("up", 0, 1): (0.0, FOREVER)},
              sizes=[20_000]))  # the floor kept two dead EVs while a backup waited
 @example(_sc(1, 3, down={("rdown", 0, 0): (0.0, FOREVER), ("rdown", 0, 1): (0.0, FOREVER)},

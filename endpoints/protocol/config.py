@@ -62,7 +62,7 @@ class TransportConfig:
     # than srtt + 4 rttvar + reorder_slack is presumed lost until the loss timers judge it: it
     # no longer holds a place in the window and its EV is skipped, so that the live paths carry
     # on while a dead one's packets wait out `queue_delay_bound` (Fig. 9d; recovery.py).
-    presume_dark: bool = True  # a missing packet past its probe timeout leaves the window
+    presume_dark: bool = False  # a missing packet past its probe timeout leaves the window (opt-in)
     # Probing of ASSUMED_BAD EVs
     probe_interval: float = 0.005  # s between probes of each bad EV
     probes_to_resurrect: int = 3  # consecutive successes that bring an EV back
@@ -73,7 +73,7 @@ class TransportConfig:
     # pair alike) went silent, and take the way their packet came when all have: the rotation
     # alone kept sending SACKs into reverse paths that died with their forward ones for as long
     # as two probe rounds took to notice (Fig. 9d; receiver.py).
-    sack_on_arrival_path: bool = True  # False: SACKs rotate over the reverse EV set, blind
+    sack_on_arrival_path: bool = False  # SACKs avoid reverse EVs whose forward twin went silent (opt-in)
     # NIC-port status (endpoints/protocol/portstatus.py): a host stops using the planes whose
     # port is down, its own (the agent learns them from the kernel) and its peer's (the down
     # mask its SACKs, NACKs and probes carry).

@@ -181,12 +181,22 @@ def cost_section(_: dict[str, Any] | None = None) -> str:
     rows = [f"Measured with `make bench` on the {fab['planes']} x {fab['leaves']} x {fab['spines']} x "
             f"{fab['hosts_per_leaf']} permutation (MRC only, {cost['backend']} switches, seed "
             f"{cost['seed']}, {cost['fingerprint']['cores']} cores, {cost['fingerprint']['cpu']}):",
-            "", "| link rate | data packets/s delivered | cores busy | us per packet | CPU idle p10 "
-                "| faithful |", "|---|---|---|---|---|---|"]
+            "", "Before the fabric's queues stood (the calm start; the calibration's figures), and "
+                "after, where the run lasted into it (experiments/analysis/standing.py):",
+            "", "| link rate | data packets/s delivered | cores busy | us per packet | the agents' "
+                "process, of a core | queues stood after | then: us per packet | then: the agents' "
+                "process | CPU idle p10 | faithful |", "|---|---|---|---|---|---|---|---|---|---|"]
     for r in cost["runs"]:
         verdict = "yes" if r["faithful"] else "no"
-        rows.append(f"| {r['link_mbps']:g} Mbit/s | {r['delivered_data_pps']:,} | {r['busy_cores']:.2f} | "
-                    f"{r['us_per_packet']:.0f} | {r['cpu_idle_p10_pct']}% | {verdict} |")
+        phases = r.get("phases", {})
+        calm, stood = phases.get("calm", {} if phases else r), phases.get("standing_queues")
+        before = (f"{calm['delivered_data_pps']:,} | {calm['busy_cores']:.2f} | "
+                  f"{calm['us_per_packet']:.0f} | {calm.get('agents_process_cores', '-')}") \
+            if calm else "- | - | - | -"
+        after = (f"{r['queues_stood_s']:g} s | {stood['us_per_packet']:.0f} | "
+                 f"{stood['agents_process_cores']:.2f}") if stood else "- | - | -"
+        rows.append(f"| {r['link_mbps']:g} Mbit/s | {before} | {after} | "
+                    f"{r['cpu_idle_p10_pct']}% | {verdict} |")
     refs = cost["references"]
     rows += ["", f"Fit: **{cost['fixed_cores']:.2f} of a core whatever the rate, plus "
                  f"{cost['marginal_us_per_packet']:.0f} us per delivered data packet**. A bare Python "
@@ -205,7 +215,9 @@ def cost_section(_: dict[str, Any] | None = None) -> str:
         senders = sc.kind.busy_senders(opts, _fabric(opts))
         rate = capacity.faithful_rate(cost["backend"], opts.fabric, senders, 4096, {}, {},
                                       agent_cores=cost["fingerprint"]["cores"], calibration=cost,
-                                      agent_cost=sc.kind.agent_cost(opts))
+                                      agent_cost=sc.kind.agent_cost(opts),
+                                      queues_stand=sc.kind.queues_stand,
+                                      duration=opts.duration if sc.kind.timed else None)
         picks.append(f"{name} {rate:g}")
     rows += ["", "With these figures as its calibration, on an idle machine, `--link-mbps auto` picks "
                  "(Mbit/s; a run without `--link-mbps` takes the smaller of this and the scenario's "

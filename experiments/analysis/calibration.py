@@ -75,8 +75,9 @@ def code_hash() -> str:
     return digest.hexdigest()[:16]
 
 
-# What a calibration holds; a cache of an earlier form is stale (2: the idle reading too).
-FORM = 2
+# What a calibration holds; a cache of an earlier form is stale (2: the idle reading too; 3:
+# the standing-queue phase, experiments/analysis/standing.py).
+FORM = 3
 
 
 def fingerprint(backend: str) -> dict[str, Any]:

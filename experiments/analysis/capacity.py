@@ -84,6 +84,18 @@ AUTO_CPU_SHARE = 0.6
 # 2026-12-02). The rest of the core is the margin for a machine a little slower than at
 # calibration.
 AGENTS_PROCESS_SHARE = 0.6
+# What a scenario whose fabric runs critically loaded for long (`Kind.queues_stand`:
+# the default permutation) costs per data packet once its queues stood, against its calm start,
+# the whole machine's and the agents' process's (experiments/analysis/standing.py): a calibration
+# measures it (`standing_queues`); this is the figure for one that did not (an earlier form, the
+# committed reference) or whose agents' process was saturated then (its ratio a floor). Measured
+# on the 2-core VM, kernel routers, 2026-12-02: 1.82 and 1.84 at 10 Mbit/s (queues stood 6 s in).
+STANDING_COST = (1.8, 1.8)
+# ... and when they may have stood: this many seconds into the flow, the earliest seen (onsets
+# of 3.2-12.5 s at 5-15 Mbit/s on 2-core VMs, kernel routers and OVS, 2026-12-02/03; none
+# within 8 s twice at 15 Mbit/s: a random walk's, not earlier at faster rates). A run that
+# ends sooner never pays the cost.
+STANDING_ONSET_S = 3.0
 # A process per host (`--agents per-host`) costs the whole machine this many times what one
 # process for them all does at the same rate (the default permutation on kernel routers, 2-core
 # VM, 5-20 Mbit/s: 1.5-1.7 times); a calibration measures the default.
@@ -167,6 +179,37 @@ def agents_process_points(cal: dict[str, Any], params: FabricParams) -> list[tup
     scale = host_ports(params) / host_ports(FabricParams.from_dict(cal["fabric"]))
     points = _from_idle(base, scale, runs, "agents_process_cores")
     return points if len(points) > 1 else None
+
+
+def queues_stood(duration: float | None) -> bool:
+    """Whether a run of `duration` seconds (None: open-ended) lasts past `STANDING_ONSET_S`.
+
+    >>> queues_stood(8.0), queues_stood(2.0), queues_stood(None)
+    (True, False, True)
+    """
+    return duration is None or duration > STANDING_ONSET_S
+
+
+def standing_factors(cal: dict[str, Any] | None) -> tuple[float, float]:
+    """(whole machine, agents' process): what a packet costs once the queues stood, against the
+    calibration's calm runs; `STANDING_COST` where the calibration has no unsaturated reading.
+
+    >>> standing_factors(None)
+    (1.8, 1.8)
+    >>> standing_factors({"standing_queues": {"busy_cores": 1.5, "agents_process_cores": 1.6,
+    ...                                       "saturated": False}})
+    (1.5, 1.6)
+    >>> standing_factors({"standing_queues": {"busy_cores": 1.5, "agents_process_cores": 1.9,
+    ...                                       "saturated": True}})
+    (1.8, 1.9)
+    """
+    measured = (cal or {}).get("standing_queues")
+    if not measured:
+        return STANDING_COST
+    got = (float(measured["busy_cores"]), float(measured["agents_process_cores"]))
+    if measured.get("saturated"):
+        return (max(got[0], STANDING_COST[0]), max(got[1], STANDING_COST[1]))
+    return got
 
 
 def cores_for(points: list[tuple[float, float]], pps: float) -> float:
@@ -254,7 +297,8 @@ def assess(backend: str, params: FabricParams, busy_senders: int, mtu_payload: i
            measured: dict[str, Any], reference: dict[str, Any],
            agent_cores: float | None = None,
            calibration: dict[str, Any] | None = None, agents: str = "shared",
-           servers: dict[str, dict[str, Any]] | None = None, agent_cost: float = 1.0) -> dict[str, Any]:
+           servers: dict[str, dict[str, Any]] | None = None, agent_cost: float = 1.0,
+           queues_stand: bool = False, duration: float | None = None) -> dict[str, Any]:
     """Whether the run fits: capacity's keys and "backend", "busy_senders",
     "needed_packet_hops_per_s", "faithful_packet_hops_per_s", "switches_within", "within". A
     backend nothing is known about counts as within (source "none" says so). With
@@ -266,7 +310,10 @@ def assess(backend: str, params: FabricParams, busy_senders: int, mtu_payload: i
     "agents_process_cores_needed", "agents_process_cores_allowed". With `servers` (a split run:
     the servers' forwarding figures, `server_bounds`), the switches' bound is theirs: "servers"
     with each one's, "switches_within" when every one fits. `agent_cost`: the agents' CPU per
-    data packet against the calibration's (a scenario kind's `agent_cost`)."""
+    data packet against the calibration's (a scenario kind's `agent_cost`); `queues_stand`: the
+    scenario's queues stand once it has run a while (`queues_stood` within `duration` seconds),
+    each packet then costing `standing_factors` times the calibration's (its calm runs);
+    "standing_factors" says by how much where it applied."""
     cap = capacity(backend, params, measured, reference)
     faithful = cap["packet_hops_per_s"] * FAITHFUL_SHARE
     needed = load(params, busy_senders, mtu_payload)
@@ -285,9 +332,13 @@ def assess(backend: str, params: FabricParams, busy_senders: int, mtu_payload: i
         # count on every free core. Otherwise they get what the switches' forwarding leaves.
         cores = agent_cores if cal is not None else \
             max(agent_cores - cap["forwarding_cores"], MIN_AGENT_CORES)
+        stands = queues_stand and queues_stood(duration)
+        machine_factor, process_factor = standing_factors(cal) if stands else (1.0, 1.0)
+        if stands:
+            out["standing_factors"] = [machine_factor, process_factor]
         if cal is not None:
             allowed = cores * AUTO_CPU_SHARE
-            points = cost_points(cal, params)
+            points = [(x, y * machine_factor) for x, y in cost_points(cal, params)]
             if agents != "shared" and cal.get("agents") == "shared":
                 points = [(x, y * PER_HOST_COST) for x, y in points]
             cores_needed = cores_for(points, agents_need)
@@ -295,6 +346,7 @@ def assess(backend: str, params: FabricParams, busy_senders: int, mtu_payload: i
             within = cores_needed <= allowed
             process = agents_process_points(cal, params) if agents == "shared" else None
             if process is not None:  # one thread for every agent: one core, whatever is free
+                process = [(x, y * process_factor) for x, y in process]
                 process_needed = cores_for(process, agents_need)
                 out.update({"agents_process_cores_needed": round(process_needed, 2),
                             "agents_process_cores_allowed": AGENTS_PROCESS_SHARE})
@@ -306,7 +358,7 @@ def assess(backend: str, params: FabricParams, busy_senders: int, mtu_payload: i
                         # the committed reference (calibration.effective), not this machine's own
                         "calibration_is_reference": bool(cal.get("reference"))})
         else:
-            agents_faithful = round(agent_pps_per_core(backend) * cores)
+            agents_faithful = round(agent_pps_per_core(backend) * cores / machine_factor)
             out.update({"calibrated": False, "agents_within": agents_need <= agents_faithful})
         # agent_data_pps_needed counts each packet `agent_cost` times (the calibration's packets)
         out.update({"agent_cost": agent_cost, "agent_cores": round(cores, 2),
@@ -320,7 +372,8 @@ def faithful_rate(backend: str, params: FabricParams, busy_senders: int, mtu_pay
                   measured: dict[str, Any], reference: dict[str, Any],
                   agent_cores: float | None = None, calibration: dict[str, Any] | None = None,
                   ceiling: float | None = None, agents: str = "shared",
-                  servers: dict[str, dict[str, Any]] | None = None, agent_cost: float = 1.0) -> float:
+                  servers: dict[str, dict[str, Any]] | None = None, agent_cost: float = 1.0,
+                  queues_stand: bool = False, duration: float | None = None) -> float:
     """The fastest rate of `LADDER` (at most `ceiling`) at which the run fits (the slowest if
     none does); with `servers`, on each server of a split run too."""
     for rate in LADDER:
@@ -328,7 +381,7 @@ def faithful_rate(backend: str, params: FabricParams, busy_senders: int, mtu_pay
             continue
         if assess(backend, replace(params, link_mbps=rate), busy_senders, mtu_payload,
                   measured, reference, agent_cores, calibration, agents, servers,
-                  agent_cost)["within"]:
+                  agent_cost, queues_stand, duration)["within"]:
             return rate
     return LADDER[-1]
 

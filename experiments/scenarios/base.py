@@ -50,6 +50,12 @@ class Kind:
     # The scenario-specific options (Options fields) this kind uses; any other one given is
     # refused rather than silently ignored. `takes` may add per-scenario ones.
     options: frozenset[str] = frozenset()
+    # True: the run loads the fabric's links at exactly their rate for long (every host at its
+    # NICs' rate across a fabric that carries just that), so its queues wander up to the ECN
+    # threshold and stand there a few seconds in, and each packet then costs the agents more
+    # (experiments/analysis/standing.py); `--link-mbps auto` counts that cost
+    # (capacity.standing_factors).
+    queues_stand = False
 
     def takes(self, scenario: str) -> frozenset[str]:
         """The scenario-specific options scenario `scenario` of this kind uses."""

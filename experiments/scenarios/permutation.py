@@ -51,6 +51,7 @@ class PermutationFigures(Figures, total=False):
 class Permutation(Kind):
     name = "permutation"
     options = frozenset({"duration"})
+    queues_stand = True  # spine links carry exactly what the hosts send (Kind.queues_stand)
 
     def check(self, opts: Options, fabric: Fabric) -> None:
         if len(fabric.hosts) < 2:

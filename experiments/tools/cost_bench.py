@@ -19,6 +19,7 @@ agent under cProfile, the top functions by own time over all agents added to the
 from __future__ import annotations
 
 import argparse
+import csv
 import glob
 import json
 import os
@@ -29,10 +30,10 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from endpoints.protocol.config import TransportConfig
-from experiments.analysis import calibration
+from experiments.analysis import calibration, standing
 from experiments.outdir import REPO, RESULTS
 from experiments.scenarios import SCENARIOS
 from experiments.scenarios.permutation import THROUGHPUT_FRACTION, THROUGHPUT_MBPS
@@ -43,7 +44,16 @@ DATAPLANE = RESULTS / "bench" / "dataplane.json"
 WARM_S = 1.5  # after the flow starts: every flow has found its rate (permutation's STEADY_FROM_S)
 TAIL_S = 0.5  # left out before the flow's end
 CALIBRATE_RATES = (5.0, 10.0)
-CALIBRATE_SECONDS = 5.0
+CALIBRATE_SECONDS = 5.0  # the calm phase
+# The fastest rate's run lasts long enough for the permutation's queues to stand (4-10 s in at
+# 10 Mbit/s, later at lower rates: experiments/analysis/standing.py) and be read after.
+CALIBRATE_STANDING_SECONDS = 14.0
+SATURATED_CORES = 0.9  # the agents' process at this share of its core: its cost is capped
+SAMPLE_S = 0.5  # CPU readings through a run, split afterwards into its calm and standing phases
+STANDING_SETTLE_S = 1.0  # after the queues stood: the senders' windows and EVs have reacted
+MIN_WINDOW_S = 2.0  # the shortest standing phase read
+MIN_CALM_S = 1.0  # ... and calm one: at 10 Mbit/s the queues may stand 3 s into the flow
+PHASE_FIELDS = ("window_s", "delivered_data_pps", "busy_cores", "agents_process_cores", "us_per_packet")
 SEED = 3  # ECMP collides on the default fabric with this seed; the cost reference is measured with it
 # The processes busy (calibration.busy_pids) in the second before a run are the machine's
 # background load (another program, a busy loop): their CPU during the run is not the run's, nor
@@ -54,6 +64,15 @@ IDLE_S, SETTLE_S = 4.0, 2.0  # `idle_cost`'s window, and the wait before it
 
 
 Procs = dict[int, calibration.ProcessTimes]  # one reading of every process (calibration.processes)
+
+
+class Sample(NamedTuple):
+    """One reading during a run: when, the machine's CPU times, every process's, and the run's
+    own processes then (`cleanup.marked_processes`: gone by the time the run is read)."""
+    t: float
+    machine: list[int]
+    procs: Procs
+    marked: frozenset[int]
 
 
 def _ticks(procs: Procs) -> dict[int, int]:
@@ -78,14 +97,15 @@ def background() -> set[int]:
     return calibration.busy_pids(before, calibration.process_ticks(), BACKGROUND_WINDOW_S) - {os.getpid()}
 
 
-def strangers(busy_before: set[int], after: Procs, runner: int) -> set[int]:
+def strangers(busy_before: set[int], after: Procs, runner: int,
+              marked: frozenset[int] | None = None) -> set[int]:
     """The user-space processes of two readings that are not the run's: busy before it started,
     or unmarked (every process a run starts carries `cleanup.MARKER`; its runner, which set the
     marker in its own environment once started, is `runner`). A program started during the run
     (a compiler, a test suite) counts too: on a CI rehearsal one such added 0.4 of a core to a
     calibration run and doubled the fit's fixed part. Kernel threads (no command line: the
     forwarding, softirq) are the run's."""
-    mine = set(cleanup.marked_processes()) | {runner, os.getpid()}
+    mine = set(cleanup.marked_processes() if marked is None else marked) | {runner, os.getpid()}
     return busy_before | {pid for pid, (cmd, _, _) in after.items() if cmd and pid not in mine}
 
 
@@ -116,11 +136,71 @@ def _busiest_agents(before: Procs, after: Procs, seconds: float) -> float:
     return round(max(busy, default=0.0), 3)
 
 
+def _sample() -> Sample:
+    return Sample(time.monotonic(), calibration.machine_times(), calibration.processes(),
+                  frozenset(cleanup.marked_processes()))
+
+
+def _reading(s0: Sample, s1: Sample, busy_before: set[int], runner: int) -> dict[str, Any]:
+    """Machine and per-role CPU between two samples, other programs' busy processes apart."""
+    seconds = s1.t - s0.t
+    busy, steal = calibration.busy_fraction(s0.machine, s1.machine)
+    d = [b - a for a, b in zip(s0.machine, s1.machine, strict=True)]
+    cores = os.cpu_count() or 1
+    other = calibration.cores_used(strangers(busy_before, s1.procs, runner, s1.marked),
+                                   _since(s0.procs, s1.procs), _ticks(s1.procs), seconds)
+    return {"window_s": round(seconds, 2),
+            "agents_process_cores": _busiest_agents(s0.procs, s1.procs, seconds),
+            "busy_cores": round(max(busy * cores - other, 0.0), 3),
+            "background_cores": round(other, 3),
+            "steal_cores": round(steal * cores, 3),
+            "softirq_cores": round(d[6] / (sum(d) or 1) * cores, 3),
+            "by_role": _split(s0.procs, s1.procs, seconds)}
+
+
+def window_pps(goodput: list[tuple[float, float]], t0: float, t1: float, payload: int) -> float:
+    """Data packets/s delivered between two CLOCK_MONOTONIC times, from the run's goodput bins
+    ((bin start, Mbit/s)); 0.0 when no bin falls in the window.
+
+    >>> window_pps([(0.0, 8.0), (1.0, 16.0), (2.0, 16.0)], 0.5, 2.5, 1000)
+    2000.0
+    """
+    rates = [mbps for t, mbps in goodput if t0 <= t < t1]
+    return sum(rates) / len(rates) * 1e6 / 8 / payload if rates else 0.0
+
+
+def phases(samples: list[Sample], start: float, onset: float | None) -> tuple[tuple[int, int] | None,
+                                                                            tuple[int, int] | None]:
+    """The sample indices (first, last) of the calm phase (from `WARM_S` after the flow's
+    `start` to the queues' `onset`, when it spans at least `MIN_CALM_S`) and of the
+    standing-queue phase (from `STANDING_SETTLE_S` after it to the end, at least `MIN_WINDOW_S`).
+
+    >>> s = [Sample(float(t), [], {}, frozenset()) for t in range(15)]
+    >>> phases(s, 0.0, 6.2)
+    ((2, 6), (8, 14))
+    >>> phases(s, 0.0, None), phases(s, 0.0, 12.5), phases(s, 0.0, 2.9)
+    (((2, 14), None), ((2, 12), None), (None, (4, 14)))
+    """
+    def span(t0: float, t1: float, least: float) -> tuple[int, int] | None:
+        idx = [i for i, s in enumerate(samples) if t0 <= s.t <= t1]
+        if not idx or samples[idx[-1]].t - samples[idx[0]].t < least:
+            return None
+        return idx[0], idx[-1]
+
+    end = samples[-1].t
+    calm = span(start + WARM_S, end if onset is None else onset, MIN_CALM_S)
+    standing = None if onset is None else span(onset + STANDING_SETTLE_S, end, MIN_WINDOW_S)
+    return calm, standing
+
+
 def measure(rate: float, seconds: float, seed: int, backend: str, out: Path,
             env: dict[str, str] | None = None) -> dict[str, Any]:
-    """One permutation run at `rate`: machine and per-role CPU over its steady window, and the
-    data packets it delivered. The CPU of processes that were already busy before the run (see
-    `background`) is measured apart and left out of `busy_cores`."""
+    """One permutation run at `rate`: machine and per-role CPU, sampled every `SAMPLE_S`, and
+    the data packets delivered, over its calm phase (from `WARM_S` after the flow started until
+    its queues stood, experiments/analysis/standing.py) and over its standing-queue phase where
+    the run lasted into one (`phases`); the calm phase's figures are the run's (the fit's).
+    The CPU of processes that were already busy before the run (see `background`) is measured
+    apart and left out of `busy_cores`."""
     busy_before = background()
     argv = [sys.executable, "-m", "experiments.cli", "run", "permutation", "--switch", backend,
             "--transports", "mrc", "--duration", f"{seconds:g}", "--seed", str(seed),
@@ -128,38 +208,81 @@ def measure(rate: float, seconds: float, seed: int, backend: str, out: Path,
     proc = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True, env={**os.environ, **(env or {})})
     assert proc.stdout is not None
-    reading: dict[str, Any] = {}
+    samples: list[Sample] = []
     lines = []
+    start = 0.0
     for line in proc.stdout:
         lines.append(line)
-        if "mrc: running" in line and not reading:
-            time.sleep(WARM_S)
-            m0, p0, t0 = calibration.machine_times(), calibration.processes(), time.monotonic()
-            time.sleep(max(seconds - WARM_S - TAIL_S, 1.0))
-            m1, p1, t1 = calibration.machine_times(), calibration.processes(), time.monotonic()
-            busy, steal = calibration.busy_fraction(m0, m1)
-            d = [b - a for a, b in zip(m0, m1, strict=True)]
-            cores = os.cpu_count() or 1
-            other = calibration.cores_used(strangers(busy_before, p1, proc.pid), _since(p0, p1),
-                                           _ticks(p1), t1 - t0)
-            reading = {"window_s": round(t1 - t0, 2),
-                       "agents_process_cores": _busiest_agents(p0, p1, t1 - t0),
-                       "busy_cores": round(max(busy * cores - other, 0.0), 3),
-                       "background_cores": round(other, 3),
-                       "steal_cores": round(steal * cores, 3),
-                       "softirq_cores": round(d[6] / (sum(d) or 1) * cores, 3),
-                       "by_role": _split(p0, p1, t1 - t0)}
-    if proc.wait() != 0 or not reading:
+        if "mrc: running" in line and not samples:
+            start = time.monotonic()
+            end = start + max(seconds - TAIL_S, WARM_S + 1.0)
+            while True:
+                samples.append(_sample())
+                left = end - time.monotonic()
+                if left <= 0:
+                    break
+                time.sleep(min(SAMPLE_S, left))
+    if proc.wait() != 0 or len(samples) < 2:
         raise RuntimeError(f"the permutation at {rate:g} Mbit/s failed:\n{''.join(lines[-15:])}")
     summary = json.loads((out / "summary.json").read_text())
     mrc = summary["transports"]["mrc"]
     payload = TransportConfig().mtu_payload  # the permutation runs the default transport
-    pps = mrc[THROUGHPUT_MBPS] * 1e6 / 8 / payload
+    flow0 = summary["traces"]["windows"]["mrc"][0]
+    goodput = [(flow0 + float(row["t_s"]), float(row["mrc_mbps"]))
+               for row in csv.DictReader((out / "timeseries.csv").open())]
+    onset = standing.onset(out / "traces")
+    calm, stood = phases(samples, start, onset)
+    if calm is None and stood is None:  # too short to split: the whole window
+        calm = (0, len(samples) - 1)
+    found: dict[str, dict[str, Any]] = {}
+    for name, span in (("calm", calm), ("standing_queues", stood)):
+        if span is None:
+            continue
+        s0, s1 = samples[span[0]], samples[span[1]]
+        r = _reading(s0, s1, busy_before, proc.pid)
+        pps = window_pps(goodput, s0.t, s1.t, payload) or mrc[THROUGHPUT_MBPS] * 1e6 / 8 / payload
+        found[name] = {"delivered_data_pps": round(pps), **r,
+                       "us_per_packet": round(r["busy_cores"] / pps * 1e6, 1)}
     fid = summary["fidelity"]
-    return {"link_mbps": rate, "delivered_data_pps": round(pps), **reading,
-            "us_per_packet": round(reading["busy_cores"] / pps * 1e6, 1),
+    # a run whose queues stood too soon to read a calm phase gives its standing one (`phases`)
+    main = found["calm"] if "calm" in found else found["standing_queues"]
+    return {"link_mbps": rate, **main,
+            "queues_stood_s": None if onset is None else round(onset - flow0, 2),
+            "phases": {k: {f: v[f] for f in PHASE_FIELDS} for k, v in found.items()},
             THROUGHPUT_FRACTION: mrc[THROUGHPUT_FRACTION], "faithful": fid["faithful"],
             "cpu_idle_p10_pct": fid["per_transport"]["mrc"]["cpu_idle_p10_pct"]}
+
+
+def standing_cost(runs: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """What the standing-queue phase costs against the calm one, per delivered packet: the mean
+    ratio of the whole machine's busy cores and of the agents' process over the runs that saw
+    both (capacity.standing_factors reads it); None when none did. `saturated`: the agents'
+    process was at its ceiling in a standing phase, so the ratio is a floor.
+
+    >>> calm = {"busy_cores": 0.5, "agents_process_cores": 0.4, "delivered_data_pps": 1000}
+    >>> stood = {"busy_cores": 0.8, "agents_process_cores": 0.7, "delivered_data_pps": 800}
+    >>> both = {"link_mbps": 10, "queues_stood_s": 6.0, "phases": {"calm": calm, "standing_queues": stood}}
+    >>> got = standing_cost([both, {"phases": {"calm": calm}}])
+    >>> got["busy_cores"], got["agents_process_cores"], got["measured_at_mbps"], got["saturated"]
+    (2.0, 2.187, [10], False)
+    """
+    seen = [r for r in runs if {"calm", "standing_queues"} <= set(r.get("phases", {}))]
+    ratios = []
+    for r in seen:
+        c, s = r["phases"]["calm"], r["phases"]["standing_queues"]
+        if min(c["busy_cores"], c["agents_process_cores"], c["delivered_data_pps"],
+               s["delivered_data_pps"]) <= 0:
+            continue
+        ratios.append([(s[k] / s["delivered_data_pps"]) / (c[k] / c["delivered_data_pps"])
+                       for k in ("busy_cores", "agents_process_cores")])
+    if not ratios:
+        return None
+    return {"busy_cores": round(sum(r[0] for r in ratios) / len(ratios), 3),
+            "agents_process_cores": round(sum(r[1] for r in ratios) / len(ratios), 3),
+            "measured_at_mbps": [r["link_mbps"] for r in seen],
+            "stood_after_s": [r["queues_stood_s"] for r in seen],
+            "saturated": any(r["phases"]["standing_queues"]["agents_process_cores"] >= SATURATED_CORES
+                             for r in seen)}
 
 
 def fit(runs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -255,9 +378,10 @@ def idle_cost(backend: str) -> dict[str, float]:
 
 
 def run(rates: list[float], seconds: float, seed: int, backend: str, profile: bool,
-        say: Any = print, adapt: bool = False) -> dict[str, Any]:
+        say: Any = print, adapt: bool = False, standing_seconds: float | None = None) -> dict[str, Any]:
     """Each rate in turn; with `adapt`, lower rates after them until two runs are faithful
-    (`lower_rate`), so that the fit stands on faithful runs."""
+    (`lower_rate`), so that the fit stands on faithful runs; with `standing_seconds`, the
+    fastest rate's run that long (`standing_cost` reads its standing-queue phase)."""
     runs: list[dict[str, Any]] = []
     todo = list(rates)
     with tempfile.TemporaryDirectory(prefix="mrclab-cost-") as tmp:
@@ -266,16 +390,22 @@ def run(rates: list[float], seconds: float, seed: int, backend: str, profile: bo
             rate = todo.pop(0)
             n = len(runs) + 1
             total = n + len(todo)
-            left = (len(todo) + 1) * (seconds + 9)
-            say(f"[cost {n}/{total}] permutation at {rate:g} Mbit/s ({seconds:g} s; about "
+            long = standing_seconds if standing_seconds and rate == max(rates) else seconds
+            left = (len(todo) + 1) * (seconds + 9) + long - seconds
+            say(f"[cost {n}/{total}] permutation at {rate:g} Mbit/s ({long:g} s; about "
                 f"{left:.0f} s left)")
-            runs.append(measure(rate, seconds, seed, backend, work / f"r{n}"))
+            runs.append(measure(rate, long, seed, backend, work / f"r{n}"))
             r = runs[-1]
             verdict = "faithful" if r["faithful"] else "NOT faithful"
             extra = f"; {r['background_cores']:.2f} cores busy with other programs, left out" \
                 if r["background_cores"] >= calibration.BUSY_MIN_CORES else ""
             say(f"  {r['delivered_data_pps']:,} data packets/s delivered, {r['busy_cores']:.2f} cores "
                 f"busy: {r['us_per_packet']:.0f} us per packet ({verdict}{extra})")
+            stood = r["phases"].get("standing_queues")
+            if stood is not None:
+                say(f"  queues stood {r['queues_stood_s']:g} s in; after: {stood['delivered_data_pps']:,} "
+                    f"packets/s, {stood['busy_cores']:.2f} cores busy ({stood['us_per_packet']:.0f} us "
+                    f"per packet), the agents' process {stood['agents_process_cores']:.2f} of a core")
             if adapt and not todo:
                 lower = lower_rate(runs)
                 if lower is not None:
@@ -283,12 +413,13 @@ def run(rates: list[float], seconds: float, seed: int, backend: str, profile: bo
                     todo.append(lower)
         result: dict[str, Any] = {
             "method": "whole-machine CPU (/proc/stat, steal apart, other programs' busy processes "
-                      "apart) over each run's steady window against the data packets the run "
-                      "delivered; fixed + marginal by least squares",
+                      "apart) over each run's calm phase (before its queues stood) against the data "
+                      "packets delivered in it; fixed + marginal by least squares; the standing-queue "
+                      "phase's cost against it where a run lasted into one (standing_queues)",
             "scenario": "permutation", "transports": ["mrc"],
             "fabric": SCENARIOS["permutation"].fabric.as_dict(),
             "backend": backend, "agents": "shared", "seed": seed, "seconds": seconds, "runs": runs,
-            **fit(runs),
+            **fit(runs), "standing_queues": standing_cost(runs),
             "fingerprint": calibration.fingerprint(backend),
             "references": {"python_udp_loop_us_per_datagram": python_udp_loop_us()}}
         dp = files.read_json(DATAPLANE).get(backend, {})
@@ -311,7 +442,8 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m experiments.tools.cost_bench",
                                 description=(__doc__ or "").split("\n")[0])
     p.add_argument("--rates", default="5,10", help="link rates in Mbit/s, comma-separated (two or more)")
-    p.add_argument("--seconds", type=float, default=8.0, help="each run's flow")
+    p.add_argument("--seconds", type=float, default=16.0,
+                   help="each run's flow (long enough for the queues to stand: the cost that matters)")
     p.add_argument("--seed", type=int, default=SEED)
     p.add_argument("--switch", default="auto", help="switch backend (auto: what runs take here)")
     p.add_argument("--profile", action="store_true", help="one more run with the agents profiled")
@@ -340,7 +472,8 @@ def main(argv: list[str] | None = None) -> int:
         seconds = args.seconds
     runctx.interrupts_raise()
     result = run(rates, seconds, args.seed, backend, args.profile and not args.calibrate,
-                 adapt=args.calibrate)
+                 adapt=args.calibrate,
+                 standing_seconds=CALIBRATE_STANDING_SECONDS if args.calibrate else None)
     target = calibration.cache_path(backend) if args.calibrate else Path(args.out)
     files.write_json(target, result)
     print(f"fixed {result['fixed_cores']:.2f} cores + {result['marginal_us_per_packet']:.0f} us per "

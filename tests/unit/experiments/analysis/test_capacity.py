@@ -494,3 +494,63 @@ def test_a_server_without_a_figure_counts_on_the_heads_for_as_many_planes():
     got = capacity.head_figure("ovs", SMALL, 1, MEASURED, REFERENCE)
     assert got == capacity.capacity("ovs", FabricParams(**{**SMALL.as_dict(), "planes": 1}),
                                     MEASURED, REFERENCE)
+
+
+# ----- a fabric whose queues stand: each packet costs more once they did ------------------------
+
+def test_a_run_counts_the_standing_queues_cost_only_if_it_lasts_past_their_onset():
+    """The default permutation's queues may stand `STANDING_ONSET_S` into a run
+    (experiments/analysis/standing.py): a run that lasts past it is assessed at the standing
+    phase's cost per packet, a shorter one, or a kind whose queues never stand, at the calm one."""
+    p = FabricParams(planes=2, leaves=4, spines=2, hosts_per_leaf=2, link_mbps=10.0)
+    cal = {**_shared_calibration(), "standing_queues": {"busy_cores": 1.5, "agents_process_cores": 1.6,
+                                                        "saturated": False}}
+    onset_s = capacity.STANDING_ONSET_S
+
+    def assess(**kw):
+        return capacity.assess("linux", p, 8, MTU, {}, {}, agent_cores=2, calibration=cal, **kw)
+
+    calm = assess()
+    short = assess(queues_stand=True, duration=onset_s * 0.9)
+    long = assess(queues_stand=True, duration=onset_s * 1.1)
+    endless = assess(queues_stand=True, duration=None)
+    assert "standing_factors" not in calm and "standing_factors" not in short
+    assert short["cores_needed"] == calm["cores_needed"]
+    assert long["standing_factors"] == [1.5, 1.6] == endless["standing_factors"]
+    assert long["cores_needed"] == pytest.approx(1.5 * calm["cores_needed"], abs=0.01)
+    assert long["agents_process_cores_needed"] == pytest.approx(
+        1.6 * calm["agents_process_cores_needed"], abs=0.01)
+    # a kind whose queues do not stand is never scaled, however long it runs
+    assert assess(queues_stand=False, duration=1000.0)["cores_needed"] == calm["cores_needed"]
+    # so `auto` picks no faster a rate for a long permutation than for a short one
+    fast = capacity.faithful_rate("linux", p, 8, MTU, {}, {}, agent_cores=2, calibration=cal,
+                                  queues_stand=True, duration=1.0)
+    slow = capacity.faithful_rate("linux", p, 8, MTU, {}, {}, agent_cores=2, calibration=cal,
+                                  queues_stand=True, duration=60.0)
+    assert slow < fast
+
+
+def test_the_standing_factor_is_the_calibrations_unless_it_saw_a_saturated_process():
+    assert capacity.standing_factors(None) == capacity.STANDING_COST
+    assert capacity.standing_factors({"runs": []}) == capacity.STANDING_COST  # an earlier form
+    cheap = {"busy_cores": 1.2, "agents_process_cores": 1.3, "saturated": False}
+    assert capacity.standing_factors({"standing_queues": cheap}) == (1.2, 1.3)
+    # a process at its ceiling could not show what it needed: the measured ratio is a floor
+    capped = {**cheap, "saturated": True}
+    assert capacity.standing_factors({"standing_queues": capped}) == capacity.STANDING_COST
+    dear = {"busy_cores": 2.4, "agents_process_cores": 2.1, "saturated": True}
+    assert capacity.standing_factors({"standing_queues": dear}) == (2.4, 2.1)
+    # without a calibration, the per-core figure is divided by the whole machine's factor
+    p = FabricParams(planes=2, leaves=4, spines=2, hosts_per_leaf=2, link_mbps=10.0)
+    plain = capacity.assess("linux", p, 8, MTU, {}, {}, agent_cores=2)
+    stood = capacity.assess("linux", p, 8, MTU, {}, {}, agent_cores=2, queues_stand=True, duration=None)
+    assert stood["agent_data_pps_faithful"] == pytest.approx(
+        plain["agent_data_pps_faithful"] / capacity.STANDING_COST[0], abs=1)
+
+
+def test_the_permutation_is_the_kind_whose_queues_stand():
+    from experiments.scenarios import default_options
+
+    assert default_options("permutation").scenario.kind.queues_stand is True
+    for name in ("incast", "allreduce", "link-failure"):
+        assert default_options(name).scenario.kind.queues_stand is False, name

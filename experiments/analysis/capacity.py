@@ -88,8 +88,9 @@ AGENTS_PROCESS_SHARE = 0.6
 # the default permutation) costs per data packet once its queues stood, against its calm start,
 # the whole machine's and the agents' process's (experiments/analysis/standing.py): a calibration
 # measures it (`standing_queues`); this is the figure for one that did not (an earlier form, the
-# committed reference) or whose agents' process was saturated then (its ratio a floor). Measured
-# on the 2-core VM, kernel routers, 2026-12-02: 1.82 and 1.84 at 10 Mbit/s (queues stood 6 s in).
+# committed reference) or whose standing phase was saturated (cost_bench.standing_cost: its
+# ratio a floor). Measured on the 2-core VM, kernel routers, 2026-12-02: 1.82 and 1.84 at
+# 10 Mbit/s (queues stood 6 s in).
 STANDING_COST = (1.8, 1.8)
 # ... and when they may have stood: this many seconds into the flow, the earliest seen (onsets
 # of 3.2-12.5 s at 5-15 Mbit/s on 2-core VMs, kernel routers and OVS, 2026-12-02/03; none

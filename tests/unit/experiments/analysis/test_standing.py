@@ -83,7 +83,8 @@ def _run(rate, calm, stood, stood_after=5.0):
     return {"link_mbps": rate, "queues_stood_s": stood_after if stood else None, "phases": phases}
 
 
-def test_the_standing_cost_is_the_ratio_per_delivered_packet_over_the_runs_that_saw_both():
+def test_the_standing_cost_is_the_ratio_per_delivered_packet_over_the_runs_that_saw_both(monkeypatch):
+    monkeypatch.setattr(cost_bench.os, "cpu_count", lambda: 2)
     assert cost_bench.standing_cost([_run(5, (0.3, 0.25, 2300), None)]) is None
     # the same packets at 1.5 and 1.6 times the CPU; fewer packets for the same CPU count too
     got = cost_bench.standing_cost([_run(5, (0.3, 0.25, 2300), None),
@@ -98,3 +99,19 @@ def test_the_standing_cost_is_the_ratio_per_delivered_packet_over_the_runs_that_
     assert capped is not None and capped["saturated"]
     # a phase with nothing delivered is no reading
     assert cost_bench.standing_cost([_run(10, (0.4, 0.35, 4600), (0.6, 0.5, 0))]) is None
+
+
+def test_a_standing_phase_that_filled_the_machine_is_a_floor_too():
+    """A rehearsal with a busy loop on one of 2 cores: OVS's standing phase took the free core
+    (1.03 with the loop's 0.96) and read 1.1 times the calm cost; the machine, not the agents'
+    process (0.46), was full."""
+    run = _run(10, (0.96, 0.42, 4626), (1.03, 0.46, 4500))
+    run["phases"]["standing_queues"]["background_cores"] = 0.96
+    got = cost_bench.standing_cost([run], cores=2)
+    assert got is not None and got["saturated"]
+    quiet = _run(10, (0.96, 0.42, 4626), (1.03, 0.46, 4500))
+    got = cost_bench.standing_cost([quiet], cores=2)
+    assert got is not None and not got["saturated"]
+    # steal counts as taken too
+    quiet["phases"]["standing_queues"]["steal_cores"] = 0.8
+    assert cost_bench.standing_cost([quiet], cores=2)["saturated"]

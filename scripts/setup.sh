@@ -68,7 +68,7 @@ scripts/install-command.sh
 
 # This machine's own figures for what a run costs (experiments/analysis/calibration.py), one per
 # switch backend it runs: measured once, again only when the machine or the code that sets the
-# cost changes (about a minute each: two or three permutation runs, the fastest 14 s long to read
+# cost changes (about a minute each: two or three permutation runs, the fastest 20 s long to read
 # its standing queues, and an idle reading).
 # Without one, runs count on the committed figures.
 for backend in $(.venv/bin/python -c 'from topologies import switches

@@ -45,9 +45,10 @@ WARM_S = 1.5  # after the flow starts: every flow has found its rate (permutatio
 TAIL_S = 0.5  # left out before the flow's end
 CALIBRATE_RATES = (5.0, 10.0)
 CALIBRATE_SECONDS = 5.0  # the calm phase
-# The fastest rate's run lasts long enough for the permutation's queues to stand (4-10 s in at
-# 10 Mbit/s, later at lower rates: experiments/analysis/standing.py) and be read after.
-CALIBRATE_STANDING_SECONDS = 14.0
+# The fastest rate's run lasts long enough for the permutation's queues to stand and be read
+# after (experiments/analysis/standing.py): at 10 Mbit/s they stood 3-11.4 s in, and a reading
+# needs `STANDING_SETTLE_S` + `MIN_WINDOW_S` after the onset (14 s missed an onset at 11.4 s).
+CALIBRATE_STANDING_SECONDS = 20.0
 # The agents' process at this share of its core, or the machine (the run, other programs and
 # steal) at this share of its cores: what the standing phase needed was capped, its ratio a floor
 # (a CI rehearsal with a busy loop: OVS's standing phase took the one free core, 1.03 of 2 with

@@ -88,7 +88,7 @@ AGENTS_PROCESS_SHARE = 0.6
 # the default permutation) costs per data packet once its queues stood, against its calm start,
 # the whole machine's and the agents' process's (experiments/analysis/standing.py): a calibration
 # measures it (`standing_queues`); this is the figure for one that did not (an earlier form, the
-# committed reference) or whose standing phase was saturated (cost_bench.standing_cost: its
+# committed reference) or whose standing phase was saturated (standing.standing_cost: its
 # ratio a floor). Measured on the 2-core VM, kernel routers, 2026-12-02: 1.82 and 1.84 at
 # 10 Mbit/s (queues stood 6 s in).
 STANDING_COST = (1.8, 1.8)

@@ -47,17 +47,10 @@ CALIBRATE_RATES = (5.0, 10.0)
 CALIBRATE_SECONDS = 5.0  # the calm phase
 # The fastest rate's run lasts long enough for the permutation's queues to stand and be read
 # after (experiments/analysis/standing.py): at 10 Mbit/s they stood 3-11.4 s in, and a reading
-# needs `STANDING_SETTLE_S` + `MIN_WINDOW_S` after the onset (14 s missed an onset at 11.4 s).
+# needs `standing.STANDING_SETTLE_S` + `standing.MIN_WINDOW_S` after the onset (14 s missed an
+# onset at 11.4 s).
 CALIBRATE_STANDING_SECONDS = 20.0
-# The agents' process at this share of its core, or the machine (the run, other programs and
-# steal) at this share of its cores: what the standing phase needed was capped, its ratio a floor
-# (a CI rehearsal with a busy loop: OVS's standing phase took the one free core, 1.03 of 2 with
-# the loop, and read 1.1 times the calm cost).
-SATURATED_CORES = 0.9
 SAMPLE_S = 0.5  # CPU readings through a run, split afterwards into its calm and standing phases
-STANDING_SETTLE_S = 1.0  # after the queues stood: the senders' windows and EVs have reacted
-MIN_WINDOW_S = 2.0  # the shortest standing phase read
-MIN_CALM_S = 1.0  # ... and calm one: at 10 Mbit/s the queues may stand 3 s into the flow
 PHASE_FIELDS = ("window_s", "delivered_data_pps", "busy_cores", "agents_process_cores", "us_per_packet",
                 "background_cores", "steal_cores")
 SEED = 3  # ECMP collides on the default fabric with this seed; the cost reference is measured with it
@@ -164,47 +157,12 @@ def _reading(s0: Sample, s1: Sample, busy_before: set[int], runner: int) -> dict
             "by_role": _split(s0.procs, s1.procs, seconds)}
 
 
-def window_pps(goodput: list[tuple[float, float]], t0: float, t1: float, payload: int) -> float:
-    """Data packets/s delivered between two CLOCK_MONOTONIC times, from the run's goodput bins
-    ((bin start, Mbit/s)); 0.0 when no bin falls in the window.
-
-    >>> window_pps([(0.0, 8.0), (1.0, 16.0), (2.0, 16.0)], 0.5, 2.5, 1000)
-    2000.0
-    """
-    rates = [mbps for t, mbps in goodput if t0 <= t < t1]
-    return sum(rates) / len(rates) * 1e6 / 8 / payload if rates else 0.0
-
-
-def phases(samples: list[Sample], start: float, onset: float | None) -> tuple[tuple[int, int] | None,
-                                                                            tuple[int, int] | None]:
-    """The sample indices (first, last) of the calm phase (from `WARM_S` after the flow's
-    `start` to the queues' `onset`, when it spans at least `MIN_CALM_S`) and of the
-    standing-queue phase (from `STANDING_SETTLE_S` after it to the end, at least `MIN_WINDOW_S`).
-
-    >>> s = [Sample(float(t), [], {}, frozenset()) for t in range(15)]
-    >>> phases(s, 0.0, 6.2)
-    ((2, 6), (8, 14))
-    >>> phases(s, 0.0, None), phases(s, 0.0, 12.5), phases(s, 0.0, 2.9)
-    (((2, 14), None), ((2, 12), None), (None, (4, 14)))
-    """
-    def span(t0: float, t1: float, least: float) -> tuple[int, int] | None:
-        idx = [i for i, s in enumerate(samples) if t0 <= s.t <= t1]
-        if not idx or samples[idx[-1]].t - samples[idx[0]].t < least:
-            return None
-        return idx[0], idx[-1]
-
-    end = samples[-1].t
-    calm = span(start + WARM_S, end if onset is None else onset, MIN_CALM_S)
-    standing = None if onset is None else span(onset + STANDING_SETTLE_S, end, MIN_WINDOW_S)
-    return calm, standing
-
-
 def measure(rate: float, seconds: float, seed: int, backend: str, out: Path,
             env: dict[str, str] | None = None) -> dict[str, Any]:
     """One permutation run at `rate`: machine and per-role CPU, sampled every `SAMPLE_S`, and
     the data packets delivered, over its calm phase (from `WARM_S` after the flow started until
     its queues stood, experiments/analysis/standing.py) and over its standing-queue phase where
-    the run lasted into one (`phases`); the calm phase's figures are the run's (the fit's).
+    the run lasted into one (`standing.phases`); the calm phase's figures are the run's (the fit's).
     The CPU of processes that were already busy before the run (see `background`) is measured
     apart and left out of `busy_cores`."""
     busy_before = background()
@@ -237,7 +195,7 @@ def measure(rate: float, seconds: float, seed: int, backend: str, out: Path,
     goodput = [(flow0 + float(row["t_s"]), float(row["mrc_mbps"]))
                for row in csv.DictReader((out / "timeseries.csv").open())]
     onset = standing.onset(out / "traces")
-    calm, stood = phases(samples, start, onset)
+    calm, stood = standing.phases([x.t for x in samples], start + WARM_S, onset)
     if calm is None and stood is None:  # too short to split: the whole window
         calm = (0, len(samples) - 1)
     found: dict[str, dict[str, Any]] = {}
@@ -246,60 +204,17 @@ def measure(rate: float, seconds: float, seed: int, backend: str, out: Path,
             continue
         s0, s1 = samples[span[0]], samples[span[1]]
         r = _reading(s0, s1, busy_before, proc.pid)
-        pps = window_pps(goodput, s0.t, s1.t, payload) or mrc[THROUGHPUT_MBPS] * 1e6 / 8 / payload
+        pps = standing.window_pps(goodput, s0.t, s1.t, payload) or mrc[THROUGHPUT_MBPS] * 1e6 / 8 / payload
         found[name] = {"delivered_data_pps": round(pps), **r,
                        "us_per_packet": round(r["busy_cores"] / pps * 1e6, 1)}
     fid = summary["fidelity"]
-    # a run whose queues stood too soon to read a calm phase gives its standing one (`phases`)
+    # a run whose queues stood too soon to read a calm phase gives its standing one
     main = found["calm"] if "calm" in found else found["standing_queues"]
     return {"link_mbps": rate, **main,
             "queues_stood_s": None if onset is None else round(onset - flow0, 2),
             "phases": {k: {f: v[f] for f in PHASE_FIELDS} for k, v in found.items()},
             THROUGHPUT_FRACTION: mrc[THROUGHPUT_FRACTION], "faithful": fid["faithful"],
             "cpu_idle_p10_pct": fid["per_transport"]["mrc"]["cpu_idle_p10_pct"]}
-
-
-def standing_cost(runs: list[dict[str, Any]], cores: int | None = None) -> dict[str, Any] | None:
-    """What the standing-queue phase costs against the calm one, per delivered packet: the mean
-    ratio of the whole machine's busy cores and of the agents' process over the runs that saw
-    both (capacity.standing_factors reads it); None when none did. `saturated`: in a standing
-    phase the agents' process was at its ceiling or the machine's `cores` (default: this
-    machine's) were nearly all busy, so the ratio is a floor.
-
-    >>> calm = {"busy_cores": 0.5, "agents_process_cores": 0.4, "delivered_data_pps": 1000}
-    >>> stood = {"busy_cores": 0.8, "agents_process_cores": 0.7, "delivered_data_pps": 800}
-    >>> both = {"link_mbps": 10, "queues_stood_s": 6.0, "phases": {"calm": calm, "standing_queues": stood}}
-    >>> got = standing_cost([both, {"phases": {"calm": calm}}], cores=2)
-    >>> got["busy_cores"], got["agents_process_cores"], got["measured_at_mbps"], got["saturated"]
-    (2.0, 2.187, [10], False)
-    >>> standing_cost([both], cores=1)["saturated"]  # 0.8 of 1 core: under `SATURATED_CORES`
-    False
-    >>> busy = {**stood, "background_cores": 1.0}  # with a busy loop: 1.8 of 2 cores taken
-    >>> standing_cost([{**both, "phases": {"calm": calm, "standing_queues": busy}}], cores=2)["saturated"]
-    True
-    """
-    seen = [r for r in runs if {"calm", "standing_queues"} <= set(r.get("phases", {}))]
-    ratios = []
-    for r in seen:
-        c, s = r["phases"]["calm"], r["phases"]["standing_queues"]
-        if min(c["busy_cores"], c["agents_process_cores"], c["delivered_data_pps"],
-               s["delivered_data_pps"]) <= 0:
-            continue
-        ratios.append([(s[k] / s["delivered_data_pps"]) / (c[k] / c["delivered_data_pps"])
-                       for k in ("busy_cores", "agents_process_cores")])
-    if not ratios:
-        return None
-    full = SATURATED_CORES * (cores or os.cpu_count() or 1)
-
-    def saturated(s: dict[str, Any]) -> bool:
-        taken = s["busy_cores"] + s.get("background_cores", 0.0) + s.get("steal_cores", 0.0)
-        return s["agents_process_cores"] >= SATURATED_CORES or taken >= full
-
-    return {"busy_cores": round(sum(r[0] for r in ratios) / len(ratios), 3),
-            "agents_process_cores": round(sum(r[1] for r in ratios) / len(ratios), 3),
-            "measured_at_mbps": [r["link_mbps"] for r in seen],
-            "stood_after_s": [r["queues_stood_s"] for r in seen],
-            "saturated": any(saturated(r["phases"]["standing_queues"]) for r in seen)}
 
 
 def fit(runs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -398,7 +313,7 @@ def run(rates: list[float], seconds: float, seed: int, backend: str, profile: bo
         say: Any = print, adapt: bool = False, standing_seconds: float | None = None) -> dict[str, Any]:
     """Each rate in turn; with `adapt`, lower rates after them until two runs are faithful
     (`lower_rate`), so that the fit stands on faithful runs; with `standing_seconds`, the
-    fastest rate's run that long (`standing_cost` reads its standing-queue phase)."""
+    fastest rate's run that long (`standing.standing_cost` reads its standing-queue phase)."""
     runs: list[dict[str, Any]] = []
     todo = list(rates)
     with tempfile.TemporaryDirectory(prefix="mrclab-cost-") as tmp:
@@ -436,7 +351,7 @@ def run(rates: list[float], seconds: float, seed: int, backend: str, profile: bo
             "scenario": "permutation", "transports": ["mrc"],
             "fabric": SCENARIOS["permutation"].fabric.as_dict(),
             "backend": backend, "agents": "shared", "seed": seed, "seconds": seconds, "runs": runs,
-            **fit(runs), "standing_queues": standing_cost(runs),
+            **fit(runs), "standing_queues": standing.standing_cost(runs),
             "fingerprint": calibration.fingerprint(backend),
             "references": {"python_udp_loop_us_per_datagram": python_udp_loop_us()}}
         dp = files.read_json(DATAPLANE).get(backend, {})

@@ -1,5 +1,5 @@
-"""experiments/analysis/standing.py and the cost bench's phases: when a run's queues stood, and
-what a packet cost before and after."""
+"""experiments/analysis/standing.py: when a run's queues stood, and what a packet cost before and
+after (the cost bench's phases)."""
 
 from __future__ import annotations
 
@@ -48,30 +48,27 @@ def test_onset_reads_the_sending_agents_traces_and_leaves_out_the_silent_ones(tm
     assert standing.onset(tmp_path / "missing") is None
 
 
-def _samples(n, step=0.5):
-    return [cost_bench.Sample(i * step, [], {}, frozenset()) for i in range(n)]
-
-
 def test_a_run_splits_into_its_calm_and_standing_phases():
-    s = _samples(29)  # 0 .. 14 s
-    calm, stood = cost_bench.phases(s, 0.0, 6.0)
-    assert (s[calm[0]].t, s[calm[1]].t) == (cost_bench.WARM_S, 6.0)
-    assert (s[stood[0]].t, s[stood[1]].t) == (6.0 + cost_bench.STANDING_SETTLE_S, 14.0)
+    t = [i * 0.5 for i in range(29)]  # samples 0 .. 14 s into the flow
+    warm = cost_bench.WARM_S  # what the cost bench passes: the flows have found their rates
+    calm, stood = standing.phases(t, warm, 6.0)
+    assert (t[calm[0]], t[calm[1]]) == (warm, 6.0)
+    assert (t[stood[0]], t[stood[1]]) == (6.0 + standing.STANDING_SETTLE_S, 14.0)
     # queues that never stood: all of it is calm
-    assert cost_bench.phases(s, 0.0, None) == ((3, 28), None)
+    assert standing.phases(t, warm, None) == ((3, 28), None)
     # stood too late to read what followed, or too soon to read what came before
-    late = 14.0 - cost_bench.STANDING_SETTLE_S - cost_bench.MIN_WINDOW_S + 0.5
-    assert cost_bench.phases(s, 0.0, late)[1] is None
-    early = cost_bench.WARM_S + cost_bench.MIN_CALM_S - 0.5
-    assert cost_bench.phases(s, 0.0, early)[0] is None
-    assert cost_bench.phases(s, 0.0, early)[1] is not None
+    late = 14.0 - standing.STANDING_SETTLE_S - standing.MIN_WINDOW_S + 0.5
+    assert standing.phases(t, warm, late)[1] is None
+    early = warm + standing.MIN_CALM_S - 0.5
+    assert standing.phases(t, warm, early)[0] is None
+    assert standing.phases(t, warm, early)[1] is not None
 
 
 def test_packets_per_second_are_read_in_the_phases_own_window():
     goodput = [(float(t), 8.0 if t < 5 else 4.0) for t in range(10)]
-    assert cost_bench.window_pps(goodput, 0.0, 5.0, 1000) == pytest.approx(1000.0)
-    assert cost_bench.window_pps(goodput, 5.0, 10.0, 1000) == pytest.approx(500.0)
-    assert cost_bench.window_pps(goodput, 20.0, 30.0, 1000) == 0.0
+    assert standing.window_pps(goodput, 0.0, 5.0, 1000) == pytest.approx(1000.0)
+    assert standing.window_pps(goodput, 5.0, 10.0, 1000) == pytest.approx(500.0)
+    assert standing.window_pps(goodput, 20.0, 30.0, 1000) == 0.0
 
 
 def _run(rate, calm, stood, stood_after=5.0):
@@ -84,21 +81,21 @@ def _run(rate, calm, stood, stood_after=5.0):
 
 
 def test_the_standing_cost_is_the_ratio_per_delivered_packet_over_the_runs_that_saw_both(monkeypatch):
-    monkeypatch.setattr(cost_bench.os, "cpu_count", lambda: 2)
-    assert cost_bench.standing_cost([_run(5, (0.3, 0.25, 2300), None)]) is None
+    monkeypatch.setattr(standing.os, "cpu_count", lambda: 2)
+    assert standing.standing_cost([_run(5, (0.3, 0.25, 2300), None)]) is None
     # the same packets at 1.5 and 1.6 times the CPU; fewer packets for the same CPU count too
-    got = cost_bench.standing_cost([_run(5, (0.3, 0.25, 2300), None),
+    got = standing.standing_cost([_run(5, (0.3, 0.25, 2300), None),
                                     _run(10, (0.4, 0.35, 4600), (0.6, 0.56, 4600))])
     assert got is not None
     assert (got["busy_cores"], got["agents_process_cores"]) == (pytest.approx(1.5), pytest.approx(1.6))
     assert got["measured_at_mbps"] == [10] and got["stood_after_s"] == [5.0] and not got["saturated"]
-    fewer = cost_bench.standing_cost([_run(10, (0.4, 0.4, 4000), (0.4, 0.4, 2000))])
+    fewer = standing.standing_cost([_run(10, (0.4, 0.4, 4000), (0.4, 0.4, 2000))])
     assert fewer is not None and fewer["busy_cores"] == pytest.approx(2.0)
     # the agents' process at its ceiling: the ratio is a floor, said so
-    capped = cost_bench.standing_cost([_run(10, (0.9, 0.5, 4600), (1.6, cost_bench.SATURATED_CORES, 4500))])
+    capped = standing.standing_cost([_run(10, (0.9, 0.5, 4600), (1.6, standing.SATURATED_CORES, 4500))])
     assert capped is not None and capped["saturated"]
     # a phase with nothing delivered is no reading
-    assert cost_bench.standing_cost([_run(10, (0.4, 0.35, 4600), (0.6, 0.5, 0))]) is None
+    assert standing.standing_cost([_run(10, (0.4, 0.35, 4600), (0.6, 0.5, 0))]) is None
 
 
 def test_a_standing_phase_that_filled_the_machine_is_a_floor_too():
@@ -107,11 +104,11 @@ def test_a_standing_phase_that_filled_the_machine_is_a_floor_too():
     process (0.46), was full."""
     run = _run(10, (0.96, 0.42, 4626), (1.03, 0.46, 4500))
     run["phases"]["standing_queues"]["background_cores"] = 0.96
-    got = cost_bench.standing_cost([run], cores=2)
+    got = standing.standing_cost([run], cores=2)
     assert got is not None and got["saturated"]
     quiet = _run(10, (0.96, 0.42, 4626), (1.03, 0.46, 4500))
-    got = cost_bench.standing_cost([quiet], cores=2)
+    got = standing.standing_cost([quiet], cores=2)
     assert got is not None and not got["saturated"]
     # steal counts as taken too
     quiet["phases"]["standing_queues"]["steal_cores"] = 0.8
-    assert cost_bench.standing_cost([quiet], cores=2)["saturated"]
+    assert standing.standing_cost([quiet], cores=2)["saturated"]

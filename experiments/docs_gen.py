@@ -212,12 +212,11 @@ def cost_section(_: dict[str, Any] | None = None) -> str:
     picks = []
     for name, sc in REGISTRY.items():
         opts: Options = default_options(name)
-        senders = sc.kind.busy_senders(opts, _fabric(opts))
-        rate = capacity.faithful_rate(cost["backend"], opts.fabric, senders, 4096, {}, {},
+        load = sc.kind.capacity_terms(opts, _fabric(opts))
+        rate = capacity.faithful_rate(cost["backend"], opts.fabric, load.pop("busy_senders"),
+                                      load.pop("mtu_payload"), {}, {},
                                       agent_cores=cost["fingerprint"]["cores"], calibration=cost,
-                                      agent_cost=sc.kind.agent_cost(opts),
-                                      queues_stand=sc.kind.queues_stand,
-                                      duration=opts.duration if sc.kind.timed else None)
+                                      **load)
         picks.append(f"{name} {rate:g}")
     rows += ["", "With these figures as its calibration, on an idle machine, `--link-mbps auto` picks "
                  "(Mbit/s; a run without `--link-mbps` takes the smaller of this and the scenario's "

@@ -77,15 +77,13 @@ def _capacity_args(opts: Options, backend: str,
     the measured and reference figures, the cores the agents count on (default: every core),
     the calibration, the agents' mode, the split run's servers, the scenario's agent cost,
     whether its queues stand and how long it runs."""
-    senders = opts.scenario.kind.busy_senders(opts, Fabric(opts.fabric))
-    args = (backend, opts.fabric, senders, opts.transport().mtu_payload,
+    load = opts.scenario.kind.capacity_terms(opts, Fabric(opts.fabric))
+    args = (backend, opts.fabric, load.pop("busy_senders"), load.pop("mtu_payload"),
             files.read_json(MEASURED_CAPACITY), files.read_json(REFERENCE_CAPACITY))
     kwargs = {"agent_cores": os.cpu_count() or 1 if free_cores is None else free_cores,
               "calibration": calibration.effective(backend), "agents": opts.agents,
               "servers": None if opts.servers_forwarding is None else dict(opts.servers_forwarding),
-              "agent_cost": opts.scenario.kind.agent_cost(opts),
-              "queues_stand": opts.scenario.kind.queues_stand,
-              "duration": opts.duration if opts.scenario.kind.timed else None}
+              **load}
     return args, kwargs
 
 

@@ -79,6 +79,15 @@ class Kind:
         one QP each way per host), for the capacity's agents' bound."""
         return 1.0
 
+    def capacity_terms(self, opts: Options, fabric: Fabric) -> dict[str, Any]:
+        """What capacity.assess and capacity.faithful_rate take from this kind for a run of
+        `opts` (the runner's check and auto, and the docs' table of auto's picks, from one home):
+        the hosts' worth of NICs busy, the payload per packet, the agents' cost, whether the
+        queues stand and for how long the run lasts (None: not a timed run)."""
+        return {"busy_senders": self.busy_senders(opts, fabric),
+                "mtu_payload": opts.transport().mtu_payload, "agent_cost": self.agent_cost(opts),
+                "queues_stand": self.queues_stand, "duration": opts.duration if self.timed else None}
+
     def variants(self, opts: Options, bed: Testbed) -> list[tuple[str, bool | None]]:
         """(transport, switch trimming) runs; None leaves the data plane as set up."""
         return [(t, None) for t in opts.transports]

@@ -110,3 +110,22 @@ def test_the_options_each_scenario_takes_are_accepted():
     default_options("incast", senders=3, duration=5.0, fault_at=1.0, fault_end=4.0)
     default_options("collective", steps=4, step_kb=16, link="p0l0-p0s1")
     default_options("permutation", duration=3.0, seed=7, transports=("mrc", "roce"))
+
+
+def test_capacity_terms_are_each_kinds_own():
+    # One home for what the capacity check and auto take from a scenario (the runner's and the
+    # docs' table of auto's picks read it here, so they cannot disagree).
+    from topologies.model import Fabric
+
+    perm = default_options("permutation")
+    terms = perm.scenario.kind.capacity_terms(perm, Fabric(perm.fabric))
+    assert terms["queues_stand"] is True and terms["duration"] == perm.duration
+    assert terms["busy_senders"] == perm.fabric.leaves * perm.fabric.hosts_per_leaf
+    assert terms["mtu_payload"] == perm.transport().mtu_payload
+    big = default_options("permutation", params=(("mtu_payload", 2048),))
+    assert big.scenario.kind.capacity_terms(big, Fabric(big.fabric))["mtu_payload"] == 2048
+    coll = default_options("collective")
+    assert coll.scenario.kind.capacity_terms(coll, Fabric(coll.fabric))["duration"] is None  # in steps
+    ring = default_options("allreduce")
+    terms = ring.scenario.kind.capacity_terms(ring, Fabric(ring.fabric))
+    assert terms["queues_stand"] is False and terms["agent_cost"] == ring.scenario.kind.agent_cost(ring) > 1.0

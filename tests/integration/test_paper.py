@@ -133,6 +133,8 @@ def test_an_allreduce_under_loss_at_every_nic_in_its_quick_form(tmp_path):
     mrc, roce = run["transports"]["mrc"], run["transports"]["roce"]
     assert mrc["data_ok"] and roce["data_ok"]
     assert sorted(roce["algbw_mbps"], key=int) == ["1", "16"]  # the quick form's QP counts
+    # Each size timed over the largest's bytes: 16, 4 and 1 collectives of 32, 128 and 512 KB
+    assert mrc["iterations"] == roce["iterations"] == {"32": 16, "128": 4, "512": 1}
     for t in (mrc, roce):
         assert len(t["loss_rates"]) == 3 and t["dropped"] > 0  # loss was injected, and it dropped
         for by_rate in t["algbw_mbps"].values():

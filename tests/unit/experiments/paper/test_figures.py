@@ -175,3 +175,6 @@ def test_fig17_mrc_must_beat_roces_best_qp_count_at_every_size_and_loss_rate():
     assert won.holds and won.figures["mrc_over_roce_best_min"] == 2.0, won.measured
     behind = _judge("fig17", ahead_when_small(_allreduce((12.0, 11.5, 4.0), {**roce, 16: (13.0, 5.0, 1.0)})))
     assert not behind.holds and behind.figures["at_size_kb"] == 2048 and behind.figures["at_loss"] == 0.0
+    # Behind only without loss: the verdict fails, and the page says how it went under loss
+    assert behind.figures["under_loss_min"] == 2.0 and "under loss lowest at 128 KB with 0.1%: 2.00x" \
+        in behind.measured, behind.measured

@@ -12,6 +12,7 @@ from experiments.scenarios.allreduce import (
     ROCE_QPS,
     algbw_mbps,
     chunks,
+    iterations,
     loss_rates,
     qp_counts,
     series,
@@ -34,6 +35,31 @@ def test_a_chunk_is_split_over_the_qps_to_the_byte_and_bandwidth_is_size_over_ti
     assert chunks(2, 4) == [1, 1, 0, 0]  # a QP with nothing to carry writes nothing
     assert algbw_mbps(1_000_000, 0.5) == 16.0
     assert algbw_mbps(1_000_000, None) is None
+
+
+def test_each_size_is_timed_over_the_largest_sizes_bytes_within_one_limit(monkeypatch):
+    # Every size moves as many bytes as the largest's one collective: the same number of random
+    # losses on average, so a small size is not one lucky or unlucky draw.
+    assert [iterations(kb, 2048) for kb in sizes_kb(2048)] == [16, 4, 1]
+    assert iterations(512, 512) == 1 and iterations(1000, 512) == 1
+    kind = scenario("alltoall").kind
+    clock = {"t": 0.0}
+    monkeypatch.setattr("experiments.scenarios.allreduce.time.monotonic", lambda: clock["t"])
+    durations = iter([0.1, 0.3, 0.2, 0.2])
+    limits = []
+
+    def one(groups, hosts, size, limit):  # a collective that takes the next duration
+        limits.append(limit)
+        took = next(durations)
+        clock["t"] += took
+        return took if took <= limit else None
+
+    monkeypatch.setattr(kind, "collective", one)
+    assert kind.repeated([], 4, 1024, 4, 20.0) == pytest.approx(0.2)  # the mean, not the last
+    assert limits == pytest.approx([20.0, 19.9, 19.6, 19.4])  # one limit for all of them
+    durations, limits = iter([5.0, 5.0, 5.0]), []
+    assert kind.repeated([], 4, 1024, 3, 12.0) is None  # the third would end past the limit
+    assert limits == pytest.approx([12.0, 7.0, 2.0])
 
 
 def test_allreduce_goes_round_the_ring_and_alltoall_between_every_pair():

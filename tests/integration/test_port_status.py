@@ -23,8 +23,9 @@ def _ports_events(out, host):
 
 def test_a_receivers_dead_port_costs_mrc_one_planes_share_and_no_stall(tmp_path):
     require_backend_or_skip("linux")
-    s, out = _run(tmp_path, "port-failure", "linux", "--transports", "mrc", "--duration", "4",
-                  "--fault-at", "1.5", "--fault-end", "2.8")  # faithful first (_run)
+    s, out = _run(tmp_path, "port-failure", "linux", "--transports", "mrc", "--duration", "5",
+                  "--fault-at", "2.5", "--fault-end", "3.8")  # faithful first (_run); the link-rate
+    # check reads the warm-up to the fault: 2 s of it, as test_scenarios' fault scenarios
     mrc = s["transports"]["mrc"]
     src, dst = mrc["src"], mrc["dst"]
     assert mrc["target"].startswith(f"{dst}-p0l")  # the receiver's plane-0 NIC link

@@ -181,6 +181,7 @@ class AllReduce(Kind):
         fabric, faults = bed.fabric, bed.faults
         names = [h.name for h in fabric.hosts]
         sizes = sizes_kb(largest_kb(opts))
+        counts = {kb: iterations(kb, sizes[-1]) for kb in sizes}  # collectives timed per size
         first = len(faults.timeline)
         t_start = time.monotonic()
         table: dict[str, dict[str, dict[str, float | None]]] = {}
@@ -199,7 +200,7 @@ class AllReduce(Kind):
                 gave_up = self.collective(groups, len(names), sizes[0] * 1024, LIMIT_S) is None
                 for kb in sizes:
                     seconds = None if gave_up else self.repeated(groups, len(names), kb * 1024,
-                                                                 iterations(kb, sizes[-1]), LIMIT_S)
+                                                                 counts[kb], LIMIT_S)
                     gave_up = seconds is None
                     unfinished += gave_up
                     row[str(kb)] = algbw_mbps(kb * 1024, seconds)
@@ -217,7 +218,7 @@ class AllReduce(Kind):
         record.timeline += [{**e, "t": e["t"] - t_start, "transport": label} for e in events]
         record.transports[label] = {
             "hosts": names, "sizes_kb": list(sizes), "loss_rates": list(loss_rates(opts)),
-            ALGBW_MBPS: table, "iterations": {str(kb): iterations(kb, sizes[-1]) for kb in sizes},
+            ALGBW_MBPS: table, "iterations": {str(kb): n for kb, n in counts.items()},
             UNFINISHED: unfinished,
             "dropped": sum(int(e.get("dropped", 0)) for e in events if e["action"] == "nic_loss_cleared"),
             DATA_OK: data_ok}

@@ -382,9 +382,11 @@ class Emulation(SwitchPorts):
         """What the agent on `host` must know of the emulated fabric: its path table from the
         model (topologies/pathtables.py), whether the switches mark ECN (its congestion
         control's delay rule is for fabrics that do not), whether its NICs are shaped (then it
-        paces to them), and the skb->priority of the host qdisc's control class (shaping.py)."""
+        paces to them, knowing their token bucket's burst), and the skb->priority of the host
+        qdisc's control class (shaping.py)."""
         return {"paths": pathtables.agent_paths(self.fabric, host),
                 "ecn_fabric": self.dataplane_info.get("mode") == "ebpf", "nic_pacing": self.shape_links,
+                "nic_burst_bytes": shaping.BURST_BYTES if self.shape_links else 0,
                 "control_priority": shaping.CLASS_CONTROL if self.shape_links else 0}
 
     def configure_mptcp(self, host: str) -> None:

@@ -18,7 +18,8 @@ from topologies.model import LINK_MTU
 
 SWITCH_QUEUE_PACKETS = 20  # switch egress FIFO, in full frames: ~67 ms at 10 Mbit/s, default mtu_payload
 HOST_QUEUE_PACKETS = 1000  # host NIC: a NIC back-pressures its QPs rather than drop (Linux txqueuelen)
-# Two full frames: a real port serialises, it does not pass 50 KB at once.
+# Two full frames: a real port serialises, it does not pass 50 KB at once. A host NIC's too
+# (`host_htb_batch`): its agent stamps batched frames knowing this much may leave at once.
 BURST_BYTES = 2 * (LINK_MTU + wire.ETH_HDR)
 
 HTB_HANDLE = 1

@@ -59,13 +59,14 @@ PATTERN_BYTES = 1_052_693  # a prime just above 2**20
 # Host queue sampling (trace) and NIC pacer resynchronisation period: one rtnetlink dump, a
 # fraction of a millisecond; faster sampling cost a visible share of the CPU.
 HOST_SAMPLE_S = 0.020
-# Batched wake-ups, off by default: with `nic_refill_frames` the NIC pacer lets each port run
-# that many frames ahead and wakes its senders once per that many (the host qdisc paces them;
-# each frame is timestamped with its modelled departure). Measured with a receive holdoff
-# (docs/history.md): they cut the permutation's fixed CPU but changed results: spray through a
-# cut link fell from 0.89 to 0.44-0.47 of its goodput (the modelled departures ran ahead of the
-# real qdisc, so SACKs echoed timestamps "from the future" and lost their RTT samples). Until
-# the departure is read from the kernel rather than modelled, the agents run unbatched.
+# Batched wake-ups, off: with `nic_refill_frames` the NIC pacer lets each port run that many
+# frames ahead and wakes its senders once per that many (the host qdisc paces them; each frame
+# is stamped with the earliest it can leave, NicPacer's docstring). Stamped by the model alone
+# they discarded nearly every RTT sample (the host qdisc's burst let frames out early, so their
+# echoes came from the future), which froze NSCC: hence their apparent CPU gain and spray's
+# collapse through a cut link. Stamped honestly (the burst, `nic_burst_bytes`, from the
+# emulation) the permutation's queues stood from its first second (two runs) and the agents cost
+# more, not less (docs/experiments.md, "Where the agents' CPU goes now").
 NIC_REFILL_FRAMES = 0.0
 # Lazy pacer wake-ups (unlike the batching above, the host queue stays within DEPTH_FRAMES and
 # frames keep their hand-over timestamps): a sender waiting for a busy port is woken only when
@@ -136,7 +137,8 @@ class DataLoop:
             if settings.get("nic_lazy_wake", True) else 0.0
         self.pacer = NicPacer(planes, link_mbps * 1e6, frame, extra_bytes=wire.IPV6_HDR,
                               depth=DEPTH_FRAMES + refill, refill=refill + lag,
-                              stamp_departure=refill > 0) \
+                              stamp_departure=refill > 0,
+                              burst_bytes=int(settings.get("nic_burst_bytes", 0))) \
             if settings.get("nic_pacing", True) else None
         self.control_priority = int(settings.get("control_priority", 0))
         # raw_send: every packet built in Python and sent on the raw socket (the former path,

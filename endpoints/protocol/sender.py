@@ -119,7 +119,7 @@ class MrcSender(PortSteering, LossRecovery, CoreBase):
                                      "ecn_echoes", "probes_sent", "probe_replies", "sacks",
                                      "nacks", "malformed", "foreign", "stale_acks", "bad_evs",
                                      "resurrected", "floor_holds", "delay_skips", "stranded_resent",
-                                     "unacceptable", "rnr", "tail_probes", "presumed")}
+                                     "unacceptable", "rnr", "tail_probes", "presumed", "rtt_unusable")}
 
     # ----- API ------------------------------------------------------------------------------
     def send_message(self, data: bytes | memoryview, now: float) -> int:
@@ -270,7 +270,11 @@ class MrcSender(PortSteering, LossRecovery, CoreBase):
             self._skip(s.echo_ev, now, "ecn")
         rtt: float | None = ts_age(now, s.echo_ts)  # every SACK echoes a real tsval; 0 is one too
         if rtt is not None and rtt > 10.0:
-            rtt = None  # a forged or ancient echo must not poison the estimator
+            # A forged or ancient echo must not poison the estimator; nor one stamped later than
+            # its packet left (it reads as one from the future): counted, as NSCC then learns
+            # nothing from the SACK (nicpacer.py's docstring).
+            rtt = None
+            self.stats["rtt_unusable"] += 1
         if rtt is not None and not ecn and rtt > self.c.delay_skip_over_target * self.cc.target:
             self.stats["delay_skips"] += 1
             self._skip(s.echo_ev, now, "delay", rtt)  # a hot path: move load off it, as ECN would

@@ -39,9 +39,12 @@ def test_agent_settings_tell_the_path_table_ecn_pacing_and_the_control_class(tmp
     em = Emulation(FABRIC, tmp_path)
     settings = em.agent_settings("h1")
     assert settings == {"paths": agent_paths(FABRIC, "h1"), "ecn_fabric": False, "nic_pacing": True,
-                        "control_priority": shaping.CLASS_CONTROL}
+                        "nic_burst_bytes": shaping.BURST_BYTES, "control_priority": shaping.CLASS_CONTROL}
+    # ... the burst the host NICs are shaped with, the one the pacer's stamps allow for
+    assert f"burst {shaping.BURST_BYTES} " in shaping.host_htb_batch(["h1-p0"], 10, 100, 4096)
     em.dataplane_info = {"mode": "ebpf"}  # the switches mark ECN
     assert em.agent_settings("h1")["ecn_fabric"] is True
     unshaped = Emulation(FABRIC, tmp_path, shape_links=False)
     assert unshaped.agent_settings("h0") | {"paths": None} == \
-        {"paths": None, "ecn_fabric": False, "nic_pacing": False, "control_priority": 0}
+        {"paths": None, "ecn_fabric": False, "nic_pacing": False, "nic_burst_bytes": 0,
+         "control_priority": 0}

@@ -6,6 +6,7 @@ from endpoints.protocol import wire
 from endpoints.protocol.config import TransportConfig
 from endpoints.protocol.evset import EvInfo
 from endpoints.protocol.nicpacer import DEPTH_FRAMES, NicPacer
+from endpoints.protocol.receiver import MrcReceiver
 from endpoints.protocol.sender import MrcSender
 
 RATE = 10e6
@@ -75,6 +76,58 @@ def test_frames_are_stamped_with_their_departure_where_the_pacer_says_so():
     assert stamping.charge(0, FRAME, 10.0) == 10.0
 
 
+def _token_bucket_departures(handed: list[tuple[float, int]], burst: int) -> list[float]:
+    """When Linux HTB (rate RATE, `burst` bytes of credit) sends frames handed over at
+    (time, bytes), in order: a frame leaves once the tokens are not negative, its bytes are
+    then taken (so they may go below zero), and an idle bucket fills up to `burst`."""
+    tokens, last, free, out = float(burst), 0.0, 0.0, []
+    for t, size in handed:
+        t = max(t, free)
+        tokens = min(burst, tokens + (t - last) * RATE / 8)
+        if tokens < 0:  # wait for the credit
+            t += -tokens * 8 / RATE
+            tokens = 0.0
+        out.append(t)
+        tokens -= size
+        last = free = t
+    return out
+
+
+def _handed_in_batches(pacer: NicPacer, rounds: int) -> tuple[list[tuple[float, int]], list[float]]:
+    """Frames handed to one port as a batching sender does (the port filled to its depth each
+    wake-up, the wake-ups a little late, now and then the port left idle); with their stamps."""
+    handed, stamps, now = [], [], 0.0
+    for i in range(rounds):
+        while pacer.ready(0, now):
+            handed.append((now, FRAME))
+            stamps.append(pacer.charge(0, FRAME, now))
+        now = pacer.next_ready(now) + (0.0004 if i % 3 else 5 * FRAME_S)  # late, or idle
+    return handed, stamps
+
+
+def test_a_batched_frame_is_never_stamped_after_the_host_qdisc_sends_it():
+    # The agents' host NICs: HTB with a burst of a few frames. A stamp later than the frame's
+    # real departure echoes back from the sender's future and its RTT sample is lost.
+    burst = 4 * FRAME + FRAME // 3
+    honest = NicPacer(1, RATE, FRAME, depth=DEPTH_FRAMES + 1, refill=1, stamp_departure=True,
+                      burst_bytes=burst)
+    handed, stamps = _handed_in_batches(honest, 40)
+    real = _token_bucket_departures(handed, burst)
+    assert all(h <= s <= r + 1e-9 for (h, _), s, r in zip(handed, stamps, real, strict=True))
+    # Smaller credit, stamps nearer the real departures: never more than the burst early.
+    tight = NicPacer(1, RATE, FRAME, depth=DEPTH_FRAMES + 1, refill=1, stamp_departure=True,
+                     burst_bytes=FRAME // 4)
+    handed, stamps = _handed_in_batches(tight, 40)
+    real = _token_bucket_departures(handed, FRAME // 4)
+    assert all(-1e-9 <= r - s <= FRAME // 4 * 8 / RATE + 1e-9 for s, r in zip(stamps, real, strict=True))
+    assert max(s - h for (h, _), s in zip(handed, stamps, strict=True)) > FRAME_S  # still stamped
+    # The model alone (no burst allowed for) stamps frames that have already left.
+    naive = NicPacer(1, RATE, FRAME, depth=DEPTH_FRAMES + 1, refill=1, stamp_departure=True)
+    handed, stamps = _handed_in_batches(naive, 40)
+    real = _token_bucket_departures(handed, burst)
+    assert sum(s > r + 1e-9 for s, r in zip(stamps, real, strict=True)) > len(stamps) // 4
+
+
 def test_a_sender_on_a_stamping_pacer_measures_no_host_queue():
     pacer = NicPacer(1, RATE, FRAME, depth=DEPTH_FRAMES + 3, refill=3, stamp_departure=True)
     evs = [EvInfo(1 << 16 | 0xC000 + i, 0) for i in range(2)]
@@ -119,3 +172,27 @@ def test_a_lazily_woken_sender_fills_each_port_with_two_frames_and_no_deeper_que
         wait = following
     # A wake-up for another reason in between still fills a port that is ready.
     assert snd.poll(wait - 0.8 * FRAME_S) != []
+
+
+def test_an_echo_from_the_senders_future_is_counted_and_teaches_nscc_nothing():
+    # What a stamp later than the real departure does (the agents' batching measured
+    # 2026-12-03): the SACK comes back before the instant its echo names.
+    pacer = NicPacer(1, RATE, FRAME, depth=DEPTH_FRAMES + 3, refill=3, stamp_departure=True)
+    evs = [EvInfo(1 << 16 | 0xC000 + i, 0) for i in range(2)]
+    snd = MrcSender(1, 2, evs, TransportConfig(), 1, pacer=pacer)
+    rcv = MrcReceiver(2, 1, evs, TransportConfig(), 1)
+    snd.send_message(bytes(1 << 20), 0.0)
+    sent = snd.poll(0.0)
+    last_stamp = max(p.sent for p in snd.outstanding.values())
+    early = last_stamp / 2  # everything arrived and was acknowledged by then
+    for ev, payload in sent:
+        rcv.on_datagram(payload, ev, early)
+    sacks = [(ev, p) for ev, p in rcv.poll(early) if p[0] == wire.OP_SACK]
+    assert sacks
+    cwnd = snd.cc.cwnd
+    for ev, payload in sacks:
+        snd.on_datagram(payload, ev, early)
+    # one SACK for the batch, echoing the last frame's stamp: later than `early`
+    assert [wire.decode(p).echo_ts > wire.ts_us(early) for _, p in sacks] == [True]
+    assert snd.stats["rtt_unusable"] == 1 and snd.cc.rtt.samples == 0
+    assert snd.cc.cwnd == cwnd  # no sample, no increase

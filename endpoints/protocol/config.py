@@ -61,8 +61,10 @@ class TransportConfig:
     # A packet a SACK reported missing, with later packets on other EVs acknowledged, and older
     # than srtt + 4 rttvar + reorder_slack is presumed lost until the loss timers judge it: it
     # no longer holds a place in the window and its EV is skipped, so that the live paths carry
-    # on while a dead one's packets wait out `queue_delay_bound` (Fig. 9d; recovery.py).
-    presume_dark: bool = False  # a missing packet past its probe timeout leaves the window (opt-in)
+    # on while a dead one's packets wait out `queue_delay_bound` (Fig. 9d; recovery.py). Only
+    # where the switches mark and trim (`for_fabric`): on a drop-tail fabric a missing packet
+    # is more likely congestion's, and presuming it would send more into the queue that dropped it.
+    presume_dark: bool = True  # a missing packet past its probe timeout leaves the window
     # Probing of ASSUMED_BAD EVs
     probe_interval: float = 0.005  # s between probes of each bad EV
     probes_to_resurrect: int = 3  # consecutive successes that bring an EV back
@@ -73,7 +75,7 @@ class TransportConfig:
     # pair alike) went silent, and take the way their packet came when all have: the rotation
     # alone kept sending SACKs into reverse paths that died with their forward ones for as long
     # as two probe rounds took to notice (Fig. 9d; receiver.py).
-    sack_on_arrival_path: bool = False  # SACKs avoid reverse EVs whose forward twin went silent (opt-in)
+    sack_on_arrival_path: bool = True  # SACKs avoid reverse EVs whose forward twin went silent
     # NIC-port status (endpoints/protocol/portstatus.py): a host stops using the planes whose
     # port is down, its own (the agent learns them from the kernel) and its peer's (the down
     # mask its SACKs, NACKs and probes carry).
@@ -190,14 +192,17 @@ class TransportConfig:
     def for_fabric(self, link_mbps: float, planes: int, ecn: bool = True,
                    keep: Iterable[str] = ()) -> TransportConfig:
         """This config with what follows from the fabric: the RTT target floor, the window's
-        ceiling, the loss timers' floor, the SACK timer, whether the switches mark; parameters
-        named in `keep` (set explicitly for the run) are left as they are.
+        ceiling, the loss timers' floor, the SACK timer, whether the switches mark (and so
+        whether a missing packet may be presumed a dead path's); parameters named in `keep`
+        (set explicitly for the run) are left as they are.
 
         >>> c = TransportConfig().for_fabric(10.0, 2)
         >>> round(c.target_delay_min, 4), c.max_cwnd_pkts, round(c.queue_delay_bound, 4)
         (0.0202, 18.0, 0.0707)
-        >>> round(c.sack_delay, 4), c.ecn_fabric
-        (0.005, True)
+        >>> round(c.sack_delay, 4), c.ecn_fabric, c.presume_dark
+        (0.005, True, True)
+        >>> TransportConfig().for_fabric(10.0, 2, ecn=False).presume_dark
+        False
         """
         frame = self.frame_time(link_mbps)
         derived: dict[str, Any] = {
@@ -206,6 +211,7 @@ class TransportConfig:
             "queue_delay_bound": (self.trim_queue_frames + self.target_queue_frames) * frame,
             "sack_delay": self.sack_delay_frames * frame,
             "ecn_fabric": ecn,
+            "presume_dark": self.presume_dark and ecn,
         }
         kept = set(keep)
         return replace(self, **{k: v for k, v in derived.items() if k not in kept})

@@ -36,7 +36,8 @@ def test_link_cut(tmp_path):
     assert before > 0.8 * LINE_RATE
     # One of 8 paths gone: its plane's other path takes its share, so nothing is lost.
     assert during > 0.9 * before and after > 0.9 * before
-    assert _number(r"GOOD -> ASSUMED_BAD, (\d+) ms after the cut", out) < 250
+    # benched from GOOD, or from SKIP once its overdue packets were presumed lost (presume_dark)
+    assert _number(r"(?:GOOD|SKIP) -> ASSUMED_BAD, (\d+) ms after the cut", out) < 250
     assert _number(r"ASSUMED_BAD -> GOOD, (\d+) ms after the restore", out) < 500
     assert "data ok: True" in out
     assert (tmp_path / "link_cut.png").read_bytes()[:4] == b"\x89PNG"

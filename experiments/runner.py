@@ -23,7 +23,7 @@ from typing import Any
 
 from experiments import outdir
 from experiments.analysis import calibration, capacity, fidelity, metrics
-from experiments.api.flows import ev_timeline
+from experiments.api.flows import AgentFlow, ev_timeline
 from experiments.api.testbed import Testbed, describe_switches
 from experiments.outdir import REPO, RESULTS
 from experiments.scenarios import schema
@@ -159,6 +159,7 @@ def execute(opts: Options, workdir: Path, say: Progress) -> tuple[Record, dict]:
                 # the QP number the agents trace (random per QP); a TCP flow's number otherwise
                 record.qps[label] = [[f.src, f.dst, getattr(f, "qpn", f.number), f.transport]
                                      for f in bed.flows[first:]]
+                record.echoes[label] = _echo_counts(bed.flows[first:])
                 say(f"{label}: {_brief(opts.scenario, record.transports[label])}")
         bed.check_alive()
         info = {"setup_seconds": round(em.setup_seconds, 2), "datapath": em.datapath,
@@ -183,6 +184,19 @@ def execute(opts: Options, workdir: Path, say: Progress) -> tuple[Record, dict]:
                                f"this run {capacity.describe(load)}")
     info["fidelity"] = fid
     return record, info
+
+
+def _echo_counts(flows: list) -> tuple[int, int]:
+    """(SACKs whose echo gave no RTT sample, SACKs) over the MRC and spray senders among
+    `flows` (their result, read once; a flow closed unread counts nothing)."""
+    unusable = sacks = 0
+    for f in flows:
+        if not isinstance(f, AgentFlow) or f.transport == "roce" or (f.closed and f.final is None):
+            continue
+        stats = f.result().detail.get("sender_stats", {})
+        unusable += int(stats.get("rtt_unusable", 0))
+        sacks += int(stats.get("sacks", 0))
+    return unusable, sacks
 
 
 def _when(record: Record, death: tuple[float, int]) -> dict:
@@ -295,6 +309,12 @@ def _fidelity(opts: Options, record: Record, cpu: fidelity.CpuSampler, datapath:
         short = fidelity.link_problem(transport, rate, opts.fabric.link_mbps)
         if short is not None:
             problems.append(short)
+        unusable, sacks = record.echoes.get(transport, (0, 0))
+        if sacks:
+            entry["sacks_echo_unusable"] = [unusable, sacks]  # of the MRC and spray senders'
+        blind = fidelity.echo_problem(transport, unusable, sacks)
+        if blind is not None:
+            problems.append(blind)
     wmem = int(Path("/proc/sys/net/core/wmem_default").read_text())
     if datapath == "user" and wmem < fidelity.OVS_SEND_BUFFER:  # the ovs backend raises it
         problems.append(f"net.core.wmem_default is {wmem}: OVS's packet socket drops frames silently "

@@ -66,6 +66,30 @@ def link_problem(transport: str, achieved: float | None, configured: float) -> s
             f"faithful run)")
 
 
+# Of the SACKs an MRC sender took, the share whose echoed timestamp it could not use (one from
+# its future, or ancient) past which its congestion control ran blind: NSCC acts only on an
+# acknowledgement with an RTT sample. A healthy run has none; the agents' former batched
+# refills, stamping frames later than the host qdisc sent them, lost 98% (docs/history.md).
+ECHO_UNUSABLE_CEILING = 0.01
+
+
+def echo_problem(transport: str, unusable: int, sacks: int) -> str | None:
+    """Why a run's RTT echoes make it not faithful (one line), or None: its senders could not
+    use more than ECHO_UNUSABLE_CEILING of their SACKs' echoed timestamps.
+
+    >>> print(echo_problem("mrc", 24800, 25408))  # doctest: +NORMALIZE_WHITESPACE
+    mrc: the senders could use no RTT sample from 24800 of 25408 SACKs (98%: their echoed
+    timestamps lay in the senders' future): the congestion control ran blind
+    >>> echo_problem("mrc", 0, 25408) is None, echo_problem("spray", 3, 0) is None
+    (True, True)
+    """
+    if sacks <= 0 or unusable <= ECHO_UNUSABLE_CEILING * sacks:
+        return None
+    return (f"{transport}: the senders could use no RTT sample from {unusable} of {sacks} SACKs "
+            f"({unusable / sacks:.0%}: their echoed timestamps lay in the senders' future): the "
+            f"congestion control ran blind")
+
+
 # The hypervisor's share of the VM's CPU (steal, /proc/stat) in one sampling window past which a
 # run is called disturbed: on a shared host the VM's cores stop for a while, its links' senders
 # with them, and a 250 ms window with this much stolen can hold a link a few percent under its

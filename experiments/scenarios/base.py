@@ -205,6 +205,8 @@ class Record:
     ev_traces: dict[str, tuple[str, int]] = field(default_factory=dict)  # label -> (host, qpn)
     link_rates: dict[str, float] = field(default_factory=dict)  # label -> Mbit/s achieved
     qps: dict[str, list[list]] = field(default_factory=dict)  # label -> [src, dst, qpn, transport]
+    # label -> (SACKs whose echo gave no RTT sample, SACKs) over its MRC and spray senders
+    echoes: dict[str, tuple[int, int]] = field(default_factory=dict)
     first_target: str | None = None  # the first transport's fault target (same_target)
 
     def keep_trace(self, label: str, flow: Flow) -> None:

@@ -206,3 +206,42 @@ def test_a_saturated_agents_process_is_not_faithful_though_the_machine_idles():
             (problem,) = fid["problems"]
             assert problem.startswith("mrc: the agents' process used 97.0% of a core") and \
                 "not the links, set the pace" in problem
+
+
+def test_senders_that_could_not_use_their_echoes_make_a_run_not_faithful():
+    """A run whose MRC senders got SACKs echoing timestamps from their future (the agents'
+    former batched refills: 608 RTT samples from about 25,000 SACKs) had a blind congestion
+    control, whatever its links and CPU said."""
+    opts = default_options("link-failure")
+    for unusable, faithful in ((24_800, False), (300, False), (200, True), (0, True)):
+        record = Record(windows={"mrc": (0.0, 10.0)}, link_rates={"mrc": 19.9},
+                        echoes={"mrc": (unusable, 25_000)})
+        fid = runner._fidelity(opts, record, _cpu(35.0), datapath="kernel")
+        assert fid["faithful"] is faithful, (unusable, fid["problems"])
+        assert fid["per_transport"]["mrc"]["sacks_echo_unusable"] == [unusable, 25_000]
+        if not faithful:
+            (why,) = fid["problems"]
+            assert why.startswith(f"mrc: the senders could use no RTT sample from {unusable} of 25000")
+    # No SACKs counted (RoCE, TCP, a run before the counter): nothing to judge.
+    assert fidelity.echo_problem("roce", 0, 0) is None
+
+
+class _Flow(runner.AgentFlow):
+    """An agent flow's result without an agent (its stats as the sender's `stats` reply)."""
+
+    def __init__(self, transport: str, stats: dict[str, int], closed_unread: bool = False) -> None:
+        self.transport, self.stats, self.closed = transport, stats, closed_unread
+        self.final = None
+
+    def result(self):  # type: ignore[override]
+        from types import SimpleNamespace
+
+        return SimpleNamespace(detail={"sender_stats": self.stats})
+
+
+def test_the_echo_counts_sum_the_mrc_and_spray_senders_of_a_transport():
+    flows = [_Flow("mrc", {"rtt_unusable": 5, "sacks": 100}),
+             _Flow("spray", {"rtt_unusable": 1, "sacks": 50}),
+             _Flow("roce", {"rtt_unusable": 9, "sacks": 9}),  # go-back-N has no such counter
+             _Flow("mrc", {"rtt_unusable": 7, "sacks": 7}, closed_unread=True), object()]
+    assert runner._echo_counts(flows) == (6, 150)

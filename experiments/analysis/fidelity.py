@@ -78,16 +78,16 @@ def echo_problem(transport: str, unusable: int, sacks: int) -> str | None:
     use more than ECHO_UNUSABLE_CEILING of their SACKs' echoed timestamps.
 
     >>> print(echo_problem("mrc", 24800, 25408))  # doctest: +NORMALIZE_WHITESPACE
-    mrc: the senders could use no RTT sample from 24800 of 25408 SACKs (98%: their echoed
-    timestamps lay in the senders' future): the congestion control ran blind
+    mrc: the senders could use no RTT sample from 24800 of 25408 SACKs (98%: echoed timestamps
+    from the senders' future, or ancient): the congestion control ran blind
     >>> echo_problem("mrc", 0, 25408) is None, echo_problem("spray", 3, 0) is None
     (True, True)
     """
     if sacks <= 0 or unusable <= ECHO_UNUSABLE_CEILING * sacks:
         return None
     return (f"{transport}: the senders could use no RTT sample from {unusable} of {sacks} SACKs "
-            f"({unusable / sacks:.0%}: their echoed timestamps lay in the senders' future): the "
-            f"congestion control ran blind")
+            f"({unusable / sacks:.0%}: echoed timestamps from the senders' future, or ancient): "
+            f"the congestion control ran blind")
 
 
 # The hypervisor's share of the VM's CPU (steal, /proc/stat) in one sampling window past which a

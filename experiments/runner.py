@@ -278,8 +278,11 @@ def _fidelity(opts: Options, record: Record, cpu: fidelity.CpuSampler, datapath:
             problems.append(f"{transport}: the agents' process used {agents}% of a core for 10% of "
                             f"the run (> {fidelity.AGENTS_BUSY_CEILING_PCT}%): the agents, not the "
                             f"links, set the pace")
+        parts = record.link_parts.get(transport, [])
         if rate is not None:
             entry["link_mbps_achieved"] = rate
+        if parts:
+            entry["link_mbps_parts"] = parts
         steal = cpu.steal(t0, t1)
         if steal is not None:
             entry.update({"cpu_steal_mean_pct": steal[0], "cpu_steal_max_pct": steal[1]})
@@ -306,7 +309,7 @@ def _fidelity(opts: Options, record: Record, cpu: fidelity.CpuSampler, datapath:
                 else "CPU idle"
             problems.append(f"{transport}: {what} was below {idle}% for 10% of the run "
                             f"(< {fidelity.CPU_IDLE_FLOOR_PCT}%)")
-        short = fidelity.link_problem(transport, rate, opts.fabric.link_mbps)
+        short = fidelity.link_problem(transport, rate, opts.fabric.link_mbps, parts)
         if short is not None:
             problems.append(short)
         unusable, sacks = record.echoes.get(transport, (0, 0))

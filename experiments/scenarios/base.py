@@ -204,6 +204,7 @@ class Record:
     timeline: list[dict] = field(default_factory=list)  # faults, relative to their label's start
     ev_traces: dict[str, tuple[str, int]] = field(default_factory=dict)  # label -> (host, qpn)
     link_rates: dict[str, float] = field(default_factory=dict)  # label -> Mbit/s achieved
+    link_parts: dict[str, list[float]] = field(default_factory=dict)  # the same, per part
     qps: dict[str, list[list]] = field(default_factory=dict)  # label -> [src, dst, qpn, transport]
     # label -> (SACKs whose echo gave no RTT sample, SACKs) over its MRC and spray senders
     echoes: dict[str, tuple[int, int]] = field(default_factory=dict)

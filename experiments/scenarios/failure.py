@@ -20,7 +20,7 @@ import time
 from collections.abc import Mapping
 from typing import Any, Final
 
-from experiments.analysis import metrics
+from experiments.analysis import fidelity, metrics
 from experiments.analysis.transports import BASELINE_PLANE, planes_used
 from experiments.api import traffic
 from experiments.api.flows import FlowResult, finish
@@ -61,6 +61,21 @@ SMALL = DEFAULT_FABRIC
 # `RATE_START_S` at the earliest: past the transport's ramp where the fault comes late enough
 # (a window from 0.3 s to a fault at 1.5 s counted MRC's ramp and read 84-88% of a full link).
 RATE_START_S, RATE_WINDOW_S = 0.3, 1.0
+
+
+def _sent_bytes(bed: Testbed, switch: str, port: int, start: float, end: float) -> list[tuple[float, int]]:
+    """(monotonic s, tx bytes) of `switch`'s `port` at LINK_RATE_PARTS + 1 even instants from
+    `start` to `end`, each stamped when its read returned (the fidelity check's window)."""
+    seen = []
+    for k in range(fidelity.LINK_RATE_PARTS + 1):
+        sleep_until(start + (end - start) * k / fidelity.LINK_RATE_PARTS)
+        counters = whole(bed.em).port_counters(switch)
+        seen.append((time.monotonic(), counters.get(port, {}).get("tx_bytes", 0)))
+    return seen
+
+
+def _mbps(a: tuple[float, int], b: tuple[float, int]) -> float:
+    return round((b[1] - a[1]) * 8 / (b[0] - a[0]) / 1e6, 2) if b[0] > a[0] else 0.0
 
 
 # The headline and checked figures' keys: their one spelling, which every reader imports.
@@ -215,14 +230,13 @@ class Failure(Kind):
         dst_port = fabric.host(dst).nics[BASELINE_PLANE].leaf_port
         t0 = time.monotonic()
         flow.start(opts.duration)
-        sleep_until(t0 + max(RATE_START_S, fault_at - 0.1 - RATE_WINDOW_S))
+        start = t0 + max(RATE_START_S, fault_at - 0.1 - RATE_WINDOW_S)
+        sleep_until(start)
         before = whole(bed.em).port_counters(leaf)
-        rx_before, rx_t = whole(bed.em).port_counters(dst_leaf), time.monotonic()
-        sleep_until(t0 + fault_at - 0.1)
+        sent = _sent_bytes(bed, dst_leaf, dst_port, start, t0 + fault_at - 0.1)
         after = whole(bed.em).port_counters(leaf)
-        rx_after, rx_dt = whole(bed.em).port_counters(dst_leaf), time.monotonic() - rx_t
-        tx = rx_after.get(dst_port, {}).get("tx_bytes", 0) - rx_before.get(dst_port, {}).get("tx_bytes", 0)
-        record.link_rates[label] = round(tx * 8 / rx_dt / 1e6, 2) if rx_dt > 0 else 0.0
+        record.link_rates[label] = _mbps(sent[0], sent[-1])
+        record.link_parts[label] = [_mbps(a, b) for a, b in zip(sent, sent[1:], strict=False)]
         uplink_counts: dict[str, int] = {}
         link = opts.link or record.first_target
         if link is None and opts.scenario.name in PORT_SCENARIOS:

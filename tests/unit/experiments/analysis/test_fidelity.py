@@ -245,3 +245,19 @@ def test_the_echo_counts_sum_the_mrc_and_spray_senders_of_a_transport():
              _Flow("roce", {"rtt_unusable": 9, "sacks": 9}),  # go-back-N has no such counter
              _Flow("mrc", {"rtt_unusable": 7, "sacks": 7}, closed_unread=True), object()]
     assert runner._echo_counts(flows) == (6, 150)
+
+
+def test_one_stall_in_the_window_is_not_a_link_held_below_its_rate():
+    """The window's parts: one part emptied by a stall of the agents' loop leaves the verdict
+    faithful (the rehearsal's 18.97 of 20 Mbit/s); a link short in most parts does not."""
+    opts = default_options("link-failure")
+    stall = [19.9, 19.9, 14.8, 19.9, 19.9]
+    record = Record(windows={"mrc": (0.0, 10.0)}, link_rates={"mrc": 18.97}, link_parts={"mrc": stall})
+    fid = runner._fidelity(opts, record, _cpu(35.0), datapath="kernel")
+    assert fid["faithful"] is True and fid["per_transport"]["mrc"]["link_mbps_parts"] == stall
+    for short in ([18.9, 18.8, 18.9, 18.7, 19.9], [14.8, 19.9, 15.0, 19.9, 16.0]):
+        record = Record(windows={"mrc": (0.0, 10.0)}, link_rates={"mrc": 18.6}, link_parts={"mrc": short})
+        fid = runner._fidelity(opts, record, _cpu(35.0), datapath="kernel")
+        (problem,) = fid["problems"]
+        assert problem.endswith(f"faithful run; {sorted(short)[2]:g} in most of it)")
+    assert fidelity.link_problem("mrc", 18.97, 20.0) is not None  # without parts: the window's rate

@@ -31,6 +31,7 @@ import shutil
 import signal
 import stat
 import subprocess
+import time
 from pathlib import Path
 
 from topologies import files
@@ -107,32 +108,58 @@ def _ancestors() -> set[int]:
 
 
 def marked_processes() -> dict[int, str]:
-    """pid -> run id of every process carrying `MARKER`, except this one and its ancestors."""
+    """pid -> run id of every process carrying `MARKER` in its environment, or as an argument
+    (`env MRCLAB_RUN=<id> ...` run by sudo over ssh: the sudo parent of a split fabric's router
+    shell on its server), except this one and its ancestors. A zombie has neither."""
     skip, key, out = _ancestors(), MARKER.encode() + b"=", {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit() or int(entry) in skip:
             continue
-        try:
-            env = Path(f"/proc/{entry}/environ").read_bytes()
-        except OSError:
-            continue
-        for item in env.split(b"\0"):
-            if item.startswith(key):
-                out[int(entry)] = item[len(key):].decode(errors="replace")
+        for part in ("environ", "cmdline"):
+            try:
+                items = Path(f"/proc/{entry}/{part}").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            found = next((item[len(key):] for item in items if item.startswith(key)), None)
+            if found is not None:
+                out[int(entry)] = found.decode(errors="replace")
                 break
     return out
 
 
-def kill_marked(spare: str | None = None) -> int:
-    """SIGKILL every marked process (but those of run `spare`); returns how many."""
-    killed = 0
-    for pid, rid in marked_processes().items():
-        if spare is not None and rid == spare:
-            continue
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
-            killed += 1
-    return killed
+# A killed process is gone (or a zombie) within milliseconds on a quiet machine; on a loaded one
+# its parent (sudo, sshd) may take longer. `mrclab clean` and a teardown return only once it has.
+KILL_WAIT_S = 5.0
+
+
+def kill_marked(spare: str | None = None, only: str | None = None, grace: float = 0.0) -> int:
+    """SIGKILL every marked process (but those of run `spare`; with `only`, those of that run
+    alone), after `grace` seconds for them to end on their own, and wait (at most KILL_WAIT_S)
+    until none is left, as a parent that outlives its killed child is killed in turn; returns how
+    many were killed."""
+    def targets() -> list[int]:
+        return [pid for pid, rid in marked_processes().items()
+                if rid != spare and (only is None or rid == only)]
+
+    deadline = time.monotonic() + grace
+    while targets() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    killed: set[int] = set()
+    deadline = time.monotonic() + KILL_WAIT_S
+    while (left := targets()) and time.monotonic() < deadline:
+        for pid in left:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+                killed.add(pid)
+        time.sleep(0.02)
+    return len(killed)
+
+
+def run_marker() -> list[str]:
+    """`MARKER=<id>` of the run this process belongs to, as a word for `env` in a command run
+    elsewhere (a server's shell over ssh, whose environment ssh does not carry); [] outside one."""
+    run_id = os.environ.get(MARKER)
+    return [f"{MARKER}={run_id}"] if run_id else []
 
 
 # ----- the other kinds --------------------------------------------------------------------------

@@ -42,7 +42,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from topologies import netns, placement, servers
+from topologies import cleanup, netns, placement, servers
 from topologies.cluster_nodes import classes
 from topologies.dataplane.ports import PortSpec
 from topologies.emulation import Emulation, existing_link_class
@@ -60,6 +60,11 @@ from topologies.switches.linux import LinuxBackend
 TUNNEL_OVERHEAD = 50
 SSH_FAILED = 255  # ssh's exit status for its own errors (the remote command's otherwise)
 PARALLEL_SSH = 8  # ssh sessions at once for per-router batches (see docs/cluster.md on MaxSessions)
+# What a teardown gives the run's processes on a server to end with their ssh sessions before
+# it kills them (the control plane had this long before; cleanup.KILL_WAIT_S bounds the rest).
+END_GRACE_S = 5.0
+
+
 class SplitLinuxBackend(LinuxBackend):
     """The kernel routers of the planes placed on other servers, as remote nodes."""
 
@@ -100,7 +105,8 @@ class SplitLinuxBackend(LinuxBackend):
     def start_controller(self, server: str) -> None:
         """The control plane on `server` (its config already there), over a session of its own."""
         folder = self.folders[server]
-        command = (f"cd {shlex.quote(str(CHECKOUT))} && exec {shlex.quote(sys.executable)} -m "
+        command = (f"cd {shlex.quote(str(CHECKOUT))} && exec {shlex.join(['env', *cleanup.run_marker()])} "
+                   f"{shlex.quote(sys.executable)} -m "
                    f"controller.run --backend linux --config {shlex.quote(str(folder / 'controller.json'))} "
                    f"> {shlex.quote(str(folder / 'controller.log'))} 2>&1")
         # A terminal: when the head's ssh goes (a teardown, or the head killed), the
@@ -229,18 +235,22 @@ class SplitLinuxBackend(LinuxBackend):
                 proc.wait(timeout=5)
             except subprocess.TimeoutExpired:
                 proc.kill()
+        run_id = os.environ.get(cleanup.MARKER)
         for server in self.servers:
             folder = shlex.quote(str(self.folders[server]))
-            # The control plane exits when its parent goes; the folder after it.
-            # "[c]": the pattern must not match this very command line.
-            config = shlex.quote(f"[c]ontroller.run .*{self.folders[server] / 'controller.json'}")
-            server_run(self.server_ips[server], f"for i in $(seq 50); do pgrep -f {config} >/dev/null"
-                       f" || break; sleep 0.1; done; {servers.unmount_pins(folder)}; rm -rf {folder}",
+            # The control plane and the router shells end when their ssh sessions go (SIGHUP,
+            # which a loaded server may deliver late): given a grace, what is left of the run
+            # there is killed, and only then its folder goes.
+            code = f"from topologies import cleanup; cleanup.kill_marked(only={run_id!r},grace={END_GRACE_S})"
+            end = (f"cd {shlex.quote(str(CHECKOUT))} && {shlex.quote(sys.executable)} -c "
+                   f"{shlex.quote(code)}; " if run_id else "")
+            server_run(self.server_ips[server], f"{end}{servers.unmount_pins(folder)}; rm -rf {folder}",
                        timeout=30)
 
     def remote_cpu_commands(self) -> dict[str, list[str]]:
         # A terminal: the loop over there ends with the head's ssh (SIGHUP), as the controller.
-        loop = f"while :; do head -1 /proc/stat; sleep {REMOTE_CPU_INTERVAL_S}; done"
+        loop = (f"{shlex.join(['export', *cleanup.run_marker()])}; " if cleanup.run_marker() else "") + \
+            f"while :; do head -1 /proc/stat; sleep {REMOTE_CPU_INTERVAL_S}; done"
         return {server: ssh_command(self.server_ips[server], loop, tty=True) for server in self.servers}
 
     def info(self) -> dict[str, Any]:

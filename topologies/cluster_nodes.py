@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from topologies import cleanup
 from topologies.model import LINK_MTU
 from topologies.preflight import EmulationError
 from topologies.servers import ssh_options
@@ -28,6 +29,9 @@ def classes() -> tuple[type, type]:
 
         def __init__(self, name: str, **kwargs: Any) -> None:
             self.sshbase = [*RemoteMixin.sshbase, *ssh_options()]
+            # The run's marker as an argument: the shell does not inherit it over ssh, and
+            # `mrclab clean` on its server finds the shell (and its sudo parent) by it.
+            self.shell_env = tuple(cleanup.run_marker())
             super().__init__(name, **kwargs)
 
         def startShell(self, mnopts: str | None = None) -> None:  # noqa: N802 - Mininet's

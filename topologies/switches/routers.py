@@ -69,12 +69,14 @@ class KernelRouter(Switch):
     """A Linux router in its own namespace. Its shell starts without waiting for the prompt;
     `finish_shell()` waits (call it once every router's shell is starting)."""
 
+    shell_env: tuple[str, ...] = ()  # NAME=value words its shell starts with (`env`)
+
     def startShell(self, mnopts: str | None = None) -> None:  # noqa: N802 - Mininet's name
         if getattr(self, "shell", None):
             return
         opts = ("-cd" if mnopts is None else mnopts) + ("n" if self.inNamespace else "")
-        cmd = ["mnexec", opts, "env", "PS1=" + chr(127), "bash", "--norc", "--noediting", "-is",
-               "mininet:" + self.name]
+        cmd = ["mnexec", opts, "env", *self.shell_env, "PS1=" + chr(127), "bash", "--norc",
+               "--noediting", "-is", "mininet:" + self.name]
         self.master, self.slave = pty.openpty()
         self.shell = self._popen(cmd, stdin=self.slave, stdout=self.slave, stderr=self.slave,
                                  close_fds=False)

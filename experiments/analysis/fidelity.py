@@ -52,6 +52,19 @@ FILLS_ITS_LINK = frozenset({"mrc", "spray", "tcp", "mptcp"})  # offer more than 
 # rate is short in most of them. So the verdict reads the better of the window's rate and its
 # parts' median, which an odd count makes one measured part.
 LINK_RATE_PARTS = 5
+# A part shorter than this holds too few frames for its rate to mean anything (at 10 Mbit/s,
+# 0.15 s is about 45 full frames): a shorter window is read whole, with no parts.
+LINK_PART_MIN_S = 0.15
+
+
+def rate_parts(window_s: float) -> int:
+    """How many parts a link-rate window of `window_s` seconds is read in: LINK_RATE_PARTS, or
+    1 (the window whole) when its parts would be shorter than LINK_PART_MIN_S.
+
+    >>> rate_parts(1.0), rate_parts(0.5)
+    (5, 1)
+    """
+    return LINK_RATE_PARTS if window_s >= LINK_RATE_PARTS * LINK_PART_MIN_S else 1
 
 
 def steady_rate(parts: Sequence[float]) -> float | None:

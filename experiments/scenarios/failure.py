@@ -64,11 +64,11 @@ RATE_START_S, RATE_WINDOW_S = 0.3, 1.0
 
 
 def _sent_bytes(bed: Testbed, switch: str, port: int, start: float, end: float) -> list[tuple[float, int]]:
-    """(monotonic s, tx bytes) of `switch`'s `port` at LINK_RATE_PARTS + 1 even instants from
-    `start` to `end`, each stamped when its read returned (the fidelity check's window)."""
-    seen = []
-    for k in range(fidelity.LINK_RATE_PARTS + 1):
-        sleep_until(start + (end - start) * k / fidelity.LINK_RATE_PARTS)
+    """(monotonic s, tx bytes) of `switch`'s `port` at `fidelity.rate_parts` + 1 even instants
+    from `start` to `end`, each stamped when its read returned (the fidelity check's window)."""
+    seen, parts = [], fidelity.rate_parts(end - start)
+    for k in range(parts + 1):
+        sleep_until(start + (end - start) * k / parts)
         counters = whole(bed.em).port_counters(switch)
         seen.append((time.monotonic(), counters.get(port, {}).get("tx_bytes", 0)))
     return seen
@@ -236,7 +236,8 @@ class Failure(Kind):
         sent = _sent_bytes(bed, dst_leaf, dst_port, start, t0 + fault_at - 0.1)
         after = whole(bed.em).port_counters(leaf)
         record.link_rates[label] = _mbps(sent[0], sent[-1])
-        record.link_parts[label] = [_mbps(a, b) for a, b in zip(sent, sent[1:], strict=False)]
+        if len(sent) > 2:
+            record.link_parts[label] = [_mbps(a, b) for a, b in zip(sent, sent[1:], strict=False)]
         uplink_counts: dict[str, int] = {}
         link = opts.link or record.first_target
         if link is None and opts.scenario.name in PORT_SCENARIOS:

@@ -49,7 +49,7 @@ from topologies.emulation import Emulation, existing_link_class
 from topologies.model import LINK_MTU, Fabric
 from topologies.preflight import EmulationError, PreflightError
 from topologies.remote_dataplane import RemoteDataPlane
-from topologies.runctx import RunContext
+from topologies.runctx import RunContext, run_id
 from topologies.servers import CHECKOUT, check_servers, server_run, ssh_command
 from topologies.switches.base import NOTIFY_FILE, REMOTE_CPU_INTERVAL_S, STATUS_FILE
 from topologies.switches.linux import LinuxBackend
@@ -235,21 +235,22 @@ class SplitLinuxBackend(LinuxBackend):
                 proc.wait(timeout=5)
             except subprocess.TimeoutExpired:
                 proc.kill()
-        run_id = os.environ.get(cleanup.MARKER)
+        # The control plane and the router shells end when their ssh sessions go (SIGHUP, which
+        # a loaded server may deliver late): given a grace, what is left of the run there is
+        # killed, and only then its folder goes.
+        held = run_id()
+        code = f"from topologies import cleanup; cleanup.kill_marked(only={held!r}, grace={END_GRACE_S})"
+        end = f"cd {shlex.quote(str(CHECKOUT))} && {shlex.quote(sys.executable)} -c {shlex.quote(code)}; " \
+            if held else ""
         for server in self.servers:
             folder = shlex.quote(str(self.folders[server]))
-            # The control plane and the router shells end when their ssh sessions go (SIGHUP,
-            # which a loaded server may deliver late): given a grace, what is left of the run
-            # there is killed, and only then its folder goes.
-            code = f"from topologies import cleanup; cleanup.kill_marked(only={run_id!r},grace={END_GRACE_S})"
-            end = (f"cd {shlex.quote(str(CHECKOUT))} && {shlex.quote(sys.executable)} -c "
-                   f"{shlex.quote(code)}; " if run_id else "")
             server_run(self.server_ips[server], f"{end}{servers.unmount_pins(folder)}; rm -rf {folder}",
                        timeout=30)
 
     def remote_cpu_commands(self) -> dict[str, list[str]]:
         # A terminal: the loop over there ends with the head's ssh (SIGHUP), as the controller.
-        loop = (f"{shlex.join(['export', *cleanup.run_marker()])}; " if cleanup.run_marker() else "") + \
+        marker = cleanup.run_marker()
+        loop = (f"{shlex.join(['export', *marker])}; " if marker else "") + \
             f"while :; do head -1 /proc/stat; sleep {REMOTE_CPU_INTERVAL_S}; done"
         return {server: ssh_command(self.server_ips[server], loop, tty=True) for server in self.servers}
 

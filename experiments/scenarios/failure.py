@@ -16,6 +16,7 @@ Figures: recovery and stall times, goodput before, during and after the fault.
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Mapping
 from typing import Any, Final
@@ -237,7 +238,7 @@ class Failure(Kind):
         after = whole(bed.em).port_counters(leaf)
         record.link_rates[label] = _mbps(sent[0], sent[-1])
         if len(sent) > 2:
-            record.link_parts[label] = [_mbps(a, b) for a, b in zip(sent, sent[1:], strict=False)]
+            record.link_parts[label] = [_mbps(a, b) for a, b in itertools.pairwise(sent)]
         uplink_counts: dict[str, int] = {}
         link = opts.link or record.first_target
         if link is None and opts.scenario.name in PORT_SCENARIOS:

@@ -11,7 +11,6 @@ setup(
         "os-ken>=4.0",  # Ryu's maintained fork: Ryu 4.34 no longer starts on Python 3.11
         "pyroute2>=0.9",
         "matplotlib>=3.7",
-        "cython>=3.0",  # compiles the agents' modules unchanged (endpoints/native.py)
     ],
     # pexpect: the CLI's test drives it through a pseudo-terminal, as Mininet's own tests do
     extras_require={"test": ["pytest>=7", "hypothesis>=6", "ruff>=0.5", "mypy>=1.10", "pexpect>=4.8"]},

@@ -55,16 +55,6 @@ for pkg in clang llvm libbpf-dev bpftool; do
     || echo "setup: warning: $pkg is not installable here"
 done
 .venv/bin/python -m topologies.dataplane build || echo "setup: warning: data plane build step failed: plain HTB queues"
-# The agents' modules compiled by Cython (endpoints/native.py): a fifth less CPU per packet.
-# Rebuilt only where a source changed; without a compiler or Python's headers the agents run as
-# Python (said here, recorded in every result's `software.agents`).
-if ! dpkg-query -W -f='${Status}' python3-dev 2>/dev/null | grep -q "install ok installed"; then
-  echo "setup: installing python3-dev (compiled agents)"
-  [ -n "${dp_updated:-}" ] || { apt-get update -qq || true; dp_updated=1; }
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends python3-dev >/dev/null \
-    || echo "setup: warning: python3-dev is not installable here"
-fi
-.venv/bin/python -m endpoints.native build
 # The data-plane benchmark's load generator (experiments/tools/dataplane_bench.py), with the
 # same clang.
 if [ ! -x build/mrcblast ] || [ experiments/tools/mrcblast.c -nt build/mrcblast ]; then

@@ -17,7 +17,6 @@ import time
 from dataclasses import replace
 from typing import Any
 
-from endpoints import native
 from endpoints.host.control import ControlError
 from endpoints.host.dataloop import DataLoop, Qp
 from endpoints.host.goodput import BIN_S
@@ -58,8 +57,7 @@ class AgentCommands:
         if self.loop.trace is not None:
             self.loop.trace.flush()  # whoever asks may read the trace next (live EV-state plots)
         if cmd == "ping":
-            return {"host": self.name, "pid": os.getpid(), "replaced": self.provenance,
-                    "native": native.loaded()}
+            return {"host": self.name, "pid": os.getpid(), "replaced": self.provenance}
         if cmd == "open":
             return self._open(req, now)
         if cmd == "stream":

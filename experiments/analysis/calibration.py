@@ -6,8 +6,7 @@ rates (lower ones until two are faithful), the whole machine's CPU (switch proce
 against the data packets delivered, and the same fabric with no data moving (what the agents'
 idle loops, timers, probes and queue sampling cost: it grows with the host NIC ports, not the
 packets; capacity.cost_points). Each is cached in `results/calibration-BACKEND.json` with what it
-was measured on (`fingerprint`): the CPU model, the core count, the kernel, the backend, whether
-the agents run compiled (endpoints/native.py), a hash
+was measured on (`fingerprint`): the CPU model, the core count, the kernel, the backend, a hash
 of the code that sets the per-packet cost and the calibration's form; a cache whose fingerprint
 no longer matches is stale and is measured again by the next `make setup`. Where there is none,
 capacity falls back to the committed cost reference (kernel routers) or per-core figures
@@ -34,7 +33,6 @@ import time
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from endpoints import native
 from experiments.outdir import REPO, RESULTS
 from topologies import files
 
@@ -84,7 +82,7 @@ FORM = 3
 
 def fingerprint(backend: str) -> dict[str, Any]:
     return {"cpu": _cpu_model(), "cores": os.cpu_count() or 1, "kernel": platform.release(),
-            "backend": backend, "code": code_hash(), "form": FORM, "agents": native.describe()}
+            "backend": backend, "code": code_hash(), "form": FORM}
 
 
 def load(backend: str, path: Path | None = None) -> dict[str, Any] | None:

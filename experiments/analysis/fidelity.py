@@ -26,7 +26,6 @@ from collections.abc import Callable, Sequence
 from importlib import metadata
 from pathlib import Path
 
-from endpoints import native
 from experiments.analysis import calibration, metrics
 from topologies import cleanup, netns
 from topologies.emulation import Emulation
@@ -380,7 +379,7 @@ def software_versions() -> dict[str, str]:
         mn = "absent"
     return {"python": sys.version.split()[0], "kernel": platform.release(),
             "os_ken": pkg("os-ken"), "pyroute2": pkg("pyroute2"), "matplotlib": pkg("matplotlib"),
-            "mininet": mn, "ovs": cmd(["ovs-vswitchd", "--version"]), "agents": native.describe()}
+            "mininet": mn, "ovs": cmd(["ovs-vswitchd", "--version"])}
 
 
 def dataplane_totals(em: Emulation) -> dict[str, int]:

@@ -21,12 +21,12 @@ import json
 import secrets
 import shutil
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from endpoints import native
 from endpoints.host import overrides
 from endpoints.host.control import AgentClient
 from endpoints.protocol import wire
@@ -90,7 +90,9 @@ def start_agents(em: Emulator, hosts: Iterable[str], workdir: Path, seed: int,
     log_of = {}
     for group in groups:
         log_path = workdir / ("agents.log" if processes == "shared" else f"agent-{group[0]}.log")
-        argv = native.agent_argv([arg for host in group for arg in ("--config", str(configs[host]))])
+        argv = [sys.executable, "-m", "endpoints.host.agent"]
+        for host in group:
+            argv += ["--config", str(configs[host])]
         with open(log_path, "w") as log:
             proc = em.popen(group[0], argv, stdout=log, stderr=log, cwd=str(REPO))
         for host in group:

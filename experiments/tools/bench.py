@@ -35,7 +35,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from endpoints import native
 from endpoints.host.control import AgentClient
 from experiments.analysis import fidelity
 from experiments.api.testbed import wait_for_agents
@@ -225,7 +224,7 @@ def agents(net: BenchNet, workdir: Path, seed: int, transport: dict, raw_send: b
                 profiles[host] = workdir / f"{tag}.prof"
                 argv = [sys.executable, "-c", _PROFILED_AGENT, str(config), str(profiles[host])]
             else:
-                argv = native.agent_argv(["--config", str(config)])
+                argv = [sys.executable, "-m", "endpoints.host.agent", "--config", str(config)]
             procs[host] = net.popen(host, argv, workdir / f"{tag}.log")
             clients[host] = AgentClient(str(settings["control"]))
         wait_for_agents(clients, lambda host: workdir / f"{host}-{kind}.log", BenchError)

@@ -267,8 +267,9 @@ class Emulation(SwitchPorts):
         if self.shape_links:
             self._switch_data_plane()
         t0 = time.monotonic()
-        self.encap = host_encap.HostEncap()
-        self.encap.fill(host_encap.path_entries(self.fabric))
+        entries = list(host_encap.path_entries(self.fabric))
+        self.encap = host_encap.HostEncap(len(entries))
+        self.encap.fill(entries)
         self.timings["encap_map_s"] = time.monotonic() - t0
         mbps = self.fabric.params.link_mbps
         mtu = self.transport.mtu_payload

@@ -55,8 +55,9 @@ class BenchNet:
         for name in self.ns.values():
             subprocess.run(["ip", "netns", "add", name], check=True, capture_output=True)
             self.created.append(name)
-        self.encap = HostEncap()
-        self.encap.fill(path_entries(self.fabric))
+        entries = list(path_entries(self.fabric))
+        self.encap = HostEncap(len(entries))
+        self.encap.fill(entries)
         snd, rcv = self.fabric.host(SENDER), self.fabric.host(RECEIVER)
         links = [f"link add name {a.ifname} mtu {LINK_MTU} type veth peer name {b.ifname} "
                  f"mtu {LINK_MTU} netns {self.ns[RECEIVER]}" for a, b in zip(snd.nics, rcv.nics, strict=True)]

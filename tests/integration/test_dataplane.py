@@ -596,7 +596,7 @@ def test_trims_what_the_kernel_encapsulated(veth, payload):
     rx = Receiver(pid_b)
     errors_before = _csum_errors(NS_B)
     try:
-        with HostEncap() as encap:
+        with HostEncap(1) as encap:
             encap.fill([(netio.packed(src), netio.packed(dst), ev, CARRIER)])
             for ns, *args in setup:
                 _ip("-n", ns, *args)
@@ -621,6 +621,7 @@ def test_trims_what_the_kernel_encapsulated(veth, payload):
                 got = rx.drain()
                 c = plane.counters()[IF_A]
             assert encap.stats()["encapsulated"] == n  # the hosts' own path, not a crafted frame
+            assert encap.max_entries() == 1  # made at the size asked, not the object's ceiling
     finally:
         rx.close()
         for ns, *undo in [(NS_A, "-6", "route", "del", f"{dst}/128"),

@@ -39,6 +39,9 @@ def test_transfer_through_a_cut_is_exact_and_the_cut_paths_go_bad_and_come_back(
         agents["h1"].call("open", qpn=7, peer="h0", peer_qpn=7, transport="mrc", role="recv")
         opened = agents["h0"].call("open", qpn=7, peer="h1", peer_qpn=7, transport="mrc", role="send")
         assert opened["paths"] == len(paths) == 4
+        # The hosts' path map holds the fabric's paths, made at that size (bpf.SizedMap).
+        assert em.encap.max_entries() == em.encap.entries == sum(
+            len(fabric.routes(a, b)) for a, b in fabric.host_pairs())
         t0 = time.monotonic()
         agents["h0"].call("stream", qpn=7, msg_bytes=256 * 1024, seconds=3.0)
         time.sleep(1.0)

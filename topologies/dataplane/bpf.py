@@ -12,6 +12,7 @@ import shutil
 import struct
 import subprocess
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from topologies.dataplane.build import OBJECT
@@ -134,24 +135,50 @@ def _ensure_bpffs() -> None:
 _seq = itertools.count()
 
 
-def load_pinned(obj: Path, prog_type: str, tag: str = "", root: Path = PIN_ROOT) -> Path:
+@dataclass(frozen=True)
+class SizedMap:
+    """A hash map of the object's made by the loader at the size a run needs, for the program to
+    use in place of the object's own (whose `max_entries` is only a ceiling): a hash map's
+    buckets follow max_entries, allocated or not, so a ceiling of millions is tens of MB of
+    buckets that every lookup reaches into at random. Its shape must be the object's."""
+    name: str
+    key_bytes: int
+    value_bytes: int
+    entries: int
+    flags: int = 0  # BPF_F_NO_PREALLOC is 1
+
+    def create_argv(self, path: str) -> list[str]:
+        return ["bpftool", "map", "create", path, "type", "hash", "key", str(self.key_bytes),
+                "value", str(self.value_bytes), "entries", str(max(self.entries, 1)),
+                "name", self.name, "flags", str(self.flags)]
+
+
+def load_pinned(obj: Path, prog_type: str, tag: str = "", root: Path = PIN_ROOT,
+                sized: tuple[SizedMap, ...] = ()) -> Path:
     """A new pin directory of this process, `root/<pid>-<tag><n>` (the clean-up removes
     those of dead processes under PIN_ROOT by that pid; another `root` is a BPF file system
     its owner removes), with `obj` loaded by bpftool into it: the program pinned as `prog`, its
-    maps beside it under their own names. RuntimeError with bpftool's words if the kernel
-    refuses it, the directory removed."""
+    maps beside it under their own names (each of `sized` made first, pinned also as
+    `sized_NAME`). RuntimeError with bpftool's words if the kernel refuses it, the directory
+    removed."""
     if root == PIN_ROOT:
         _ensure_bpffs()
     pin_dir = root / f"{os.getpid()}-{tag}{next(_seq)}"
     pin_dir.mkdir(parents=True, exist_ok=True)
     # Paths relative to `root`: libbpf turns every "." of a map's pin path into "_" (a split
     # fabric's server folder holds its dotted address), the name here has none.
-    result = subprocess.run(["bpftool", "prog", "load", str(obj.resolve()), f"{pin_dir.name}/prog",
-                             "type", prog_type, "pinmaps", pin_dir.name], capture_output=True,
-                            text=True, cwd=root)
-    if result.returncode != 0:
-        shutil.rmtree(pin_dir, ignore_errors=True)
-        raise RuntimeError(f"bpftool prog load of {obj.name} failed: {result.stderr.strip()[-800:]}")
+    made = {m.name: f"{pin_dir.name}/sized_{m.name}" for m in sized}
+    steps = [m.create_argv(made[m.name]) for m in sized]
+    steps.append(["bpftool", "prog", "load", str(obj.resolve()), f"{pin_dir.name}/prog",
+                  "type", prog_type,
+                  *[w for name, path in made.items() for w in ("map", "name", name, "pinned", path)],
+                  "pinmaps", pin_dir.name])
+    for argv in steps:
+        result = subprocess.run(argv, capture_output=True, text=True, cwd=root)
+        if result.returncode != 0:
+            shutil.rmtree(pin_dir, ignore_errors=True)
+            raise RuntimeError(f"bpftool {argv[1]} {argv[2]} for {obj.name} failed: "
+                               f"{result.stderr.strip()[-800:]}")
     return pin_dir
 
 

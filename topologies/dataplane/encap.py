@@ -5,23 +5,29 @@ before any host sends. Hosts attach it with one route per plane (`route_encap`).
 
 The map holds every path of every host pair (`path_entries`): nothing depends on when QPs
 open, and it is the data the model already produces (`Route.src_addr`, `Route.dst_addr`,
-`Route.ev`, `Route.address`). Entries go in with BPF_MAP_UPDATE_BATCH (one syscall per
-thousands) where the kernel has it (5.6+), one by one otherwise.
+`Route.ev`, `Route.address`). It is made at that size before the program is loaded
+(bpf.SizedMap): with the object's ceiling (4M entries) its buckets alone took 64 MB, and each
+packet's lookup cost about four times a switch port's (perf, the default permutation).
+Entries go in with BPF_MAP_UPDATE_BATCH (one syscall per thousands) where the kernel has it
+(5.6+), one by one otherwise.
 """
 
 from __future__ import annotations
 
 import ctypes
 import errno
+import json
 import os
 import shutil
 import struct
+import subprocess
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from topologies.dataplane.bpf import (
     BPF_MAP_LOOKUP_ELEM,
     BPF_MAP_UPDATE_ELEM,
+    SizedMap,
     _bpf,
     _MapElemAttr,
     _obj_get,
@@ -31,6 +37,7 @@ from topologies.dataplane.build import ENCAP_OBJECT
 from topologies.model import Fabric
 
 BPF_MAP_UPDATE_BATCH = 26
+BPF_F_NO_PREALLOC = 1  # the C map's flag: entries allocated as they are added
 KEY = struct.Struct("=16s16sI")  # struct path_key: inner source, inner destination, EV
 CARRIER_BYTES = 16
 # Room the program needs in front of the packet for its outer header (iproute2's `headroom`).
@@ -62,8 +69,11 @@ class HostEncap:
     """The program loaded and pinned, its maps open. `close()` unpins; the kernel frees the
     program once no route holds it (the hosts' routes go with their namespaces)."""
 
-    def __init__(self, obj: Path = ENCAP_OBJECT) -> None:
-        self.pin_dir = load_pinned(obj, "lwt_xmit", "encap")
+    def __init__(self, capacity: int, obj: Path = ENCAP_OBJECT) -> None:
+        """`capacity`: the paths the map will hold (`path_entries`), its size."""
+        self.capacity = max(capacity, 1)
+        self.pin_dir = load_pinned(obj, "lwt_xmit", "encap", sized=(
+            SizedMap("mrc_paths", KEY.size, CARRIER_BYTES, self.capacity, BPF_F_NO_PREALLOC),))
         self.prog_path = self.pin_dir / "prog"
         self._fds: list[int] = []
         self.entries = 0
@@ -113,6 +123,12 @@ class HostEncap:
             _bpf(BPF_MAP_UPDATE_ELEM, _MapElemAttr(map_fd=self.paths_fd, key=ctypes.addressof(key),
                                                    value=ctypes.addressof(value)))
         return len(chunk)
+
+    def max_entries(self) -> int:
+        """The path map's size as the kernel holds it."""
+        shown = subprocess.run(["bpftool", "-j", "map", "show", "pinned", str(self.pin_dir / "mrc_paths")],
+                               capture_output=True, text=True, check=True)
+        return int(json.loads(shown.stdout)["max_entries"])
 
     def carrier(self, src: bytes, dst: bytes, ev: int) -> bytes | None:
         """The carrier the program would push for this inner header and mark (None: dropped)."""

@@ -32,8 +32,10 @@ struct path_key {
 	__u32 ev;             /* the path's EV = the socket's mark */
 };
 
-/* Filled from the fabric model before any host sends; entries allocated as they are added
- * (no preallocation: the size follows the fabric, max_entries is only the ceiling). */
+/* Filled from the fabric model before any host sends; entries allocated as they are added.
+ * The loader makes this map at the fabric's path count and the program uses that one
+ * (topologies/dataplane/encap.py, bpf.SizedMap): a hash map's buckets follow max_entries
+ * whether used or not, so the ceiling here would cost 64 MB of them. */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 1 << 22);

@@ -41,7 +41,16 @@ def test_rates_are_data_packets_per_cpu_second_and_the_headline_is_the_busier_si
     assert rcv["goodput_mbps"] == pytest.approx(200_000 * 1024 * 8 / 2 / 1e6, abs=0.1)
     assert r["agent_pps_per_core"] == snd["data_pps_per_cpu_s"] and r["bound_by"] == "sender"
     assert r["pair_data_pps_per_cpu_s"] == pytest.approx(199_000 / 3.0, abs=0.1)
-    assert r["meets_goal"] is True
+
+
+@pytest.mark.parametrize("below", [0, 1])
+def test_the_goal_is_met_at_the_goal_and_not_one_packet_below(below):
+    pkts = bench.GOAL_PPS_PER_CORE - below  # one CPU-second on the busier side
+    sender = (_sample(0.0, 0.0, 0.0, sent=0), _sample(1.0, 0.75, 0.25, sent=pkts))
+    receiver = (_sample(0.0, 0.0, 0.0, packets=0), _sample(1.0, 0.25, 0.25, packets=pkts))
+    r = bench.compute_result(sender, receiver)
+    assert r["agent_pps_per_core"] == pkts and r["bound_by"] == "sender"
+    assert r["meets_goal"] is (below == 0)
 
 
 def test_no_cpu_time_gives_zero_not_a_division_error():

@@ -177,7 +177,7 @@ def load_pinned(obj: Path, prog_type: str, tag: str = "", root: Path = PIN_ROOT,
         result = subprocess.run(argv, capture_output=True, text=True, cwd=root)
         if result.returncode != 0:
             shutil.rmtree(pin_dir, ignore_errors=True)
-            raise RuntimeError(f"bpftool {argv[1]} {argv[2]} for {obj.name} failed: "
+            raise RuntimeError(f"bpftool {argv[1]} {argv[2]} of {obj.name} failed: "
                                f"{result.stderr.strip()[-800:]}")
     return pin_dir
 

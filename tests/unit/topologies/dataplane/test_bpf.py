@@ -56,6 +56,6 @@ def test_an_empty_fabric_still_gets_a_map_the_kernel_accepts():
 def test_a_refused_step_is_named_and_leaves_no_pin_directory(tmp_path, monkeypatch, step, words):
     monkeypatch.setattr(bpf.subprocess, "run", Recorder(fail_at=step))
     paths = bpf.SizedMap("mrc_paths", KEY.size, CARRIER_BYTES, 8, BPF_F_NO_PREALLOC)
-    with pytest.raises(RuntimeError, match=f"{words} for mrc_encap.bpf.o failed: Error: refused"):
+    with pytest.raises(RuntimeError, match=f"{words} of mrc_encap.bpf.o failed: Error: refused"):
         bpf.load_pinned(Path("/obj/mrc_encap.bpf.o"), "lwt_xmit", "encap", root=tmp_path, sized=(paths,))
     assert list(tmp_path.iterdir()) == []

@@ -36,6 +36,7 @@ from controller import kernel_tables as kt
 from controller.routing import Change, Convergence, RoutingPlane, parse_notification
 from endpoints.host.ports import IFF_LOWER_UP, IFF_UP, RTMGRP_LINK, parse_link_events
 from topologies import files, netns
+from topologies.dataplane.usid import KERNEL
 from topologies.model import DEFAULT_DETECT_MS, Fabric, FabricParams, Switch
 
 LOG = logging.getLogger("mrclab.kernel-controller")
@@ -51,6 +52,7 @@ class KernelController:
         self.events_path = settings["events"]
         self.notify_path = settings["notify"]
         self.routers_path = Path(settings["routers"])
+        self.usid = settings.get("usid", KERNEL)  # where the routers' End runs (dataplane/usid.py)
         self.detect_s = float(settings.get("detect_ms", DEFAULT_DETECT_MS)) / 1000.0
         self.parent = os.getppid()
         self.pids: dict[str, int] = {}
@@ -113,7 +115,7 @@ class KernelController:
             self.selector.register(sock, selectors.EVENT_READ, sw.name)
         t0 = time.monotonic()
         netns.run_batches([(self.pids[sw.name], ["ip", "-6", "-batch", "-"],
-                            "\n".join(kt.router_script(self.fabric, sw)) + "\n")
+                            "\n".join(kt.router_script(self.fabric, sw, usid=self.usid)) + "\n")
                            for sw in self.switches], parallel=PARALLEL)
         for sw in self.switches:
             self.installed[sw.name] = {r.dst: r for r in kt.kernel_routes(self.fabric, sw) if r.baseline}
@@ -213,7 +215,8 @@ class KernelController:
 
     def _restore_port(self, sw: Switch, port: int) -> None:
         routes = kt.routes_via(kt.kernel_routes(self.fabric, sw, self.routing.withdrawn), port)
-        lines = [kt.neighbour_line(self.fabric, sw, port), *kt.route_lines(self.fabric, sw, routes)]
+        lines = [kt.neighbour_line(self.fabric, sw, port),
+                 *kt.route_lines(self.fabric, sw, routes, self.usid)]
         t0 = time.monotonic()
         errors = self._install([(sw.name, lines)])
         self.installed[sw.name].update({r.dst: r for r in routes if r.baseline})
@@ -231,7 +234,7 @@ class KernelController:
             want = [r for r in kt.kernel_routes(f, sw, decision.withdrawn) if r.baseline]
             diff = [r for r in want if self.installed[sw.name].get(r.dst) != r]
             if diff:
-                jobs.append((sw.name, kt.route_lines(f, sw, diff)))
+                jobs.append((sw.name, kt.route_lines(f, sw, diff, self.usid)))
                 count += len(diff)
                 self.installed[sw.name].update({r.dst: r for r in diff})
         t0 = time.monotonic()

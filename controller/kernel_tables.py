@@ -6,6 +6,8 @@ and groups; this module says the same as Linux routes, flow by flow, and renders
 
   table 0, own uSID /48, shift_usid  -> local <prefix> encap seg6local action End flavors
                                         next-csid lblen 32 nflen 16 count dev lo
+                                        (a kernel without seg6local: local <prefix> dev lo, and
+                                        the uN of topologies/dataplane/usid.py at every port)
   table 0, uSID block -> table 1     -> blackhole <block>   (longest prefix first: what no more
   table 0, NIC /16 -> table 2        -> blackhole <prefix>   specific route takes is dropped,
                                                             silently, as OpenFlow's table miss)
@@ -25,6 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from controller.tables import COOKIE_BASELINE, TABLE_CLASSIFY, FlowSpec, baseline_groups, switch_tables
+from topologies.dataplane.usid import KERNEL
 from topologies.model import GATEWAY_LLADDR, KERNEL_END_BEHAVIOUR, Fabric, Switch
 
 END, VIA, MULTIPATH, BLACKHOLE = "end", "via", "multipath", "blackhole"
@@ -85,12 +88,16 @@ def routes_via(routes: list[KRoute], port: int) -> list[KRoute]:
     return [r for r in routes if port in r.ports]
 
 
-def route_lines(fabric: Fabric, switch: Switch, routes: list[KRoute]) -> list[str]:
-    """`ip -6 -batch` lines installing (or replacing) `routes` on `switch`."""
+def route_lines(fabric: Fabric, switch: Switch, routes: list[KRoute], usid: str = KERNEL) -> list[str]:
+    """`ip -6 -batch` lines installing (or replacing) `routes` on `switch`; `usid`: where the
+    End behaviour runs (topologies/dataplane/usid.py: the kernel's, or eBPF asking for a
+    plain local route)."""
     lines = []
     for r in routes:
         devs = [fabric.port_ifname(switch.name, p) for p in r.ports]
-        if r.kind == END:
+        if r.kind == END and usid != KERNEL:
+            lines.append(f"route replace local {r.dst} dev lo")
+        elif r.kind == END:
             lines.append(f"route replace local {r.dst} encap seg6local action {END_BEHAVIOUR} "
                          f"count dev lo")
         elif r.kind == BLACKHOLE:
@@ -109,9 +116,9 @@ def neighbour_line(fabric: Fabric, switch: Switch, port: int) -> str:
             f"dev {fabric.port_ifname(switch.name, port)} nud permanent")
 
 
-def router_script(fabric: Fabric, switch: Switch,
-                  down_links: frozenset[str] = frozenset()) -> list[str]:
+def router_script(fabric: Fabric, switch: Switch, down_links: frozenset[str] = frozenset(),
+                  usid: str = KERNEL) -> list[str]:
     """Everything the controller installs on `switch` at start-up: each port's neighbour, then
     its routes."""
     lines = [neighbour_line(fabric, switch, port) for port in fabric.ports(switch.name)]
-    return lines + route_lines(fabric, switch, kernel_routes(fabric, switch, down_links))
+    return lines + route_lines(fabric, switch, kernel_routes(fabric, switch, down_links), usid)

@@ -25,6 +25,7 @@ from typing import Any
 from endpoints.protocol.config import TransportConfig
 from topologies import cleanup, files, hostnet, netns, pathtables, placement, preflight, shaping, switches
 from topologies.dataplane import encap as host_encap
+from topologies.dataplane import usid as usid_behaviours
 from topologies.dataplane.attach import DataPlane
 from topologies.model import DEFAULT_DETECT_MS, LINK_MTU, Fabric
 from topologies.preflight import EmulationError
@@ -74,6 +75,7 @@ class Emulation(SwitchPorts):
         self._port_owner.update({link.a_ifname: link.a for link in fabric.links if link.kind == "fabric"})
         self.switches: SwitchBackend | None = None  # the run's backend, once started
         self.switch_choice = ""  # why that backend (`auto`: what it passed over, and why)
+        self.usid = usid_behaviours.KERNEL  # where End/End.DT6 run: chosen at start()
         # The run's transport parameters: the switch thresholds count frames of its payload size.
         self.transport = transport or TransportConfig()
         self.dataplane_mode = dataplane_mode
@@ -118,6 +120,7 @@ class Emulation(SwitchPorts):
     def switch_info(self) -> dict:
         """What a summary records about the switches: the backend's info and why it was chosen."""
         return {**self.backend.info(), "switch_choice": self.switch_choice,
+                "usid_behaviours": self.usid,
                 "placement": self.placement.as_dict()}
 
     @property
@@ -128,9 +131,11 @@ class Emulation(SwitchPorts):
 
     def start(self) -> None:
         name, self.switch_choice = switches.check_choice(self.switch_requested)
-        why = host_encap.unavailable()
-        if why is not None:
-            raise preflight.PreflightError(f"MRC's host encapsulation cannot run here: {why}")
+        self.usid = usid_behaviours.mode()
+        for what, why in (("host encapsulation", host_encap.unavailable()),
+                          ("SRv6 behaviours", usid_behaviours.unavailable(self.usid))):
+            if why is not None:
+                raise preflight.PreflightError(f"MRC's {what} cannot run here: {why}")
         # The run's hold on the machine (joined when a Testbed or the runner holds it): its
         # taker removes whatever a killed run left, first.
         self._run = RunContext().enter()
@@ -278,7 +283,7 @@ class Emulation(SwitchPorts):
         # Offload off on both backends: the userspace datapath cannot complete partial
         # checksums, and the eBPF trim recomputes a full one (never a partial seed).
         hostnet.configure_hosts(self.fabric, self._pids, self.encap.route_encap(), offload_off=True,
-                                htb=htb)
+                                htb=htb, usid=self.usid)
         self.timings["host_net"] = time.monotonic() - t0
 
     def _wait_flows(self, timeout: float = 120.0) -> None:

@@ -8,8 +8,9 @@ go, and its plane's NIC addresses (/64) through the host encapsulation program
 (topologies/dataplane/encap.py), which wraps marked (MRC) packets in an outer header to their
 path's carrier and lets everything else (RoCE baseline, TCP, MPTCP) through unchanged. The
 host's SID on each plane (`Nic.sid`, /48) decapsulates whatever arrives for it (End.DT6) and
-delivers the inner packet locally. One `ip -batch` (and one `tc -batch` for its NICs' HTB) per
-host namespace sets it all, several hosts at once.
+delivers the inner packet locally; on a kernel without seg6local, the eBPF decapsulation of
+topologies/dataplane/usid.py at each NIC's ingress does it instead. One `ip -batch` (and one
+`tc -batch` for its NICs' HTB) per host namespace sets it all, several hosts at once.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import subprocess
 from collections.abc import Callable
 
 from topologies import netns
+from topologies.dataplane import usid as usid_behaviours
 from topologies.model import (
     BASELINE_PREFIX,
     GATEWAY_LLADDR,
@@ -71,9 +73,10 @@ def baseline_prefix(plane: int) -> str:
     return f"{BASELINE_PREFIX:x}:0:0:{plane:x}::/64"
 
 
-def host_script(host: Host, encap: str) -> str:
+def host_script(host: Host, encap: str, usid: str = usid_behaviours.KERNEL) -> str:
     """The `ip -6 -batch` lines configuring `host`; `encap`: what a route line takes to send
-    through the host encapsulation program (`HostEncap.route_encap()`)."""
+    through the host encapsulation program (`HostEncap.route_encap()`); `usid`: where its
+    End.DT6 runs (the kernel's route here, or eBPF: `decap_script`)."""
     lines = ["link set dev lo up"]
     for nic in host.nics:
         dev = nic.ifname
@@ -83,6 +86,10 @@ def host_script(host: Host, encap: str) -> str:
             f"neigh replace {GATEWAY_LLADDR} lladdr {GATEWAY_MAC} dev {dev} nud permanent",
             f"route replace {plane_usid_prefix(nic.plane)} via {GATEWAY_LLADDR} dev {dev}",
             f"route replace {baseline_prefix(nic.plane)} {encap} via {GATEWAY_LLADDR} dev {dev}",
+        ]
+        if usid != usid_behaviours.KERNEL:
+            continue
+        lines += [
             # The SID is not an address of the NIC: a local /128 would win over the /48 and
             # the kernel has no handler for IPv6-in-IPv6 addressed to itself. `table local`:
             # the main table has no route to the host's own addresses.
@@ -92,18 +99,28 @@ def host_script(host: Host, encap: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+def decap_script(ifnames: list[str]) -> str:
+    """The `tc -batch` lines giving these NICs the eBPF End.DT6 (a kernel without seg6local)."""
+    lines = usid_behaviours.ingress_lines(ifnames, usid_behaviours.DECAP_SECTION)
+    return "".join(f"{line}\n" for line in lines)
+
+
 def configure_hosts(fabric: Fabric, pids: dict[str, int], encap: str, offload_off: bool = True,
-                    htb: Callable[[list[str]], str] | None = None) -> None:
+                    htb: Callable[[list[str]], str] | None = None,
+                    usid: str = usid_behaviours.KERNEL) -> None:
     """Configure every host's NICs inside its namespace (process `pids[host]`): IPv6 settings,
-    the `ip -batch` of `host_script`, the `tc -batch` script `htb(NIC names)` if given, all
-    hosts' batches side by side."""
+    the `ip -batch` of `host_script`, the `tc -batch` script `htb(NIC names)` if given (and the
+    eBPF decapsulation where `usid` says), all hosts' batches side by side."""
     jobs: list[tuple[int | None, list[str], str]] = []
     for host in fabric.hosts:
         pid = pids[host.name]
         set_sysctls(pid)
-        jobs.append((pid, ["ip", "-6", "-batch", "-"], host_script(host, encap)))
-        if htb is not None:
-            jobs.append((pid, ["tc", "-batch", "-"], htb([nic.ifname for nic in host.nics])))
+        jobs.append((pid, ["ip", "-6", "-batch", "-"], host_script(host, encap, usid)))
+        nics = [nic.ifname for nic in host.nics]
+        tc = (htb(nics) if htb is not None else "") + \
+            (decap_script(nics) if usid != usid_behaviours.KERNEL else "")
+        if tc:
+            jobs.append((pid, ["tc", "-batch", "-"], tc))
     netns.run_batches(jobs)
     if offload_off:
         for host in fabric.hosts:

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from experiments.outdir import REPO
 from topologies import hostnet, netns
+from topologies.dataplane import usid
 from topologies.dataplane.encap import HostEncap, path_entries
 from topologies.model import (
     GATEWAY_LLADDR,
@@ -36,6 +37,7 @@ class BenchNet:
     def __init__(self, fabric: Fabric, tag: str, offload_off: bool = True) -> None:
         self.fabric = fabric
         self.offload_off = offload_off
+        self.usid = usid.mode()  # End.DT6: the kernel's, or eBPF where it has no seg6local
         self.ns = {SENDER: f"{tag}s", RECEIVER: f"{tag}r"}
         self.created: list[str] = []
         self.encap: HostEncap | None = None
@@ -63,15 +65,19 @@ class BenchNet:
                  f"mtu {LINK_MTU} netns {self.ns[RECEIVER]}" for a, b in zip(snd.nics, rcv.nics, strict=True)]
         self._ip(SENDER, links)
         for host, peer in ((snd, rcv), (rcv, snd)):
-            lines = hostnet.host_script(host, self.encap.route_encap()).splitlines()
+            lines = hostnet.host_script(host, self.encap.route_encap(), self.usid).splitlines()
             # Neither the uSID routes nor one End.DT6 per SID: the host's own leaf /48s go out
-            # (below), the rest of the block decapsulates.
+            # (below), the rest of the block decapsulates (the eBPF decapsulation takes the
+            # whole block as it is).
             lines = [line for line in lines if "End.DT6" not in line and
                      not any(str(plane_usid_prefix(n.plane)) in line for n in host.nics)]
-            # In table main, so that the more specific /48s below win (table local would be
-            # looked up first, and any match there wins).
-            lines.append(f"route replace local {usid_block()} encap seg6local action End.DT6 "
-                         f"table local dev lo table main")
+            if self.usid == usid.KERNEL:
+                # In table main, so that the more specific /48s below win (table local would be
+                # looked up first, and any match there wins).
+                lines.append(f"route replace local {usid_block()} encap seg6local action End.DT6 "
+                             f"table local dev lo table main")
+            else:
+                self._tc(host.name, hostnet.decap_script([nic.ifname for nic in host.nics]))
             for nic, peer_nic in zip(host.nics, peer.nics, strict=True):
                 lines = [line.replace(f"lladdr {hostnet.GATEWAY_MAC} dev {nic.ifname} ",
                                       f"lladdr {peer_nic.mac} dev {nic.ifname} ") for line in lines]
@@ -82,6 +88,12 @@ class BenchNet:
             if self.offload_off:
                 with netns.inside_named(self.ns[host.name]):
                     hostnet.disable_tx_checksum([nic.ifname for nic in host.nics])
+
+    def _tc(self, host: str, script: str) -> None:
+        with netns.inside_named(self.ns[host]):
+            result = subprocess.run(["tc", "-batch", "-"], input=script, capture_output=True, text=True)
+        if result.returncode != 0:
+            raise RuntimeError(f"bench network ({host}): {result.stderr.strip()[:400]}")
 
     def _ip(self, host: str, lines: list[str]) -> None:
         # Forked inside the namespace (not `ip -n`, which remounts /sys and hides the pinned

@@ -1,6 +1,7 @@
 """Compiling the eBPF programs (clang): the switch egress program, with the MRC layout passed as
 -D flags generated from endpoints/protocol/wire.py (the C source copies no protocol constant by
-hand), and the hosts' MRC encapsulation (mrc_encap.bpf.c), built by the same step."""
+hand), the hosts' MRC encapsulation (mrc_encap.bpf.c) and the uSID behaviours for kernels without
+seg6local (mrc_usid.bpf.c, its block from topologies/numbering.py), built by the same step."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from pathlib import Path
 
 from endpoints.protocol import wire
 from topologies.dataplane.ports import FLAG_LAST_HOP, FLAG_TRIM, RATE_SHIFT, REINJECT_MARK
+from topologies.numbering import USID_BLOCK
 from topologies.shaping import CLASS_CONTROL, CLASS_DATA
 
 REPO = Path(__file__).resolve().parents[2]
@@ -22,12 +24,15 @@ OBJECT = REPO / "build" / "mrc_qos.bpf.o"
 FLAGS_FILE = OBJECT.with_suffix(".flags")  # the -D flags the object was built with
 ENCAP_SOURCE = SOURCE.with_name("mrc_encap.bpf.c")
 ENCAP_OBJECT = OBJECT.with_name("mrc_encap.bpf.o")
+USID_SOURCE = SOURCE.with_name("mrc_usid.bpf.c")
+USID_OBJECT = OBJECT.with_name("mrc_usid.bpf.o")
 
 
 def _programs() -> tuple[tuple[Path, Path, Path], ...]:
     """(source, object, flags file) of every program this step builds."""
     return ((SOURCE, OBJECT, FLAGS_FILE),
-            (ENCAP_SOURCE, ENCAP_OBJECT, ENCAP_OBJECT.with_suffix(".flags")))
+            (ENCAP_SOURCE, ENCAP_OBJECT, ENCAP_OBJECT.with_suffix(".flags")),
+            (USID_SOURCE, USID_OBJECT, USID_OBJECT.with_suffix(".flags")))
 
 
 def _member_offset(fmt: struct.Struct, index: int) -> int:
@@ -70,6 +75,7 @@ def cflags() -> list[str]:
         "FLAG_LAST_HOP": FLAG_LAST_HOP,
         "FLAG_TRIM": FLAG_TRIM,
         "REINJECT_MARK": REINJECT_MARK,
+        "USID_BLOCK": f"0x{USID_BLOCK:08x}",
     }
     if (values["MRC_OPCODE_OFF"], values["MRC_PADCNT_OFF"], values["MRC_FLAGS_OFF"],
             values["MRC_VERSION_OFF"]) != (wire.OPCODE_OFF, wire.PADCNT_OFF, wire.FLAGS_OFF,
@@ -97,7 +103,7 @@ def build(force: bool = False) -> tuple[bool, str]:
     """Compile the objects if stale. (ok, message); never raises for a missing compiler."""
     why = "forced" if force else stale()
     if why is None:
-        return True, f"{OBJECT.relative_to(REPO)}, {ENCAP_OBJECT.name} up to date"
+        return True, f"{OBJECT.relative_to(REPO)}, {ENCAP_OBJECT.name}, {USID_OBJECT.name} up to date"
     clang = shutil.which("clang")
     if clang is None:
         return False, "clang not found"
@@ -115,4 +121,4 @@ def build(force: bool = False) -> tuple[bool, str]:
             return False, f"clang failed on {source.name} ({why}): {result.stderr.strip()[-600:]}"
         os.replace(tmp, obj)
         flags_file.write_text("\n".join(cflags()) + "\n")
-    return True, f"built {OBJECT.relative_to(REPO)}, {ENCAP_OBJECT.name} ({why})"
+    return True, f"built {OBJECT.relative_to(REPO)}, {ENCAP_OBJECT.name}, {USID_OBJECT.name} ({why})"

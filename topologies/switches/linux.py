@@ -2,7 +2,9 @@
 its own SRv6 (`seg6local End flavors next-csid` for the switch's uSID, static /48 routes to its
 neighbours, the baseline's ECMP as multipath routes), installed from the same tables-as-data the
 OpenFlow controller uses (controller/kernel_tables.py) by the control-plane process
-`python -m controller.run --backend linux` (controller/kernel_app.py).
+`python -m controller.run --backend linux` (controller/kernel_app.py). On a kernel without
+seg6local the same routes run with the uN of topologies/dataplane/usid.py at every port's
+ingress (eBPF) instead; the run records which.
 
 The kernel forwards in the softirq of whoever transmits, on every core, with no per-port cost:
 a much faster data plane than OVS's userspace one, and an independent implementation of RFC
@@ -20,20 +22,14 @@ import functools
 import os
 import platform
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 from topologies import files, netns
-from topologies.model import KERNEL_END_BEHAVIOUR, Fabric
+from topologies.dataplane import usid
+from topologies.model import Fabric
 from topologies.switches.base import COUNTER_KEYS, NOTIFY_FILE, STATUS_FILE, SwitchBackend
-
-# Why `unavailable` says no when the kernel or iproute2 is too old (nothing to install: `auto`
-# then takes ovs, and the tests of this backend skip, in CI too).
-NO_NEXT_CSID = "this kernel or iproute2 has no SRv6 End with the NEXT-C-SID flavour"
-# What `unavailable` asks of a scratch namespace: the router's End behaviour.
-PROBE_ROUTE = f"local fcbb:bb00:1400::/48 encap seg6local action {KERNEL_END_BEHAVIOUR} count dev lo"
 
 
 class LinuxBackend(SwitchBackend):
@@ -49,6 +45,7 @@ class LinuxBackend(SwitchBackend):
         # kernel's own boot-time key, as where the sysctl is missing (before 6.11).
         self.ecmp_seed: int | None = options.get("ecmp_seed")
         self.ecmp_seeded = False
+        self.usid = usid.mode()  # the kernel's seg6local, or the eBPF uN where it has none
         self.routers_path = workdir / "routers.json"
         self.status_path = workdir / STATUS_FILE
         self.pids: dict[str, int] = {}
@@ -68,7 +65,7 @@ class LinuxBackend(SwitchBackend):
             stale.unlink(missing_ok=True)
 
     def controller_config(self) -> dict[str, Any]:
-        return {"routers": str(self.routers_path)}
+        return {"routers": str(self.routers_path), "usid": self.usid}
 
     def controller_command(self, config: Path) -> list[str]:
         return [sys.executable, "-m", "controller.run", "--backend", "linux", "--config", str(config)]
@@ -119,6 +116,10 @@ class LinuxBackend(SwitchBackend):
             lines = ["link set dev lo up"] + [
                 f"link set dev {self.fabric.port_ifname(sw.name, p)} up" for p in self.fabric.ports(sw.name)]
             jobs.append((self.pids[sw.name], ["ip", "-batch", "-"], "\n".join(lines) + "\n"))
+            if self.usid == usid.EBPF:
+                ports = [self.fabric.port_ifname(sw.name, p) for p in self.fabric.ports(sw.name)]
+                jobs.append((self.pids[sw.name], ["tc", "-batch", "-"],
+                             "".join(f"{x}\n" for x in usid.ingress_lines(ports, usid.END_SECTION))))
         netns.run_batches(jobs)
         # The control plane waits for this: the routers exist and their ports are up.
         files.write_json(self.routers_path, self.pids, indent=None)
@@ -176,7 +177,7 @@ class LinuxBackend(SwitchBackend):
 
     def info(self) -> dict[str, Any]:
         return {"switch_backend": self.name, "routers": len(self.fabric.switches),
-                "end_behaviour": KERNEL_END_BEHAVIOUR, "kernel": platform.release(),
+                "end_behaviour": usid.describe(self.usid), "kernel": platform.release(),
                 "ecmp_hash_seed": self.ecmp_seed if self.ecmp_seeded else None}
 
 
@@ -194,11 +195,5 @@ def _kernel_support() -> str | None:
     for tool in ("ip", "unshare", "mnexec"):
         if shutil.which(tool) is None:
             return f"{tool} not found: run `make setup`"
-    probe = subprocess.run(["unshare", "--net", "sh", "-c",
-                            f"ip link set lo up && ip -6 route add {PROBE_ROUTE}"],
-                           capture_output=True, text=True)
-    if probe.returncode != 0:
-        why = (probe.stderr.strip().splitlines() or ["refused"])[-1]
-        return (f"{NO_NEXT_CSID} ({why}): Linux and iproute2 6.1 or newer run --switch linux; "
-                f"use --switch ovs")
-    return None
+    why = usid.unavailable(usid.mode())
+    return None if why is None else f"{why}: the routers' uN cannot run"

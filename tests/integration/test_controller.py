@@ -16,6 +16,7 @@ from controller.tables import switch_tables
 from tests.conftest import require_backend_or_skip
 from tests.integration.helpers import assert_nothing_left
 from topologies import netns
+from topologies.dataplane import usid
 from topologies.emulation import Emulation
 from topologies.model import build
 from topologies.switches.ovs import ALLOCATOR, OvsBackend
@@ -110,7 +111,18 @@ def _kroutes(em: Emulation, router: str) -> dict[str, list[int]]:
 def _end_routes(em: Emulation, router: str) -> list[str]:
     out = subprocess.run(netns.command(em.pid(router), ["ip", "-6", "route", "show", "table", "local"]),
                          capture_output=True, text=True, check=True).stdout
-    return [line for line in out.splitlines() if "seg6local" in line]
+    return [line for line in out.splitlines() if line.startswith("local fcbb:bb00:")]
+
+
+def _ingress_programs(em: Emulation, router: str) -> set[str]:
+    """The tc ingress programs on each port of `router` (the eBPF uN, where the kernel has none)."""
+    names = set()
+    for port in em.fabric.ports(router):
+        out = subprocess.run(netns.command(em.pid(router), [
+            "tc", "filter", "show", "dev", em.fabric.port_ifname(router, port), "ingress"]),
+            capture_output=True, text=True, check=True).stdout
+        names |= {f"{port}:{w}" for w in out.split() if w.startswith("usid_")}
+    return names
 
 
 def _uplinks_taken(em: Emulation, router: str, src: str, dst: str) -> list[str]:
@@ -149,7 +161,8 @@ def _check_ecmp_seeded(em: Emulation, fabric: Any, leaf: str, src: str, dst: str
 
 def test_kernel_routes_installed_and_srv6_untouched_by_failure(tmp_path):
     """The same contract on the Linux kernel-router backend: the routes say what the tables say,
-    uN is the kernel's own End with NEXT-C-SID, and only the baseline's multipath routes change,
+    uN is the kernel's own End with NEXT-C-SID (or the eBPF one, on every port, where the kernel
+    has none), and only the baseline's multipath routes change,
     after the detection delay."""
     require_backend_or_skip("linux")
     fabric = build(planes=2, leaves=3, spines=2, hosts_per_leaf=1)
@@ -159,7 +172,11 @@ def test_kernel_routes_installed_and_srv6_untouched_by_failure(tmp_path):
         h0, h1, h2 = (str(fabric.host(f"h{i}").nics[0].addr) for i in range(3))
         end = _end_routes(em, leaf.name)
         assert len(end) == 1 and end[0].startswith("local fcbb:bb00:1400::/48")
-        assert "End flavors next-csid lblen 32 nflen 16" in end[0]
+        if em.usid == usid.KERNEL:
+            assert "End flavors next-csid lblen 32 nflen 16" in end[0]
+        else:  # the same route, the End in eBPF on every port
+            assert "encap" not in end[0]
+            assert _ingress_programs(em, leaf.name) == {f"{p}:usid_end" for p in fabric.ports(leaf.name)}
         _check_ecmp_seeded(em, fabric, leaf.name, h0, h1)
         before = {sw.name: _kroutes(em, sw.name) for sw in (leaf, spine)}
         uplinks = [fabric.params.hosts_per_leaf + 1 + s for s in range(2)]

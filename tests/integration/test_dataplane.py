@@ -21,8 +21,8 @@ from hypothesis import strategies as st
 from endpoints.host import netio
 from endpoints.protocol import wire
 from endpoints.protocol.config import TransportConfig
-from topologies import netns, shaping
-from topologies.dataplane import attach, bpf, ports
+from topologies import hostnet, netns, shaping
+from topologies.dataplane import attach, bpf, ports, usid
 from topologies.dataplane import reference as ref
 
 SRC, DST = netio.packed("fd00:99::1"), netio.packed("fd00:99::2")
@@ -315,9 +315,14 @@ def veth(bpf_ready):
             subprocess.run(["ip", "netns", "exec", ns, "ethtool", "-K", ifname, "tx", "off"],
                            check=True, capture_output=True)
             sleepers.append(subprocess.Popen(["ip", "netns", "exec", ns, "sleep", "3600"]))
-        # B decapsulates IPv6-in-IPv6 sent to CARRIER in its kernel, as a receiving host does.
-        _ip("-n", NS_B, "-6", "route", "replace", "local", f"{CARRIER_TEXT}/128",
-            "encap", "seg6local", "action", "End.DT6", "table", "local", "dev", "lo")
+        # B decapsulates IPv6-in-IPv6 sent to CARRIER as a receiving host does: in its kernel,
+        # or with the eBPF End.DT6 where the kernel has no seg6local.
+        if usid.mode() == usid.KERNEL:
+            _ip("-n", NS_B, "-6", "route", "replace", "local", f"{CARRIER_TEXT}/128",
+                "encap", "seg6local", "action", "End.DT6", "table", "local", "dev", "lo")
+        else:
+            subprocess.run(["ip", "netns", "exec", NS_B, "tc", "-batch", "-"], check=True, text=True,
+                           capture_output=True, input=hostnet.decap_script([IF_B]))
         subprocess.run(["ip", "netns", "exec", NS_A, "tc", "-batch", "-"], check=True, text=True,
                        capture_output=True,
                        input=shaping.switch_htb_batch([IF_A], LINK_MBPS, QUEUE, 2 * 1514, MTU))

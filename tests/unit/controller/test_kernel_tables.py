@@ -10,6 +10,7 @@ import pytest
 
 from controller import kernel_tables as kt
 from controller.tables import TABLE_CLASSIFY, baseline_groups, switch_tables
+from topologies.dataplane import usid
 from topologies.model import Fabric, build, usid_block
 
 SHAPES = [dict(planes=2, leaves=3, spines=2, hosts_per_leaf=2),
@@ -138,3 +139,13 @@ def test_routes_via_a_port_and_the_ip_lines():
     one = kt.route_lines(f, leaf, [r for r in kt.kernel_routes(f, leaf, frozenset({"p0l0-p0s0"}))
                                    if r.dst == f"{remote}/128"])
     assert one == [f"route replace {remote}/128 via fe80::1 dev {f.port_ifname('p0l0', uplink + 1)}"]
+
+
+def test_without_seg6local_the_end_route_is_a_plain_local_route_and_nothing_else_changes():
+    f = build(**SHAPES[0])
+    leaf = f.switch("p0l0")
+    kernel, ebpf = kt.router_script(f, leaf), kt.router_script(f, leaf, usid=usid.EBPF)
+    own = f"route replace local fcbb:bb00:{leaf.usid:x}::/48"
+    assert [x for x in ebpf if x.startswith(own)] == [f"{own} dev lo"]  # the eBPF End asks the FIB
+    assert not any("seg6local" in x for x in ebpf)
+    assert [x for x in kernel if not x.startswith(own)] == [x for x in ebpf if not x.startswith(own)]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import ipaddress
 
 from topologies import hostnet
-from topologies.dataplane import encap
+from topologies.dataplane import encap, usid
 from topologies.model import build
 
 ENCAP = "encap bpf xmit pinned /sys/fs/bpf/mrclab/1-encap0/prog headroom 40"
@@ -47,3 +47,17 @@ def test_encap_map_has_every_path_once_keyed_by_inner_addresses_and_ev():
     assert (route.src_addr.packed, route.dst_addr.packed, route.ev, route.address.packed) in entries
     assert route.src_addr == f.host("h0").nics[route.plane].addr
     assert all(len(k) == encap.KEY.size for k in (encap.KEY.pack(s, d, e) for s, d, e in keys[:3]))
+
+
+def test_without_seg6local_the_nics_decapsulate_in_ebpf_and_nothing_else_changes():
+    f = build(planes=2, leaves=2, spines=2, hosts_per_leaf=2)
+    host = f.host("h3")
+    kernel = hostnet.host_script(host, ENCAP).splitlines()
+    ebpf = hostnet.host_script(host, ENCAP, usid.EBPF).splitlines()
+    assert ebpf == [line for line in kernel if "seg6local" not in line]
+    assert len(kernel) - len(ebpf) == len(host.nics)
+    script = hostnet.decap_script([nic.ifname for nic in host.nics]).splitlines()
+    for nic in host.nics:
+        assert f"qdisc replace dev {nic.ifname} clsact" in script
+        assert any(line.startswith(f"filter replace dev {nic.ifname} ingress pref {usid.FILTER_PREF} ")
+                   and line.endswith(f"sec {usid.DECAP_SECTION}") for line in script)

@@ -1,0 +1,47 @@
+"""Which uSID behaviours a run takes, and what it records (no kernel needed: the probe is
+replaced)."""
+
+from __future__ import annotations
+
+import pytest
+
+from topologies.dataplane import usid
+
+
+@pytest.fixture
+def kernel_says(monkeypatch):
+    def say(refusal):
+        monkeypatch.setattr(usid, "kernel_refusal", lambda: refusal)
+    monkeypatch.delenv(usid.ENV, raising=False)
+    return say
+
+
+def test_the_kernels_own_where_it_has_seg6local_else_ebpf(kernel_says, monkeypatch):
+    kernel_says(None)
+    assert usid.mode() == usid.KERNEL and usid.unavailable(usid.KERNEL) is None
+    kernel_says("Error: lwt encapsulation type not supported.")
+    assert usid.mode() == usid.EBPF
+    assert usid.unavailable(usid.KERNEL) == ("this kernel has no SRv6 seg6local End "
+                                             "(Error: lwt encapsulation type not supported.)")
+    monkeypatch.setenv(usid.ENV, "kernel")  # asked for: taken, and then refused with the reason
+    assert usid.mode() == usid.KERNEL and usid.unavailable(usid.mode()) is not None
+
+
+def test_a_wrong_choice_is_named_in_one_line(kernel_says, monkeypatch):
+    kernel_says(None)
+    monkeypatch.setenv(usid.ENV, "bpf")
+    assert usid.unavailable(usid.mode()) == "MRCLAB_USID='bpf': expected one of kernel, ebpf"
+    monkeypatch.setenv(usid.ENV, "ebpf")
+    assert usid.mode() == usid.EBPF
+
+
+def test_a_run_records_which_behaviours_it_used():
+    assert "seg6local" in usid.describe(usid.KERNEL)
+    assert "usid_end" in usid.describe(usid.EBPF) and "usid_decap" in usid.describe(usid.EBPF)
+
+
+def test_each_interface_gets_a_clsact_kept_if_there_and_one_filter_of_ours():
+    lines = usid.ingress_lines(["a", "b"], usid.END_SECTION)
+    assert lines[0] == "qdisc replace dev a clsact" and lines[2] == "qdisc replace dev b clsact"
+    assert lines[1] == (f"filter replace dev a ingress pref {usid.FILTER_PREF} handle 1 bpf da "
+                        f"obj {usid.USID_OBJECT} sec tc/usid_end")

@@ -171,7 +171,7 @@ def our_veths() -> list[str]:
                 if (n := link.get_attr("IFLA_IFNAME")) and VETH_NAME.match(n)]
 
 
-def _delete_veths() -> int:
+def delete_veths() -> int:
     """Root-side ends of our veths (switch ports) survive the bridges; host ends die with
     their namespaces."""
     from pyroute2 import IPRoute
@@ -248,7 +248,7 @@ def cleanup_leftovers(registry: Path | None = None, spare: str | None = None) ->
 
     out = {"processes": kill_marked(spare)}
     out.update(switches.cleanup_leftovers())
-    out["veths"] = _delete_veths()
+    out["veths"] = delete_veths()
     out["netns"] = 0
     for name in our_netns():
         if subprocess.run(["ip", "netns", "delete", name], capture_output=True).returncode == 0:

@@ -44,6 +44,7 @@ from typing import Any
 
 from topologies import cleanup, netns, placement, servers
 from topologies.cluster_nodes import classes
+from topologies.dataplane import usid
 from topologies.dataplane.ports import PortSpec
 from topologies.emulation import Emulation, existing_link_class
 from topologies.model import LINK_MTU, Fabric
@@ -193,6 +194,10 @@ class SplitLinuxBackend(LinuxBackend):
             lines = ["link set dev lo up"] + [
                 f"link set dev {self.fabric.port_ifname(sw.name, p)} up" for p in self.fabric.ports(sw.name)]
             jobs.append((sw.name, ["ip", "-batch", "-"], "\n".join(lines) + "\n"))
+            if self.usid == usid.EBPF:  # the head's kernel decides for every server
+                ports = [self.fabric.port_ifname(sw.name, p) for p in self.fabric.ports(sw.name)]
+                jobs.append((sw.name, ["tc", "-batch", "-"],
+                             "".join(f"{x}\n" for x in usid.ingress_lines(ports, usid.END_SECTION))))
         self.run_in(jobs)
         for server in self.servers:  # the control plane over there waits for this
             pids = {sw.name: self.pids[sw.name] for sw in self.fabric.switches
@@ -237,9 +242,11 @@ class SplitLinuxBackend(LinuxBackend):
                 proc.kill()
         # The control plane and the router shells end when their ssh sessions go (SIGHUP, which
         # a loaded server may deliver late): given a grace, what is left of the run there is
-        # killed, and only then its folder goes.
+        # killed, then any port that an interrupted start left outside its router's namespace,
+        # and only then its folder goes.
         held = run_id()
-        code = f"from topologies import cleanup; cleanup.kill_marked(only={held!r}, grace={END_GRACE_S})"
+        code = (f"from topologies import cleanup; cleanup.kill_marked(only={held!r}, grace={END_GRACE_S}); "
+                f"cleanup.delete_veths()")
         end = f"cd {shlex.quote(str(CHECKOUT))} && {shlex.quote(sys.executable)} -c {shlex.quote(code)}; " \
             if held else ""
         for server in self.servers:
@@ -281,7 +288,8 @@ class SplitEmulation(Emulation):
 
     def _start_controller(self) -> None:
         backend = self.split_backend
-        backend.start_controllers({"fabric": self.fabric.params.as_dict(), "detect_ms": self.detect_ms})
+        backend.start_controllers({"fabric": self.fabric.params.as_dict(), "detect_ms": self.detect_ms,
+                                   "usid": backend.usid})
         self.controller = next(iter(backend.controllers.values()))
         self.status_path = self.workdir / STATUS_FILE  # the head's: none (no switch here)
         self.events_path = self.workdir / "controller-events.jsonl"

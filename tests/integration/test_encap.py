@@ -21,7 +21,10 @@ from topologies.model import build, usid_prefix
 
 pytestmark = pytest.mark.usefixtures("emulation_ready")
 
-ETH_P_IPV6 = 0x86DD
+# Every frame as it came off the wire (a tap, as tcpdump's): a socket for ETH_P_IPV6 alone is
+# served after tc ingress, where the eBPF End.DT6 (a kernel without seg6local) has already
+# taken the outer header off.
+ETH_P_ALL, ETH_P_IPV6 = 0x0003, b"\x86\xdd"
 PACKET_OUTGOING = 4
 IPPROTO_IPV6, IPPROTO_UDP = 41, 17
 
@@ -44,7 +47,7 @@ def test_mrc_arrives_encapsulated_with_valid_checksums(tmp_path, switch_backend)
         caps = []
         with netns.inside(pid):
             for nic in receiver.nics:
-                cap = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_IPV6))
+                cap = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ALL))
                 cap.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 32 << 20)
                 cap.bind((nic.ifname, 0))
                 cap.setblocking(False)
@@ -66,7 +69,7 @@ def test_mrc_arrives_encapsulated_with_valid_checksums(tmp_path, switch_backend)
                     frame, addr = cap.recvfrom(65536)
                 except BlockingIOError:
                     break
-                if addr[2] != PACKET_OUTGOING:
+                if addr[2] != PACKET_OUTGOING and frame[12:14] == ETH_P_IPV6:
                     frames.append(frame[14:])
             cap.close()
         # After the last frame was read: the agents' probes go on, and one captured after an

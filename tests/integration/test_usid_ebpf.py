@@ -15,6 +15,7 @@ import pytest
 from endpoints.host import netio
 from topologies import hostnet, netns
 from topologies.dataplane import usid
+from topologies.model import LINK_MTU
 
 TAG = f"mrcu{os.getpid() % 10000}"
 NS_S, NS_R, NS_D = f"{TAG}-s", f"{TAG}-r", f"{TAG}-d"
@@ -22,6 +23,7 @@ MAC = {"s0": "02:75:00:00:00:01", "r0": "02:75:00:00:00:02", "r1": "02:75:00:00:
        "d0": "02:75:00:00:00:04"}
 SRC, DST = "fd00:75::1", "fd00:75::2"
 PORT = 9917
+MTU = str(LINK_MTU)  # the emulation's jumbo links: an MRC frame is about 4.2 KB
 
 
 def _ip(*args: str) -> None:
@@ -46,10 +48,10 @@ def fabric() -> Iterator[None]:
         for ns in (NS_S, NS_R, NS_D):
             _ip("netns", "add", ns)
             _ip("-n", ns, "link", "set", "lo", "up")
-        _ip("-n", NS_S, "link", "add", "s0", "address", MAC["s0"], "type", "veth", "peer", "name",
-            "r0", "address", MAC["r0"], "netns", NS_R)
-        _ip("-n", NS_R, "link", "add", "r1", "address", MAC["r1"], "type", "veth", "peer", "name",
-            "d0", "address", MAC["d0"], "netns", NS_D)
+        _ip("-n", NS_S, "link", "add", "s0", "address", MAC["s0"], "mtu", MTU, "type", "veth", "peer",
+            "name", "r0", "address", MAC["r0"], "mtu", MTU, "netns", NS_R)
+        _ip("-n", NS_R, "link", "add", "r1", "address", MAC["r1"], "mtu", MTU, "type", "veth", "peer",
+            "name", "d0", "address", MAC["d0"], "mtu", MTU, "netns", NS_D)
         for ns, dev in ((NS_S, "s0"), (NS_R, "r0"), (NS_R, "r1"), (NS_D, "d0")):
             _ip("-n", ns, "link", "set", dev, "up")
         _ip("netns", "exec", NS_R, "sysctl", "-qw", "net.ipv6.conf.all.forwarding=1")
@@ -84,7 +86,7 @@ def _deliver(carrier: str, payload: bytes) -> bytes | None:
             tx.bind(("s0", 0))
             tx.send(frame)
         try:
-            return rx.recv(2048)
+            return rx.recv(65536)
         except TimeoutError:
             return None
 
@@ -92,6 +94,10 @@ def _deliver(carrier: str, payload: bytes) -> bytes | None:
 def test_end_shifts_only_the_routers_own_usid_and_the_host_decapsulates(fabric):
     # Ours (0x100) shifted to 0x200, routed to D, decapsulated, delivered.
     assert _deliver("fcbb:bb00:100:200::", b"ours") == b"ours"
+    # A full frame from a packet socket: the kernel keeps only its Ethernet header linear, so the
+    # programs must pull the IPv6 header in before they can read it.
+    big = bytes(range(256)) * 16
+    assert _deliver("fcbb:bb00:100:200::", big) == big
     # Not ours (0x300 is routed, not local): forwarded unshifted (shifted, 0x200... would go
     # the same way, so the route to 0x200 is taken away for this one).
     _ip("-n", NS_R, "-6", "route", "replace", "blackhole", "fcbb:bb00:200::/48")

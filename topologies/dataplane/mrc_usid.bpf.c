@@ -32,11 +32,20 @@
 #define IPPROTO_IPV6_ENCAP 41
 #define DST_OFF (ETH_HLEN + 24)  /* the IPv6 destination address */
 
-/* The destination, when the frame is IPv6 with a destination in the block. */
+/* The destination, when the frame is IPv6 with a destination in the block. A frame whose
+ * headers are not all in the linear part (an AF_PACKET sender's, say) is pulled first. */
 static __always_inline int carrier(struct __sk_buff *skb, struct ipv6hdr **ip6)
 {
 	void *data = (void *)(long)skb->data, *end = (void *)(long)skb->data_end;
-	struct ethhdr *eth = data;
+	struct ethhdr *eth;
+
+	if (data + ETH_HLEN + sizeof(struct ipv6hdr) > end) {
+		if (bpf_skb_pull_data(skb, ETH_HLEN + sizeof(struct ipv6hdr)))
+			return 0;
+		data = (void *)(long)skb->data;
+		end = (void *)(long)skb->data_end;
+	}
+	eth = data;
 
 	if ((void *)(eth + 1) > end || eth->h_proto != bpf_htons(ETH_P_IPV6))
 		return 0;

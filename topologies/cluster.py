@@ -197,7 +197,7 @@ class SplitLinuxBackend(LinuxBackend):
             if self.usid == usid.EBPF:  # the head's kernel decides for every server
                 ports = [self.fabric.port_ifname(sw.name, p) for p in self.fabric.ports(sw.name)]
                 jobs.append((sw.name, ["tc", "-batch", "-"],
-                             "".join(f"{x}\n" for x in usid.ingress_lines(ports, usid.END_SECTION))))
+                             usid.ingress_script(ports, usid.END_SECTION)))
         self.run_in(jobs)
         for server in self.servers:  # the control plane over there waits for this
             pids = {sw.name: self.pids[sw.name] for sw in self.fabric.switches

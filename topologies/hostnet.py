@@ -101,8 +101,7 @@ def host_script(host: Host, encap: str, usid: str = usid_behaviours.KERNEL) -> s
 
 def decap_script(ifnames: list[str]) -> str:
     """The `tc -batch` lines giving these NICs the eBPF End.DT6 (a kernel without seg6local)."""
-    lines = usid_behaviours.ingress_lines(ifnames, usid_behaviours.DECAP_SECTION)
-    return "".join(f"{line}\n" for line in lines)
+    return usid_behaviours.ingress_script(ifnames, usid_behaviours.DECAP_SECTION)
 
 
 def configure_hosts(fabric: Fabric, pids: dict[str, int], encap: str, offload_off: bool = True,

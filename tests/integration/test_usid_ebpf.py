@@ -60,7 +60,7 @@ def fabric() -> Iterator[None]:
         _ip("-n", NS_R, "-6", "route", "add", "local", "fcbb:bb00:100::/48", "dev", "lo")
         for carrier in ("fcbb:bb00:200::/48", "fcbb:bb00:300::/48"):
             _ip("-n", NS_R, "-6", "route", "add", carrier, "via", "fe80::1", "dev", "r1")
-        _tc(NS_R, "".join(f"{x}\n" for x in usid.ingress_lines(["r0"], usid.END_SECTION)))
+        _tc(NS_R, usid.ingress_script(["r0"], usid.END_SECTION))
         _tc(NS_D, hostnet.decap_script(["d0"]))
         yield
     finally:
@@ -120,7 +120,7 @@ def test_without_the_programs_nothing_is_delivered(fabric):
         assert _deliver("fcbb:bb00:100:200::", b"no end") is None
         assert _deliver("fcbb:bb00:200::", b"direct") == b"direct"  # D's decapsulation alone
     finally:
-        _tc(NS_R, "".join(f"{x}\n" for x in usid.ingress_lines(["r0"], usid.END_SECTION)))
+        _tc(NS_R, usid.ingress_script(["r0"], usid.END_SECTION))
     subprocess.run(["ip", "netns", "exec", NS_D, "tc", *filt, "d0", "ingress", "pref",
                     str(usid.FILTER_PREF)], check=True)
     try:

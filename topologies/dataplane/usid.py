@@ -77,6 +77,11 @@ def describe(chosen: str) -> str:
             else f"eBPF at tc ingress ({USID_OBJECT.name}: usid_end, usid_decap)")
 
 
+def ingress_script(ifnames: list[str], section: str) -> str:
+    """`ingress_lines` as the text a `tc -batch -` reads."""
+    return "".join(f"{line}\n" for line in ingress_lines(ifnames, section))
+
+
 def ingress_lines(ifnames: list[str], section: str) -> list[str]:
     """`tc -batch` lines attaching the program `section` at clsact ingress of each interface
     (`qdisc replace` keeps a clsact and its filters that are there already). Each filter loads

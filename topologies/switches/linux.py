@@ -119,7 +119,7 @@ class LinuxBackend(SwitchBackend):
             if self.usid == usid.EBPF:
                 ports = [self.fabric.port_ifname(sw.name, p) for p in self.fabric.ports(sw.name)]
                 jobs.append((self.pids[sw.name], ["tc", "-batch", "-"],
-                             "".join(f"{x}\n" for x in usid.ingress_lines(ports, usid.END_SECTION))))
+                             usid.ingress_script(ports, usid.END_SECTION)))
         netns.run_batches(jobs)
         # The control plane waits for this: the routers exist and their ports are up.
         files.write_json(self.routers_path, self.pids, indent=None)

@@ -90,17 +90,16 @@ class BenchNet:
                     hostnet.disable_tx_checksum([nic.ifname for nic in host.nics])
 
     def _tc(self, host: str, script: str) -> None:
-        with netns.inside_named(self.ns[host]):
-            result = subprocess.run(["tc", "-batch", "-"], input=script, capture_output=True, text=True)
-        if result.returncode != 0:
-            raise RuntimeError(f"bench network ({host}): {result.stderr.strip()[:400]}")
+        self._batch(host, ["tc", "-batch", "-"], script)
 
     def _ip(self, host: str, lines: list[str]) -> None:
+        self._batch(host, ["ip", "-6", "-batch", "-"], "\n".join(lines) + "\n")
+
+    def _batch(self, host: str, argv: list[str], script: str) -> None:
         # Forked inside the namespace (not `ip -n`, which remounts /sys and hides the pinned
         # encapsulation program).
         with netns.inside_named(self.ns[host]):
-            result = subprocess.run(["ip", "-6", "-batch", "-"], input="\n".join(lines) + "\n",
-                                    capture_output=True, text=True)
+            result = subprocess.run(argv, input=script, capture_output=True, text=True)
         if result.returncode != 0:
             raise RuntimeError(f"bench network ({host}): {result.stderr.strip()[:400]}")
 

@@ -18,7 +18,7 @@ from dataclasses import replace
 from typing import Any
 
 from endpoints.host.control import ControlError
-from endpoints.host.dataloop import DataLoop, Qp
+from endpoints.host.dataloop import DataLoop, Qp, message_digests
 from endpoints.host.goodput import BIN_S
 from endpoints.host.paths import TRANSPORTS, PathTable
 from endpoints.host.ports import PortWatch
@@ -90,7 +90,10 @@ class AgentCommands:
             del self.loop.qps[qp.qpn]
             return {"qpn": qp.qpn}
         if cmd == "stats":
-            return self._stats(self._qp(req))
+            digests = req.get("digests", True)
+            if not isinstance(digests, bool):
+                raise ControlError(f"digests must be true or false, got {digests!r}")
+            return self._stats(self._qp(req), digests)
         if cmd == "evs":  # a sending QP's EV set now (the CLI's `evs`)
             qp, sender = self._sender(req)
             plane = {e.ev: e.plane for e in qp.paths.evs}
@@ -109,7 +112,7 @@ class AgentCommands:
             # posted and streaming: a sized transfer is done when nothing is left to post and
             # every posted message is acknowledged.
             return {"qpn": qp.qpn, "messages": qp.completed, "bytes": qp.sender.bytes_acked,
-                    "posted": len(qp.digests), "streaming": qp.stream_until > now}
+                    "posted": qp.posted, "streaming": qp.stream_until > now}
         if cmd == "agent_stats":
             loop = self.loop
             return {"counters": dict(loop.stats), "backlog": len(loop.backlog),
@@ -213,11 +216,14 @@ class AgentCommands:
         if isinstance(core, MrcSender):
             classes.update(evset=type(core.evs).__name__, cc=type(core.cc).__name__)
         return {"qpn": qpn, "paths": len(paths.evs), "classes": classes}
-    def _stats(self, qp: Qp) -> dict[str, object]:
+
+    def _stats(self, qp: Qp, digests: bool = True) -> dict[str, object]:
+        """`digests` false leaves the messages' digests out (a sender makes them when asked):
+        what a caller sampling CPU in the middle of a stream asks for."""
         out = {"qpn": qp.qpn, "peer": qp.peer, "transport": qp.transport, "role": qp.role,
                "paths": len(qp.paths.evs), "stats": dict(qp.core.stats),
                "bins": qp.bins.as_json(), "bin_s": BIN_S,
-               "digests": {str(k): v for k, v in qp.digests.items()}}
+               "digests": {str(k): v for k, v in message_digests(qp).items()} if digests else {}}
         if qp.receiver is not None:
             out["bytes_delivered"] = qp.receiver.bytes_delivered
         # Tables keyed by a packet's EV hold only the peer's real paths (never attacker-chosen).

@@ -49,6 +49,7 @@ def test_transfer_through_a_cut_is_exact_and_the_cut_paths_go_bad_and_come_back(
         time.sleep(1.0)
         restore_at = em.set_link(CUT, up=True)
         time.sleep(max(t0 + 3.6 - time.monotonic(), 0))
+        unhashed = agents["h0"].call("stats", qpn=7, digests=False)
         sent = agents["h0"].call("stats", qpn=7)
         got = agents["h1"].call("stats", qpn=7)
         for client in agents.values():
@@ -56,7 +57,9 @@ def test_transfer_through_a_cut_is_exact_and_the_cut_paths_go_bad_and_come_back(
     trace = _trace(tmp_path / "h0-trace.jsonl")
     assert_nothing_left()
 
-    # Exact delivery: every message the receiver completed has the sender's SHA-256.
+    # Exact delivery: every message the receiver completed has the sender's SHA-256 (the
+    # sender's made when asked, from the pattern: none when the caller asks for none).
+    assert unhashed["digests"] == {} and unhashed["stats"]["sent"] > 0
     assert len(got["digests"]) >= 8
     assert all(sent["digests"][msn] == digest for msn, digest in got["digests"].items())
     assert got["stats"]["forged"] == 0 and got["stats"]["malformed"] == 0
@@ -121,6 +124,7 @@ def test_agent_counts_malformed_datagrams_and_refuses_bad_requests(tmp_path):
             ({"cmd": "open", "qpn": 5, "peer": "h0", "peer_qpn": 1, "role": "send"}, "already open"),
             ({"cmd": "stream", "qpn": 5, "msg_bytes": 10, "seconds": 1}, "is a recv QP"),
             ({"cmd": "write", "qpn": 42, "bytes": 10}, "no QP 42"),
+            ({"cmd": "stats", "qpn": 5, "digests": "no"}, "digests must be true or false"),
             ({"cmd": "frobnicate"}, "unknown command"),
         ]:
             cmd = request.pop("cmd")

@@ -4,6 +4,7 @@ code it measures: the single-struct data encoder and the agent's message content
 from __future__ import annotations
 
 import cProfile
+import hashlib
 import os
 import pstats
 import signal
@@ -134,6 +135,31 @@ def test_message_contents_are_reproducible_distinct_and_never_repeat_within_a_me
     big = bytes(dataloop._message_data(a, 2, 3 * dataloop.PATTERN_BYTES + 17))
     assert len(big) == 3 * dataloop.PATTERN_BYTES + 17
     assert big[:dataloop.PATTERN_BYTES] == big[dataloop.PATTERN_BYTES:2 * dataloop.PATTERN_BYTES]
+
+
+def test_a_senders_digests_made_when_asked_are_those_of_the_bytes_it_posted():
+    handed: dict[int, bytes] = {}
+
+    class Sender:  # what DataLoop.post hands a sending core
+        def send_message(self, data, now):
+            handed[len(handed)] = bytes(data)
+            return len(handed) - 1
+
+    qp = dataloop.Qp(1, "h1", 1, "mrc", core=None, paths=None, sender=Sender(), msg_seed=9)  # type: ignore[arg-type]
+    loop = object.__new__(dataloop.DataLoop)  # post touches only the QP
+    sizes = [1 << 20, 4096, 1000, dataloop.PATTERN_BYTES + 17]
+    for size in sizes[:2]:
+        loop.post(qp, size, 0.0)
+    assert qp.digests == {}  # nothing hashed on the hot path
+    assert dataloop.message_digests(qp) == {m: hashlib.sha256(d).hexdigest() for m, d in handed.items()}
+    first = dict(qp.digests)
+    for size in sizes[2:]:
+        loop.post(qp, size, 0.0)
+    got = dataloop.message_digests(qp)
+    assert got == {m: hashlib.sha256(d).hexdigest() for m, d in handed.items()} and len(got) == 4
+    assert {m: got[m] for m in first} == first and not qp.undigested
+    assert [len(handed[m]) for m in range(4)] == sizes and qp.posted == 4
+    assert len(set(got.values())) == 4  # each message its own bytes
 
 
 # A fresh interpreter started the way a shell without job control starts a background command

@@ -51,7 +51,7 @@ from topologies.model import LINK_MTU, Fabric
 from topologies.preflight import EmulationError, PreflightError
 from topologies.remote_dataplane import RemoteDataPlane
 from topologies.runctx import RunContext, run_id
-from topologies.servers import CHECKOUT, check_servers, server_run, ssh_command
+from topologies.servers import CHECKOUT, check_servers, seg6local_refusals, server_run, ssh_command
 from topologies.switches.base import NOTIFY_FILE, REMOTE_CPU_INTERVAL_S, STATUS_FILE
 from topologies.switches.linux import LinuxBackend
 
@@ -70,8 +70,8 @@ class SplitLinuxBackend(LinuxBackend):
     """The kernel routers of the planes placed on other servers, as remote nodes."""
 
     def __init__(self, fabric: Fabric, workdir: Path, split: placement.Placement,
-                 server_ips: dict[str, str], ecmp_seed: int | None = None) -> None:
-        super().__init__(fabric, workdir, ecmp_seed=ecmp_seed)
+                 server_ips: dict[str, str], ecmp_seed: int | None = None, usid: str | None = None) -> None:
+        super().__init__(fabric, workdir, ecmp_seed=ecmp_seed, usid=usid)
         self.placement = split
         self.server_ips = server_ips
         self.servers = [s for s in split.servers[1:] if split.planes_on(s)]
@@ -275,11 +275,12 @@ class SplitEmulation(Emulation):
                                  f"(asked for {self.switch_requested})")
         self.switch_requested = "linux"
         self._server_ips = check_servers(self.placement)
+        self.seg6local_refused = seg6local_refusals(self._server_ips)  # one uN for all of them
         super().start()
 
     def _make_backend(self, name: str) -> LinuxBackend:
         return SplitLinuxBackend(self.fabric, self.workdir, self.placement, self._server_ips,
-                                 ecmp_seed=self.ecmp_seed)
+                                 ecmp_seed=self.ecmp_seed, usid=self.usid)
 
     @property
     def split_backend(self) -> SplitLinuxBackend:

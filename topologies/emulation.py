@@ -76,6 +76,7 @@ class Emulation(SwitchPorts):
         self.switches: SwitchBackend | None = None  # the run's backend, once started
         self.switch_choice = ""  # why that backend (`auto`: what it passed over, and why)
         self.usid = usid_behaviours.KERNEL  # where End/End.DT6 run: chosen at start()
+        self.seg6local_refused: dict[str, str] = {}  # servers whose kernels refuse it (split)
         # The run's transport parameters: the switch thresholds count frames of its payload size.
         self.transport = transport or TransportConfig()
         self.dataplane_mode = dataplane_mode
@@ -119,9 +120,8 @@ class Emulation(SwitchPorts):
 
     def switch_info(self) -> dict:
         """What a summary records about the switches: the backend's info and why it was chosen."""
-        return {**self.backend.info(), "switch_choice": self.switch_choice,
-                "usid_behaviours": self.usid,
-                "placement": self.placement.as_dict()}
+        return {**self.backend.info(), "switch_choice": self.switch_choice, "usid_behaviours": self.usid,
+                "seg6local_refused": self.seg6local_refused, "placement": self.placement.as_dict()}
 
     @property
     def backend(self) -> SwitchBackend:
@@ -131,9 +131,9 @@ class Emulation(SwitchPorts):
 
     def start(self) -> None:
         name, self.switch_choice = switches.check_choice(self.switch_requested)
-        self.usid = usid_behaviours.mode()
+        self.usid, refusal = usid_behaviours.across(usid_behaviours.mode(), self.seg6local_refused)
         for what, why in (("host encapsulation", host_encap.unavailable()),
-                          ("SRv6 behaviours", usid_behaviours.unavailable(self.usid))):
+                          ("SRv6 behaviours", refusal or usid_behaviours.unavailable(self.usid))):
             if why is not None:
                 raise preflight.PreflightError(f"MRC's {what} cannot run here: {why}")
         # The run's hold on the machine (joined when a Testbed or the runner holds it): its
@@ -164,7 +164,7 @@ class Emulation(SwitchPorts):
 
     def _make_backend(self, name: str) -> SwitchBackend:
         options: dict[str, Any] = {"datapath": self.datapath_requested} if name == "ovs" \
-            else {"ecmp_seed": self.ecmp_seed}
+            else {"ecmp_seed": self.ecmp_seed, "usid": self.usid}
         return switches.make(name, self.fabric, self.workdir, **options)
 
     def _start_controller(self) -> None:

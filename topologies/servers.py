@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 from topologies import placement
+from topologies.dataplane import usid
 from topologies.preflight import PreflightError
 
 SSH_CONFIG_ENV = "MRCLAB_SSH_CONFIG"  # an ssh_config for every connection to a server
@@ -73,6 +74,18 @@ def check_servers(p: placement.Placement) -> dict[str, str]:
                                  f"there, in a checkout at {CHECKOUT}")
         ips[server] = ip
     return ips
+
+
+def seg6local_refusals(ips: dict[str, str]) -> dict[str, str]:
+    """server -> what its kernel said of SRv6 seg6local, for each server that refuses it: the
+    probe this machine asks of its own kernel (topologies/dataplane/usid.py), asked there."""
+    refused = {}
+    for server, ip in ips.items():
+        result = server_run(ip, shlex.join(usid.PROBE_ARGV), timeout=15)
+        why = usid.refusal(result.returncode, result.stderr)
+        if why is not None:
+            refused[server] = why
+    return refused
 
 
 # Sends stdin as one datagram to the Unix socket argv[1]: what Emulation.notify_controller does

@@ -19,6 +19,7 @@ import pytest
 from tests.conftest import require_or_skip
 from tests.integration.helpers import REPO, again_if_disturbed, assert_nothing_left
 from topologies import cluster_lab
+from topologies.dataplane import usid
 from topologies.servers import SSH_CONFIG_ENV
 
 pytestmark = pytest.mark.usefixtures("emulation_ready")
@@ -119,6 +120,11 @@ def test_split_link_failure_rides_through_and_the_servers_cpu_is_in_the_verdict(
     assert ("measuring it there once" in proc.stdout) == there["calibration"]["calibrated_now"]
     placed = s["switches"]["placement"]
     assert placed["split"] is True and placed["planes"][server.address] == [0, 1]
+    # The server's kernel was asked the head's own seg6local probe over ssh (the same kernel
+    # here, so the same answer), and one choice made for both.
+    refused = usid.kernel_refusal()
+    assert s["switches"]["seg6local_refused"] == ({} if refused is None else {server.address: refused})
+    assert s["switches"]["usid_behaviours"] == usid.mode()
     mrc, roce = s["transports"]["mrc"], s["transports"]["roce"]
     assert mrc["stall_ms"] < 200 and roce["stall_ms"] >= s["routing"]["detect_ms"] / 2
     for transport, entry in s["fidelity"]["per_transport"].items():

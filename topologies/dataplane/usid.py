@@ -33,18 +33,40 @@ PROBE_ROUTE = (f"local {usid_prefix(0x1400)} encap seg6local action {KERNEL_END_
                f"count dev lo")
 
 
+# The probe itself, the same here and on a split fabric's servers (topologies/servers.py).
+PROBE_ARGV = ("unshare", "--net", "sh", "-c", f"ip link set lo up && ip -6 route add {PROBE_ROUTE}")
+
+
 @functools.lru_cache(maxsize=1)
 def kernel_refusal() -> str | None:
     """None when this kernel and iproute2 take seg6local End with NEXT-C-SID, else what the
     kernel said. Asked of a scratch namespace that dies with the probe (needs root)."""
     if shutil.which("unshare") is None or shutil.which("ip") is None:
         return "unshare or ip not found"
-    probe = subprocess.run(["unshare", "--net", "sh", "-c",
-                            f"ip link set lo up && ip -6 route add {PROBE_ROUTE}"],
-                           capture_output=True, text=True)
-    if probe.returncode != 0:
-        return (probe.stderr.strip().splitlines() or ["refused"])[-1]
-    return None
+    probe = subprocess.run(PROBE_ARGV, capture_output=True, text=True)
+    return refusal(probe.returncode, probe.stderr)
+
+
+def refusal(returncode: int, stderr: str) -> str | None:
+    """What a probe's exit status and error output say: None (seg6local taken) or its last line."""
+    return None if returncode == 0 else (stderr.strip().splitlines() or ["refused"])[-1]
+
+
+def across(chosen: str, refused: dict[str, str]) -> tuple[str, str | None]:
+    """The behaviours of a fabric spread over machines, one choice for all of them (its hosts
+    here, routers there): `chosen` (this machine's, `mode`), or the eBPF uN everywhere when a
+    server's kernel refuses seg6local (`refused`: server -> what it said); and why not, when
+    `MRCLAB_USID=kernel` asks for what a server lacks (None: it can run).
+
+    >>> across(KERNEL, {}), across(KERNEL, {"s2": "lwt encapsulation type not supported"})
+    (('kernel', None), ('ebpf', None))
+    """
+    if chosen != KERNEL or not refused:
+        return chosen, None
+    if os.environ.get(ENV, "").strip() == KERNEL:
+        server, why = min(refused.items())
+        return KERNEL, f"{ENV}=kernel, but {server}'s kernel has no SRv6 seg6local End ({why})"
+    return EBPF, None
 
 
 def mode() -> str:

@@ -45,7 +45,8 @@ class LinuxBackend(SwitchBackend):
         # kernel's own boot-time key, as where the sysctl is missing (before 6.11).
         self.ecmp_seed: int | None = options.get("ecmp_seed")
         self.ecmp_seeded = False
-        self.usid = usid.mode()  # the kernel's seg6local, or the eBPF uN where it has none
+        # The kernel's seg6local, or the eBPF uN where it has none (the emulation's choice)
+        self.usid: str = options.get("usid") or usid.mode()
         self.routers_path = workdir / "routers.json"
         self.status_path = workdir / STATUS_FILE
         self.pids: dict[str, int] = {}

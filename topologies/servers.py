@@ -81,7 +81,12 @@ def seg6local_refusals(ips: dict[str, str]) -> dict[str, str]:
     probe this machine asks of its own kernel (topologies/dataplane/usid.py), asked there."""
     refused = {}
     for server, ip in ips.items():
-        result = server_run(ip, shlex.join(usid.PROBE_ARGV), timeout=15)
+        try:
+            result = server_run(ip, shlex.join(usid.PROBE_ARGV), timeout=15)
+        except subprocess.TimeoutExpired:
+            raise PreflightError(f"--servers: {server}'s seg6local probe did not end within 15 s") from None
+        if result.returncode == 255:  # ssh's own failure, not the kernel's answer
+            raise PreflightError(f"--servers: ssh to {server} failed: {result.stderr.strip()[-200:]}")
         why = usid.refusal(result.returncode, result.stderr)
         if why is not None:
             refused[server] = why

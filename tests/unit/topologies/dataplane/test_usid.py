@@ -84,3 +84,20 @@ def test_each_server_is_asked_the_same_probe_over_ssh(monkeypatch):
     assert got == {"s3": "Error: lwt encapsulation type not supported."}
     assert [ip for ip, _ in asked] == ["10.0.0.2", "10.0.0.3"]
     assert all(shlex.split(remote) == list(usid.PROBE_ARGV) for _, remote in asked)
+
+
+def test_a_server_that_cannot_be_asked_is_one_line_not_a_refusal(monkeypatch):
+    from topologies import servers
+    from topologies.preflight import PreflightError
+
+    def lost(ip, remote, stdin=None, timeout=60):
+        return subprocess.CompletedProcess(remote, 255, "", "ssh: connect to host 10.0.0.2: No route\n")
+
+    def hung(ip, remote, stdin=None, timeout=60):
+        raise subprocess.TimeoutExpired(remote, timeout)
+
+    for run, words in ((lost, "ssh to s2 failed: ssh: connect to host 10.0.0.2: No route"),
+                       (hung, "s2's seg6local probe did not end within 15 s")):
+        monkeypatch.setattr(servers, "server_run", run)
+        with pytest.raises(PreflightError, match=words):
+            servers.seg6local_refusals({"s2": "10.0.0.2"})

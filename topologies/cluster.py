@@ -52,7 +52,7 @@ from topologies.preflight import EmulationError, PreflightError
 from topologies.remote_dataplane import RemoteDataPlane
 from topologies.runctx import RunContext, run_id
 from topologies.servers import CHECKOUT, check_servers, seg6local_refusals, server_run, ssh_command
-from topologies.switches.base import NOTIFY_FILE, REMOTE_CPU_INTERVAL_S, STATUS_FILE
+from topologies.switches.base import BOOT_ID, NOTIFY_FILE, REMOTE_CPU_INTERVAL_S, STATUS_FILE
 from topologies.switches.linux import LinuxBackend
 
 # VXLAN over IPv4 adds 50 bytes (outer IPv4 20, UDP 8, VXLAN 8, inner Ethernet 14): a tunnel
@@ -258,7 +258,7 @@ class SplitLinuxBackend(LinuxBackend):
         # A terminal: the loop over there ends with the head's ssh (SIGHUP), as the controller.
         marker = cleanup.run_marker()
         loop = (f"{shlex.join(['export', *marker])}; " if marker else "") + \
-            f"while :; do head -1 /proc/stat; sleep {REMOTE_CPU_INTERVAL_S}; done"
+            f"cat {BOOT_ID}; while :; do head -1 /proc/stat; sleep {REMOTE_CPU_INTERVAL_S}; done"
         return {server: ssh_command(self.server_ips[server], loop, tty=True) for server in self.servers}
 
     def info(self) -> dict[str, Any]:

@@ -29,6 +29,9 @@ from pathlib import Path
 from experiments.analysis import calibration, metrics
 from topologies import cleanup, netns
 from topologies.emulation import Emulation
+from topologies.switches.base import BOOT_ID
+
+BOOT_ID_LEN = 36  # a boot id is a UUID in its text form
 
 CPU_IDLE_FLOOR_PCT = 10.0
 # What a link that should be full must carry, as a share of its configured rate (the bytes the
@@ -168,6 +171,7 @@ class RemoteCpu:
     switches forward the run's packets), timed on this machine's clock as they arrive."""
 
     def __init__(self, argv: list[str]) -> None:
+        self.boot_id = ""  # its kernel's (the command's first line; `same_machine`)
         self.samples: list[tuple[float, float]] = []  # (monotonic time here, idle %)
         self.steal_samples: list[tuple[float, float]] = []  # (monotonic time here, steal %)
         self._proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
@@ -181,12 +185,21 @@ class RemoteCpu:
         for line in self._proc.stdout:
             times = stat_times(line)
             if times is None:
+                if not self.boot_id and len(line.strip()) == BOOT_ID_LEN and line.count("-") == 4:
+                    self.boot_id = line.strip()
                 continue
             if last is not None and times[2] > last[2]:
                 total, now = times[2] - last[2], time.monotonic()
                 self.samples.append((now, 100.0 * (times[0] - last[0]) / total))
                 self.steal_samples.append((now, 100.0 * (times[1] - last[1]) / total))
             last = times
+
+    @property
+    def same_machine(self) -> bool:
+        """Whether the server is this machine (a lab server: a namespace beside the head), so
+        its /proc/stat is the head's own, which the head's verdict reads with other programs'
+        busy processes set apart, as a server's cannot be."""
+        return bool(self.boot_id) and self.boot_id == Path(BOOT_ID).read_text().strip()
 
     def stop(self) -> None:
         if self._proc.poll() is None:

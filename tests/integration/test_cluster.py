@@ -130,6 +130,7 @@ def test_split_link_failure_rides_through_and_the_servers_cpu_is_in_the_verdict(
     for transport, entry in s["fidelity"]["per_transport"].items():
         seen = entry["servers"][server.address]  # sampled there, every 250 ms of the run
         assert seen["samples"] >= 8, (transport, seen)
+        assert seen["same_machine"] is True  # the lab server's kernel is this one (its boot id)
         assert 0 <= seen["cpu_idle_p10_pct"] <= seen["cpu_idle_mean_pct"] <= 100
     assert _server_left(server) == []
     assert_nothing_left()

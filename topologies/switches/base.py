@@ -41,6 +41,9 @@ def set_mtu(ifnames: list[str], netns_pid: int | None, mtu: int = LINK_MTU) -> N
 
 # How often a remote server's CPU times are read (the head's fidelity sampler's own interval).
 REMOTE_CPU_INTERVAL_S = 0.25
+# A kernel's boot id, printed first by a server's CPU command: one equal to this machine's is
+# this machine (a lab server, a namespace beside the head), whose CPU the head reads itself.
+BOOT_ID = "/proc/sys/kernel/random/boot_id"
 
 
 class SwitchBackend(ABC):
@@ -107,7 +110,7 @@ class SwitchBackend(ABC):
         runs in the kernel's softirq, charged to no process)."""
 
     def remote_cpu_commands(self) -> dict[str, list[str]]:
-        """{server: argv} that prints that server's /proc/stat first line every
+        """{server: argv} that prints that server's `BOOT_ID`, then its /proc/stat first line every
         `REMOTE_CPU_INTERVAL_S` until it is killed, for every other machine forwarding this
         fabric's packets (a split fabric's servers: docs/cluster.md); none when all of it runs
         here."""

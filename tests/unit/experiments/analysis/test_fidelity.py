@@ -10,6 +10,7 @@ from experiments.analysis import fidelity
 from experiments.demo import format_table
 from experiments.scenarios import default_options
 from experiments.scenarios.base import Record
+from topologies.switches.base import BOOT_ID
 
 
 def _cpu(idle: float) -> fidelity.CpuSampler:
@@ -134,22 +135,28 @@ def test_another_machines_cpu_is_read_from_the_lines_its_command_prints_and_stop
     is, and stopping the sampler ends its command."""
     import time
 
-    loop = ["sh", "-c", "echo Warning: a banner; while :; do head -1 /proc/stat; sleep 0.1; done"]
+    loop = ["sh", "-c", f"echo Warning: a banner; cat {BOOT_ID}; "
+            "while :; do head -1 /proc/stat; sleep 0.1; done"]
     server = fidelity.RemoteCpu(loop)
+    other = fidelity.RemoteCpu(["sh", "-c", "echo 1b4e28ba-2fa1-11d2-883f-0016d3cca427; head -1 /proc/stat"])
     try:
         time.sleep(0.8)
         assert len(server.samples) >= 3 and len(server.steal_samples) == len(server.samples)
         assert all(0.0 <= v <= 100.0 for _, v in server.samples + server.steal_samples)
+        # the first line names its kernel: this one's is this machine, another boot's is not
+        assert server.same_machine and not other.same_machine and other.boot_id
     finally:
         server.stop()
+        other.stop()
     assert server._proc.poll() is not None
 
 
-def _with_server(idle: float, samples: int = 40) -> fidelity.CpuSampler:
+def _with_server(idle: float, samples: int = 40, boot_id: str = "") -> fidelity.CpuSampler:
     cpu = _cpu(35.0)
     server = object.__new__(fidelity.RemoteCpu)  # never started: its samples are what the test says
     server.samples = [(t / 4, idle) for t in range(samples)]
     server.steal_samples = []
+    server.boot_id = boot_id
     cpu.servers = {"s1": server}
     return cpu
 
@@ -165,6 +172,15 @@ def test_a_busy_server_makes_a_split_run_unfaithful_and_a_silent_one_is_a_warnin
     fid = runner._fidelity(opts, record, _with_server(50.0), datapath="kernel")
     assert fid["faithful"] is True
     assert fid["per_transport"]["mrc"]["servers"]["s1"]["cpu_idle_p10_pct"] == 50.0
+    # A "server" on this very machine (a lab server): its /proc/stat is the head's own, judged
+    # by the head's verdict (with other programs' load apart), not a second time without.
+    here = Path(BOOT_ID).read_text().strip()
+    fid = runner._fidelity(opts, record, _with_server(4.0, boot_id=here), datapath="kernel")
+    assert fid["faithful"] is True and fid["per_transport"]["mrc"]["servers"]["s1"] == {
+        "cpu_idle_p10_pct": 4.0, "cpu_idle_mean_pct": 4.0, "samples": 40, "same_machine": True}
+    fid = runner._fidelity(opts, record, _with_server(4.0, boot_id="1b4e28ba-2fa1-11d2-883f-0016d3cca427"),
+                           datapath="kernel")
+    assert fid["faithful"] is False  # another machine's busy CPU still counts
     fid = runner._fidelity(opts, record, _with_server(50.0, samples=0), datapath="kernel")
     assert fid["faithful"] is True and "servers" not in fid["per_transport"]["mrc"]
     assert fid["warnings"] == [

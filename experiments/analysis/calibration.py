@@ -48,6 +48,9 @@ REFERENCE = REPO / "experiments" / "reference" / "cost.json"
 # The code whose speed the figures measure: the agents, the cores they run, the data plane.
 COST_CODE = ("endpoints", "topologies/dataplane", "topologies/hostnet.py", "topologies/shaping.py")
 FREE_WINDOW_S, FREE_PARTS = 0.75, 5  # how long `free_cores` watches the machine, in how many slices
+# A window that finds more than this share of the cores busy is watched again, this many times
+# more at most, and the freest window counts: a burst longer than a window's median can hide.
+FREE_BUSY_CORES, FREE_RETRIES = 0.5, 2
 # A process busier than this share of a core is load of its own (another program, a busy
 # loop); below it, a daemon's housekeeping.
 BUSY_MIN_CORES = 0.05
@@ -150,20 +153,31 @@ def busy_fraction(before: list[int], after: list[int]) -> tuple[float, float]:
     return (d[0] + d[1] + d[2] + d[5] + d[6]) / total, d[7] / total
 
 
-def free_cores(window: float = FREE_WINDOW_S, parts: int = FREE_PARTS) -> float:
+def free_cores(window: float = FREE_WINDOW_S, parts: int = FREE_PARTS,
+               retries: int = FREE_RETRIES) -> float:
     """Cores not busy (nor stolen) over `window` seconds now: the median of `parts` equal
     slices, so that load that stays (another program, a busy loop) counts and a burst does not
     (the kernel tearing down the namespaces of a run that just ended: a CI rehearsal's run
-    started then read 0.25 free cores beside a busy loop's one, and ran at 1 Mbit/s)."""
-    cores, free = os.cpu_count() or 1, []
-    before = machine_times()
-    for _ in range(parts):
-        time.sleep(window / parts)
-        after = machine_times()
-        busy, steal = busy_fraction(before, after)
-        free.append(cores * max(0.0, 1.0 - busy - steal))
-        before = after
-    return round(statistics.median(free), 2)
+    started then read 0.25 free cores beside a busy loop's one, and ran at 1 Mbit/s). A window
+    with more than `FREE_BUSY_CORES` busy is watched again, up to `retries` times, and the
+    freest counts: a later CI rehearsal, beside a busy loop, read 0 free cores for longer than
+    a window's median could hide, and its all-reduce ran at 1 Mbit/s, where RoCE's collectives
+    did not end within their limit. Load that stays reads the same every time."""
+    cores = os.cpu_count() or 1
+    best = 0.0
+    for _ in range(1 + max(retries, 0)):
+        free = []
+        before = machine_times()
+        for _ in range(parts):
+            time.sleep(window / parts)
+            after = machine_times()
+            busy, steal = busy_fraction(before, after)
+            free.append(cores * max(0.0, 1.0 - busy - steal))
+            before = after
+        best = max(best, statistics.median(free))
+        if best >= cores - FREE_BUSY_CORES:
+            break
+    return round(best, 2)
 
 
 class ProcessTimes(NamedTuple):

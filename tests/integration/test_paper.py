@@ -147,5 +147,5 @@ def test_an_allreduce_under_loss_at_every_nic_in_its_quick_form(tmp_path):
     if all(r["faithful"] for r in s["runs"]):
         got = s["figures"]
         assert got["mrc_kept_heavy"] >= LOSSY_KEEPS, s["measured"]
-        assert got["mrc_vs_roce_one_qp"] >= MRC_VS_ONE_QP, s["measured"]
+        assert (got["mrc_vs_roce_one_qp"] or 0.0) >= MRC_VS_ONE_QP, s["measured"]  # None: RoCE unfinished
     assert_nothing_left()

@@ -157,7 +157,41 @@ def test_free_cores_counts_load_that_stays_not_a_burst(monkeypatch):
         return times()
 
     monkeypatch.setattr(calibration, "machine_times", reader)
+    assert calibration.free_cores(window=1.0, parts=5, retries=0) == 1.0
+
+
+def _machine(monkeypatch, busy_ticks: list[int]):
+    """Two cores, 200 ticks a slice: `busy_ticks` of them busy in each slice, in turn; returns
+    how many slices were read."""
+    monkeypatch.undo()
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(calibration.time, "sleep", lambda s: None)
+    state = {"user": 0, "idle": 0, "slices": -1}
+    slices = iter(busy_ticks)
+
+    def reader():
+        state["slices"] += 1
+        if state["slices"] > 0 and state["slices"] % 6 != 0:  # a window's first reading is its start
+            user = next(slices)
+            state["user"] += user
+            state["idle"] += 200 - user
+        return [state["user"], 0, 0, state["idle"], 0, 0, 0, 0]
+
+    monkeypatch.setattr(calibration, "machine_times", reader)
+    return state
+
+
+def test_free_cores_watches_again_when_a_burst_outlasts_a_window(monkeypatch):
+    # A busy loop (100 ticks a slice) and a burst taking the other core for a whole window: the
+    # next window, the burst over, counts.
+    _machine(monkeypatch, [200] * 5 + [100] * 5 + [100] * 5)
     assert calibration.free_cores(window=1.0, parts=5) == 1.0
+    # Load that stays (both cores busy) reads the same every time: no core free, after 3 windows.
+    state = _machine(monkeypatch, [200] * 15)
+    assert calibration.free_cores(window=1.0, parts=5) == 0.0 and state["slices"] == 17
+    # An idle machine is read once.
+    state = _machine(monkeypatch, [10] * 15)
+    assert calibration.free_cores(window=1.0, parts=5) == 1.9 and state["slices"] == 5
 
 
 def test_a_forwarding_calibration_has_a_cache_and_a_fingerprint_of_its_own(tmp_path, monkeypatch):

@@ -1,7 +1,7 @@
 """The host agent's control commands: the requests the runner sends over the control channel
 (endpoints/host/control.py), each a QP operation on the data loop (endpoints/host/dataloop.py).
 
-    ping, open, stream, write, stop_stream, restrict, close, stats, evs, progress,
+    ping, open, stream, write, stop_stream, restrict, close, stats, digest, evs, progress,
     agent_stats, shutdown
 
 `open` builds a QP's sans-IO core (MRC, spray or go-back-N, sender or receiver) on its path
@@ -18,7 +18,7 @@ from dataclasses import replace
 from typing import Any
 
 from endpoints.host.control import ControlError
-from endpoints.host.dataloop import DataLoop, Qp, message_digests
+from endpoints.host.dataloop import DIGEST_CHUNK_BYTES, DataLoop, Qp, message_digests
 from endpoints.host.goodput import BIN_S
 from endpoints.host.paths import TRANSPORTS, PathTable
 from endpoints.host.ports import PortWatch
@@ -103,6 +103,10 @@ class AgentCommands:
                      "bytes_sent": r.bytes_sent} for r in sender.ev_report()]
             return {"qpn": qp.qpn, "peer": qp.peer, "transport": qp.transport, "rows": rows,
                     "bytes_acked": sender.bytes_acked, **self._congestion(sender)}
+        if cmd == "digest":  # a sender's next messages hashed, a few ms at most (flows.result)
+            qp = self._qp(req)
+            message_digests(qp, DIGEST_CHUNK_BYTES)
+            return {"qpn": qp.qpn, "pending": len(qp.undigested)}
         if cmd == "progress":  # cheap enough to poll every millisecond (collective steps)
             qp = self._qp(req)
             if qp.receiver is not None:

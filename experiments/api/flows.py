@@ -178,6 +178,10 @@ class AgentFlow:
             if self.final is None:
                 raise ValueError(f"flow {self.number} was closed before its result was read")
             return self.final
+        # The sender hashes what it sent a few ms at a time, so the agents' process keeps
+        # serving every other flow meanwhile (`digest`), then says it all (`stats`).
+        while self.agents[self.src].call("digest", qpn=self.qpn)["pending"]:
+            pass
         sent = self.agents[self.src].call("stats", qpn=self.qpn)
         got = self.agents[self.dst].call("stats", qpn=self.qpn)
         digests = got["digests"]

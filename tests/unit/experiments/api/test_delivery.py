@@ -18,7 +18,7 @@ class CannedAgent:
         self.stats = stats
 
     def call(self, cmd: str, **fields: object) -> dict:
-        return self.stats if cmd == "stats" else {}
+        return self.stats if cmd == "stats" else {"pending": 0} if cmd == "digest" else {}
 
 
 def _result(sent: dict, got: dict):
@@ -57,3 +57,26 @@ def test_a_dead_transport_fails_the_fault_scenario_and_has_no_recovery_time():
     assert figures["recovery_ms"] is None, "no goodput before the fault: no recovery (was 0)"
     assert figures["data_ok"] is False, "a transport that delivered nothing passed"
     assert figures["delivered"] is False
+
+
+def test_the_sender_hashes_in_chunks_before_it_is_asked_for_its_digests():
+    """A flow's result asks the sender to hash a chunk at a time (`digest`) until nothing is
+    pending, and only then for everything (`stats`): one call never holds the agents' loop up
+    for a long flow's gigabytes."""
+    asked = []
+
+    class Sender(CannedAgent):
+        pending = 3
+
+        def call(self, cmd: str, **fields: object) -> dict:
+            asked.append(cmd)
+            if cmd == "digest":
+                self.pending -= 1
+                return {"qpn": 7, "pending": self.pending}
+            return super().call(cmd, **fields)
+
+    sender = Sender({"digests": {"0": A}, "messages_acked": 1, "stats": {}, "bins": {}})
+    receiver = CannedAgent({"digests": {"0": A}, "stats": {}, "bins": {}, "bytes_delivered": 10})
+    res = AgentFlow({"h0": sender, "h1": receiver}, "mrc", "h0", "h1", 7).result()  # type: ignore[dict-item]
+    assert asked == ["open", "digest", "digest", "digest", "stats"]
+    assert res.data_ok is True

@@ -143,7 +143,7 @@ class _Agent:
         elif qpn not in self.qps:
             raise ValueError(f"no QP {qpn}")
         return {"progress": {"bytes": 4096, "streaming": False, "messages": 1, "posted": 1},
-                "evs": self.EVS,
+                "evs": self.EVS, "digest": {"pending": 0},
                 "stats": {"digests": {"0": "d"}, "bins": {}, "bytes_delivered": 4096,
                           "messages_acked": 1}}.get(command, {})
 

@@ -160,6 +160,13 @@ def test_a_senders_digests_made_when_asked_are_those_of_the_bytes_it_posted():
     assert {m: got[m] for m in first} == first and not qp.undigested
     assert [len(handed[m]) for m in range(4)] == sizes and qp.posted == 4
     assert len(set(got.values())) == 4  # each message its own bytes
+    # A budget hashes a chunk at a time, the oldest first, at least one message per call.
+    for size in (4096, 4096, 8192):
+        loop.post(qp, size, 0.0)
+    assert list(dataloop.message_digests(qp, budget=4096)) == [0, 1, 2, 3, 4] and len(qp.undigested) == 2
+    assert list(dataloop.message_digests(qp, budget=1)) == [0, 1, 2, 3, 4, 5] and len(qp.undigested) == 1
+    assert dataloop.message_digests(qp, budget=1)[6] == hashlib.sha256(handed[6]).hexdigest()
+    assert not qp.undigested
 
 
 # A fresh interpreter started the way a shell without job control starts a background command

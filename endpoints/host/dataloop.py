@@ -79,8 +79,8 @@ NIC_REFILL_FRAMES = 0.0
 # whole millisecond, so at least NIC_WAKE_MIN_S; above DEPTH_FRAMES' worth (fast links) the
 # pacer wakes as soon as it can, as before. Setting `nic_lazy_wake` false: the eager wake-ups.
 # A sender's messages hashed per `digest` command (message_digests): about 5 ms of the loop at
-# the 1.7 GB/s SHA-256 of the 2-core VM, where one call for a long flow's gigabytes took seconds
-# from every other flow of the process.
+# the 1.7 GB/s SHA-256 of the 2-core VM, where one call for a long flow's gigabytes would take
+# seconds from every other flow of the process.
 DIGEST_CHUNK_BYTES = 8 << 20
 NIC_WAKE_FRAMES = 0.45  # frames a port still holds when its waiting sender is woken
 NIC_WAKE_MIN_S = 0.0015  # ... and at least this long: epoll's 1 ms rounding plus scheduling

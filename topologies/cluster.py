@@ -51,7 +51,7 @@ from topologies.model import LINK_MTU, Fabric
 from topologies.preflight import EmulationError, PreflightError
 from topologies.remote_dataplane import RemoteDataPlane
 from topologies.runctx import RunContext, run_id
-from topologies.servers import CHECKOUT, check_servers, seg6local_refusals, server_run, ssh_command
+from topologies.servers import CHECKOUT, server_run, ssh_command, survey_servers
 from topologies.switches.base import BOOT_ID, NOTIFY_FILE, REMOTE_CPU_INTERVAL_S, STATUS_FILE
 from topologies.switches.linux import LinuxBackend
 
@@ -274,8 +274,8 @@ class SplitEmulation(Emulation):
             raise PreflightError(f"--servers: a split fabric runs the linux switch backend only "
                                  f"(asked for {self.switch_requested})")
         self.switch_requested = "linux"
-        self._server_ips = check_servers(self.placement)
-        self.seg6local_refused = seg6local_refusals(self._server_ips)  # one uN for all of them
+        # Their addresses, and what each kernel says of seg6local: one uN for all of them
+        self._server_ips, self.seg6local_refused = survey_servers(self.placement)
         super().start()
 
     def _make_backend(self, name: str) -> LinuxBackend:

@@ -53,12 +53,26 @@ def resolve(server: str) -> str:
 def check_servers(p: placement.Placement) -> dict[str, str]:
     """Every server with planes reachable as root over ssh, with what it needs; its address
     by name. One PreflightError line per problem, before anything starts."""
-    ips = {}
+    return survey_servers(p, seg6local=False)[0]
+
+
+# What a server's kernel said of the seg6local probe: its exit status, then its last line
+_SEG6LOCAL = (f"err=$({shlex.join(usid.PROBE_ARGV)} 2>&1 >/dev/null); rc=$?;"
+              " echo \"seg6local $rc $(printf '%s\\n' \"$err\" | tail -n 1)\"")
+
+
+def survey_servers(p: placement.Placement, seg6local: bool = True) -> tuple[dict[str, str], dict[str, str]]:
+    """`check_servers`'s addresses and, in the same ssh round trip, server -> what its kernel
+    said of SRv6 seg6local for each server that refuses it: the probe this machine asks of its
+    own kernel (topologies/dataplane/usid.py), asked there (`seg6local` False: not asked)."""
+    ips, refused = {}, {}
     for server in p.servers[1:]:
         ip = resolve(server)
         probe = (f"for t in {' '.join(SERVER_TOOLS)}; do command -v $t >/dev/null || echo missing $t; done;"
                  f" test -x {shlex.quote(sys.executable)} || echo missing {shlex.quote(sys.executable)};"
                  f" test -d {shlex.quote(str(CHECKOUT))} || echo missing {shlex.quote(str(CHECKOUT))}")
+        if seg6local:
+            probe += "; " + _SEG6LOCAL
         try:
             result = server_run(ip, probe, timeout=15)
         except subprocess.TimeoutExpired:
@@ -67,30 +81,22 @@ def check_servers(p: placement.Placement) -> dict[str, str]:
             why = (result.stderr.strip().splitlines() or ["refused"])[-1]
             raise PreflightError(f"--servers: cannot ssh to root@{server} ({ip}): {why} "
                                  f"(see docs/cluster.md; {SSH_CONFIG_ENV} names an ssh_config)")
-        missing = [line.split(" ", 1)[1] for line in result.stdout.splitlines()
-                   if line.startswith("missing ")]
+        lines = result.stdout.splitlines()
+        missing = [line.split(" ", 1)[1] for line in lines if line.startswith("missing ")]
         if missing:
             raise PreflightError(f"--servers: {server} lacks {', '.join(missing)}: run `make setup` "
                                  f"there, in a checkout at {CHECKOUT}")
         ips[server] = ip
-    return ips
-
-
-def seg6local_refusals(ips: dict[str, str]) -> dict[str, str]:
-    """server -> what its kernel said of SRv6 seg6local, for each server that refuses it: the
-    probe this machine asks of its own kernel (topologies/dataplane/usid.py), asked there."""
-    refused = {}
-    for server, ip in ips.items():
-        try:
-            result = server_run(ip, shlex.join(usid.PROBE_ARGV), timeout=15)
-        except subprocess.TimeoutExpired:
-            raise PreflightError(f"--servers: {server}'s seg6local probe did not end within 15 s") from None
-        if result.returncode == 255:  # ssh's own failure, not the kernel's answer
-            raise PreflightError(f"--servers: ssh to {server} failed: {result.stderr.strip()[-200:]}")
-        why = usid.refusal(result.returncode, result.stderr)
-        if why is not None:
-            refused[server] = why
-    return refused
+        said = [line.split(" ", 2)[1:] for line in lines if line.startswith("seg6local ")]
+        if seg6local:
+            if not said or not said[-1][0].isdigit():
+                raise PreflightError(f"--servers: {server} gave no answer to the seg6local probe "
+                                     f"(its shell said: {result.stdout.strip()[-200:]!r})")
+            rc, *last = said[-1]
+            why = usid.refusal(int(rc), last[0] if last else "")
+            if why is not None:
+                refused[server] = why
+    return ips, refused
 
 
 # Sends stdin as one datagram to the Unix socket argv[1]: what Emulation.notify_controller does

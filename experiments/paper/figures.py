@@ -208,6 +208,27 @@ LOSSY_KEEPS, LIGHT_LOSS_KEEPS = 0.25, 0.9
 MRC_VS_MOST_QPS, MRC_VS_ONE_QP = 0.97, 1.5
 
 
+def _over(mrc: float, roce: float) -> float | None:
+    """MRC's algorithm bandwidth over RoCE's, 0 being a collective that did not finish: inf when
+    RoCE's alone did not (MRC ahead), None when neither did (no lead to claim). Figs. 16 and 17
+    read an unfinished RoCE alike."""
+    if roce:
+        return mrc / roce
+    return float("inf") if mrc else None
+
+
+def _ratio_text(ratio: float | None, who: str) -> str:
+    if ratio is None:
+        return f"neither MRC nor {who} finished"
+    return f"{who} did not finish" if ratio == float("inf") else f"{ratio:.2f}x {who}"
+
+
+def _ratio_json(ratio: float | None) -> float | None:
+    """A ratio as the summary's JSON keeps it: None where it is not a number (the text says
+    which), strict JSON having no infinity."""
+    return None if ratio is None or ratio == float("inf") else round(ratio, 3)
+
+
 def _fig16(s: list[Summary]) -> Verdict:
     """At the sweep's largest message size (the paper's claims are about large messages; small
     ones measure the step's latency). An all-reduce that did not finish counts 0: unusable."""
@@ -223,8 +244,8 @@ def _fig16(s: list[Summary]) -> Verdict:
     most = counts[-1]
     keeps, keeps_light = (m_heavy / m0, m_light / m0) if m0 else (0.0, 0.0)
     roce_heavy = {q: bw(roce, q, heavy) for q in counts}
-    vs_most = m0 / bw(roce, most, none) if bw(roce, most, none) else None
-    vs_one = m0 / bw(roce, "1", none) if "1" in counts and bw(roce, "1", none) else None
+    vs_most = _over(m0, bw(roce, most, none))
+    vs_one = _over(m0, bw(roce, "1", none)) if "1" in counts else None
     checks = [keeps >= LOSSY_KEEPS, all(m_heavy > v for v in roce_heavy.values()),
               keeps_light >= LIGHT_LOSS_KEEPS, vs_most is not None and vs_most >= MRC_VS_MOST_QPS,
               vs_one is not None and vs_one >= MRC_VS_ONE_QP]
@@ -232,36 +253,44 @@ def _fig16(s: list[Summary]) -> Verdict:
     # RoCE's own share kept: the paper's "unusable" is a fact to show beside the verdict
     roce_text = ", ".join(f"{q} QP(s) {v:g} ({v / bw(roce, q, none):.2f} of its no-loss)"
                           if bw(roce, q, none) else f"{q} QP(s) {v:g}" for q, v in roce_heavy.items())
-    return Verdict(f"at {size} KB per host: with no loss MRC {m0:g} Mbit/s, {vs_most or 0:.2f}x RoCE "
-                   f"with {most} QPs and {vs_one or 0:.2f}x RoCE with 1; at {light_pct} loss at every NIC "
-                   f"MRC kept {keeps_light:.2f} of it; at {heavy_pct} it kept {keeps:.2f} ({m_heavy:g} "
-                   f"Mbit/s) against RoCE's {roce_text}", all(checks),
+    against = f"{_ratio_text(vs_most, f'RoCE with {most} QPs')} and {_ratio_text(vs_one, 'RoCE with 1')}"
+    return Verdict(f"at {size} KB per host: with no loss MRC {m0:g} Mbit/s, {against}; "
+                   f"at {light_pct} loss at every NIC MRC kept {keeps_light:.2f} of it; at {heavy_pct} "
+                   f"it kept {keeps:.2f} ({m_heavy:g} Mbit/s) against RoCE's {roce_text}", all(checks),
                    {"size_kb": int(size), "mrc_no_loss_mbps": m0, "mrc_kept_light": round(keeps_light, 3),
                     "mrc_kept_heavy": round(keeps, 3), "roce_heavy_mbps": roce_heavy,
-                    "mrc_vs_roce_most_qps": None if vs_most is None else round(vs_most, 3),
-                    "mrc_vs_roce_one_qp": None if vs_one is None else round(vs_one, 3),
+                    "mrc_vs_roce_most_qps": _ratio_json(vs_most),
+                    "mrc_vs_roce_one_qp": _ratio_json(vs_one),
+                    "roce_unfinished_no_loss": [int(q) for q in counts if not bw(roce, q, none)],
                     "roce_most_qps": int(most)})
 
 
 def _fig17(s: list[Summary]) -> Verdict:
-    """MRC against RoCE's best QP count at every size and loss rate (not finished: 0); the
-    lowest ratio decides, and the lowest under loss (the paper's emphasis) is said beside it."""
+    """MRC against RoCE's best QP count at every size and loss rate (`_over`: an unfinished
+    collective counts 0); the lowest ratio decides, neither finishing lowest of all, and the
+    lowest under loss (the paper's emphasis) is said beside it."""
     mrc, roce = _t(s[0], "mrc"), _t(s[0], "roce")
     ratios = []  # (MRC over RoCE's best, loss rate, size KB)
     for rate, by_size in mrc[ALGBW_MBPS]["1"].items():
         for size, value in by_size.items():
             best = max(float(roce[ALGBW_MBPS][q][rate][size] or 0.0) for q in roce[ALGBW_MBPS])
-            ratios.append((float(value or 0.0) / best if best else float("inf"), rate, size))
-    ratio, rate, size = min(ratios)
-    lossy = min((r for r in ratios if float(r[1]) > 0), default=None)
+            ratios.append((_over(float(value or 0.0), best), rate, size))
+
+    def lowest(r: tuple[float | None, str, str]) -> float:
+        return -1.0 if r[0] is None else r[0]
+
+    ratio, rate, size = min(ratios, key=lowest)
+    lossy = min((r for r in ratios if float(r[1]) > 0), key=lowest, default=None)
     under_loss = "" if lossy is None else \
-        f"; under loss lowest at {lossy[2]} KB with {float(lossy[1]):.1%}: {lossy[0]:.2f}x"
+        f"; under loss lowest at {lossy[2]} KB with {float(lossy[1]):.1%}: {_ratio_text(lossy[0], 'RoCE')}"
     counts = ", ".join(sorted(roce[ALGBW_MBPS], key=int))
     return Verdict(f"MRC's algorithm bandwidth over RoCE's best ({counts} QPs) was lowest at {size} KB "
-                   f"per host with {float(rate):.1%} loss at every NIC: {ratio:.2f}x{under_loss}",
-                   ratio > 1.0, {"mrc_over_roce_best_min": round(ratio, 3), "at_size_kb": int(size),
-                                 "at_loss": float(rate),
-                                 "under_loss_min": None if lossy is None else round(lossy[0], 3)})
+                   f"per host with {float(rate):.1%} loss at every NIC: {_ratio_text(ratio, 'RoCE')}"
+                   f"{under_loss}",
+                   ratio is not None and ratio > 1.0,
+                   {"mrc_over_roce_best_min": _ratio_json(ratio), "at_size_kb": int(size),
+                    "at_loss": float(rate),
+                    "under_loss_min": None if lossy is None else _ratio_json(lossy[0])})
 
 
 _SHORT_FAULT = ("--duration", "5", "--fault-at", "1.5", "--fault-end", "3.5")

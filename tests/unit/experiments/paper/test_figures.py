@@ -3,6 +3,8 @@ plausible results that do not (a dip, a victim hurt, RoCE ahead, a slow port rea
 
 from __future__ import annotations
 
+import json
+
 from experiments.paper.figures import BY_KEY, FIGURES
 
 
@@ -157,6 +159,36 @@ def test_fig16_mrc_keeps_its_bandwidth_under_loss_and_beats_roce_at_every_qp_cou
     behind = _judge("fig16", _allreduce((11.0, 11.0, 4.0), roce))  # 0.92 of RoCE with 16 QPs
     assert not behind.holds and behind.figures["mrc_vs_roce_most_qps"] == 0.917
     assert not _judge("fig16", _allreduce((8.0, 8.0, 4.0), {1: (6.0, 5.0, 0.0), 16: (8.0, 8.0, 1.0)})).holds
+
+
+def test_an_unfinished_roce_is_behind_mrc_in_fig16_and_fig17_alike():
+    # RoCE's 16 QPs did not finish the largest all-reduce without loss: MRC, which did, is ahead
+    roce = {1: (6.0, 5.0, None), 16: (None, 8.0, 1.0)}
+    ahead = _judge("fig16", _allreduce((12.0, 11.5, 4.0), roce))
+    assert ahead.holds, ahead.measured
+    assert ahead.figures["mrc_vs_roce_most_qps"] is None and ahead.figures["roce_unfinished_no_loss"] == [16]
+    assert "RoCE with 16 QPs did not finish and 2.00x RoCE with 1" in ahead.measured, ahead.measured
+    # Neither finished: no lead to claim
+    neither = _judge("fig16", _allreduce((None, 11.5, 4.0), roce))
+    assert not neither.holds and "neither MRC nor RoCE with 16 QPs finished" in neither.measured
+    # Fig. 17 alike: RoCE unfinished at every QP count at 2048 KB with 1% loss
+    roce17 = {1: (6.0, 5.0, None), 16: (5.5, 5.0, None)}
+
+    def small_won(summary: dict) -> dict:
+        for name, t in summary["transports"].items():
+            for by_rate in t["algbw_mbps"].values():
+                for by_size in by_rate.values():
+                    by_size["128"] = 2.0 if name == "mrc" else 1.0
+        return summary
+
+    won = _judge("fig17", small_won(_allreduce((12.0, 11.5, 4.0), roce17)))
+    assert won.holds and won.figures["mrc_over_roce_best_min"] == 2.0, won.measured
+    lost = _judge("fig17", small_won(_allreduce((12.0, 11.5, None), roce17)))
+    assert not lost.holds and lost.figures["mrc_over_roce_best_min"] is None
+    assert lost.figures["at_size_kb"] == 2048 and lost.figures["at_loss"] == 0.01
+    assert "neither MRC nor RoCE finished" in lost.measured, lost.measured
+    for verdict in (won, lost, ahead, neither):
+        json.dumps(verdict.figures, allow_nan=False)  # strict JSON: no infinity
 
 
 def test_fig17_mrc_must_beat_roces_best_qp_count_at_every_size_and_loss_rate():

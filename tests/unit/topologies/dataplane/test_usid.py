@@ -69,24 +69,56 @@ def test_a_probe_says_taken_or_the_kernels_last_line():
     assert usid.refusal(1, "") == "refused"
 
 
-def test_each_server_is_asked_the_same_probe_over_ssh(monkeypatch):
+@pytest.fixture
+def servers_shell(monkeypatch, tmp_path):
+    """Each server's check run by a local shell, its tools stubs on PATH: `unshare` refuses
+    the probe as a kernel without seg6local does for the addresses in `lwt` (one call per
+    ssh round trip in `asked`)."""
     from topologies import servers
 
-    asked = []
+    (tmp_path / "bin").mkdir()
+    for tool in (*servers.SERVER_TOOLS, "unshare"):
+        stub = tmp_path / "bin" / tool
+        stub.write_text('#!/bin/sh\ncase " $LWT " in *" $SERVER "*) '
+                        'echo "Error: lwt encapsulation type not supported." >&2; exit 2;; esac\n')
+        stub.chmod(0o755)
+    asked: list[tuple[str, str]] = []
+    lwt: list[str] = []
 
     def run(ip, remote, stdin=None, timeout=60):
         asked.append((ip, remote))
-        lwt = "Error: lwt encapsulation type not supported.\n" if ip == "10.0.0.3" else ""
-        return subprocess.CompletedProcess(remote, 2 if lwt else 0, "", lwt)
+        env = {"PATH": f"{tmp_path / 'bin'}:/usr/bin:/bin", "SERVER": ip, "LWT": " ".join(lwt)}
+        return subprocess.run(["sh", "-c", remote], capture_output=True, text=True, env=env)
 
     monkeypatch.setattr(servers, "server_run", run)
-    got = servers.seg6local_refusals({"s2": "10.0.0.2", "s3": "10.0.0.3"})
-    assert got == {"s3": "Error: lwt encapsulation type not supported."}
-    assert [ip for ip, _ in asked] == ["10.0.0.2", "10.0.0.3"]
-    assert all(shlex.split(remote) == list(usid.PROBE_ARGV) for _, remote in asked)
+    monkeypatch.setattr(servers, "resolve", lambda server: {"s2": "10.0.0.2", "s3": "10.0.0.3"}[server])
+    return asked, lwt
 
 
-def test_a_server_that_cannot_be_asked_is_one_line_not_a_refusal(monkeypatch):
+def _split(servers_=("head", "s2", "s3")):
+    from topologies import placement
+    from topologies.model import build
+    return placement.place(build(planes=4, leaves=2, spines=2, hosts_per_leaf=1), servers_)
+
+
+def test_each_server_is_asked_the_same_probe_in_its_one_ssh_check(servers_shell):
+    from topologies import servers
+
+    asked, lwt = servers_shell
+    lwt.append("10.0.0.3")
+    ips, refused = servers.survey_servers(_split())
+    assert ips == {"s2": "10.0.0.2", "s3": "10.0.0.3"}
+    assert refused == {"s3": "Error: lwt encapsulation type not supported."}
+    assert [ip for ip, _ in asked] == ["10.0.0.2", "10.0.0.3"]  # one round trip each
+    assert all(shlex.join(usid.PROBE_ARGV) in remote for _, remote in asked)
+    lwt.clear()
+    assert servers.survey_servers(_split()) == (ips, {})
+    asked.clear()
+    assert servers.check_servers(_split()) == ips  # the plain check does not ask it
+    assert not any("unshare" in remote for _, remote in asked)
+
+
+def test_a_server_that_cannot_be_asked_is_one_line_not_a_refusal(monkeypatch, servers_shell):
     from topologies import servers
     from topologies.preflight import PreflightError
 
@@ -96,8 +128,13 @@ def test_a_server_that_cannot_be_asked_is_one_line_not_a_refusal(monkeypatch):
     def hung(ip, remote, stdin=None, timeout=60):
         raise subprocess.TimeoutExpired(remote, timeout)
 
-    for run, words in ((lost, "ssh to s2 failed: ssh: connect to host 10.0.0.2: No route"),
-                       (hung, "s2's seg6local probe did not end within 15 s")):
+    def cut(ip, remote, stdin=None, timeout=60):  # its shell ended before the probe's line
+        return subprocess.CompletedProcess(remote, 0, "", "")
+
+    lost_words = "cannot ssh to root@s2 \\(10.0.0.2\\): ssh: connect to host 10.0.0.2: No route"
+    for run, words in ((lost, lost_words),
+                       (hung, "ssh to s2 \\(10.0.0.2\\) did not answer within 15 s"),
+                       (cut, "s2 gave no answer to the seg6local probe")):
         monkeypatch.setattr(servers, "server_run", run)
         with pytest.raises(PreflightError, match=words):
-            servers.seg6local_refusals({"s2": "10.0.0.2"})
+            servers.survey_servers(_split())

@@ -11,6 +11,7 @@ setup(
         "os-ken>=4.0",  # Ryu's maintained fork: Ryu 4.34 no longer starts on Python 3.11
         "pyroute2>=0.9",
         "matplotlib>=3.7",
+        "orjson>=3.9",  # the agents' traces: their largest item of Python with the stdlib's encoder
     ],
     # pexpect: the CLI's test drives it through a pseudo-terminal, as Mininet's own tests do
     extras_require={"test": ["pytest>=7", "hypothesis>=6", "ruff>=0.5", "mypy>=1.10", "pexpect>=4.8"]},

@@ -37,8 +37,8 @@ class SentPacket:
     """One packet of a message as last transmitted: what an acknowledgement, a NACK or a loss
     timer is checked against."""
 
-    __slots__ = ("seq", "msn", "offset", "length", "msg_len", "opcode", "ev", "sent", "ts", "tx",
-                 "retx", "missing")
+    __slots__ = ("seq", "msn", "offset", "length", "msg_len", "opcode", "ev", "sent", "emitted", "ts",
+                 "tx", "retx", "missing")
 
     def __init__(self, seq: int, msn: int, offset: int, length: int, msg_len: int,
                  opcode: int) -> None:
@@ -46,6 +46,7 @@ class SentPacket:
         self.msg_len, self.opcode = msg_len, opcode
         self.ev = 0
         self.sent = 0.0
+        self.emitted = 0.0  # the sender's `now` when it was handed out (`sent`: then or later)
         self.tx = 0
         self.retx = 0
         self.missing = False  # a SACK generated after it was sent reported it absent
@@ -73,6 +74,7 @@ class LossRecovery:
     presumed: dict[int, int]
     ev_rtt: dict[int, RttEstimator]
     rack_tx: int
+    _emit_ordered: bool
     rto: float
     tx_count: int
     peer_qpn: int
@@ -264,10 +266,20 @@ class LossRecovery:
                 if q is None or q.tx != tx:
                     del presumed[seq]
         presume = self.c.presume_dark and not self.evs.stateless
+        # Neither window is shorter than `young` (`_dark_window` never under queue_delay_bound,
+        # `_pto` never under the QP's own timeout + reorder_slack), and the packets in flight
+        # were handed out in this order: past the first that young, none is due. With a
+        # standing queue most of the window is, and this loop ran on every SACK.
+        young = self.c.queue_delay_bound
+        if presume:
+            young = min(young, self.cc.rtt.timeout() + self.c.reorder_slack)
+        ordered = self._emit_ordered
         lost = []
         for p in self.outstanding.values():
             if p.tx >= self.rack_tx:
                 break  # nothing transmitted after this one has been acknowledged yet
+            if ordered and now - p.emitted < young:
+                break
             if not p.missing:
                 continue
             age = now - p.sent

@@ -86,6 +86,8 @@ class MrcSender(PortSteering, LossRecovery, CoreBase):
         self.completed: list[int] = []
         self.tx_count = 0
         self.rack_tx = 0  # highest transmission number acknowledged
+        self._emit_clock = 0.0  # the latest `now` a packet was handed out at
+        self._emit_ordered = True  # no `now` earlier than the one before (recovery's early stop)
         self.rto = config.rto_initial
         self.ev_rtt: dict[int, RttEstimator] = {}  # each path's own timing
         self.ev_bytes: dict[int, int] = {}  # payload bytes sent per EV (the CLI's `evs`)
@@ -393,7 +395,10 @@ class MrcSender(PortSteering, LossRecovery, CoreBase):
             sent = self.pacer.charge(self.evs.plane[ev], p.length + self._frame_overhead, now)
         else:
             sent = now
-        p.sent = sent
+        p.sent, p.emitted = sent, now
+        if now < self._emit_clock:
+            self._emit_ordered = False  # a caller's clock went back: `_detect_losses` reads all
+        self._emit_clock = now
         p.ts = ts = ts_us(sent)
         self.echoes.sent(p.ev, ts, now)
         p.missing = False  # only a SACK generated after this transmission may say it is missing

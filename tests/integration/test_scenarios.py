@@ -3,6 +3,7 @@ time series, plots, fidelity block and trustworthy bytes; the comparisons the sc
 for hold in direction (MRC rides out what stalls the single-path transports)."""
 
 import json
+import re
 import subprocess
 import sys
 
@@ -81,7 +82,7 @@ def _check_traces(summary, out):
     # every host's NICs: from the agents' own samples, or the runner's when no agent ran
     sampled = {h for x in hosts for h in x["hosts"]} | {
         f.name.split("-")[0] for f in (out / "traces").glob("h*-trace.jsonl")
-        if '"event": "host"' in f.read_text()}
+        if re.search(r'"event":\s*"host"', f.read_text())}
     assert len(sampled) == host_links // fabric["planes"]
     # only while a transport runs (its set-up, its tail and the routing pause after it included),
     # as the runner recorded it around each transport

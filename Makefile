@@ -53,6 +53,7 @@ check-fabric: setup
 
 bench: setup
 	$(PY) -m experiments.tools.cost_bench --profile
+	$(PY) -m experiments.tools.floor_bench
 	$(PY) -m experiments.tools.bench
 	$(PY) -m experiments.tools.startup_bench
 	$(PY) -m experiments.tools.dataplane_bench

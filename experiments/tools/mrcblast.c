@@ -7,7 +7,7 @@
 //     Python with the project's wire format (checksums already valid). Frames are sent in
 //     turn (so every EV/path of the file is used) with sendmmsg on an AF_PACKET socket bound
 //     to IFNAME: no per-packet checksum or header work, the host qdisc (HTB) still applies.
-//     PPS 0 or absent: as fast as possible; otherwise paced in 1 ms slices.
+//     PPS 0 or absent: as fast as possible; otherwise paced, asleep until each frame is due.
 //   mrcblast recv PORT SECONDS [FULL_LEN]            (run inside the receiver's namespace)
 //     A UDP/IPv6 socket on PORT drained with recvmmsg (the kernel verifies checksums).
 //     Datagrams of at least FULL_LEN bytes count as full data, shorter ones as headers.
@@ -93,8 +93,10 @@ static int do_send(const char *ifname, const char *path, double seconds, double 
 		int want = BATCH;
 		if (pps > 0) {  /* token pacing on attempts (a failed send still used its slot) */
 			double allowed = pps * (t - t0) - attempted;
-			if (allowed < 1) {
-				struct timespec ns = { 0, 50000 };
+			if (allowed < 1) {  /* sleep until the next frame is due, 50 us at least */
+				double wait = (1 - allowed) / pps;
+				long wait_ns = wait > 50e-6 ? (long)(wait * 1e9) : 50000;
+				struct timespec ns = { wait_ns / 1000000000L, wait_ns % 1000000000L };
 				nanosleep(&ns, NULL);
 				continue;
 			}

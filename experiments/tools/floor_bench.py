@@ -37,6 +37,8 @@ OUT = REPO / "results" / "bench" / "floor.json"
 OFFERED_SHARE = 0.9  # of each host link's frames per second: no queue stands, nothing drops
 WARMUP_S = 1.5
 SEED = 3  # the permutation cost_bench measures (its SEED)
+BACKGROUND_S = 1.0  # the machine watched before each rate, nothing of ours running
+QUIET_CORES = 0.1  # busier than this before a rate: the figure counts someone else's work too
 
 
 def frame_rate(fabric: Fabric, frame_len: int) -> float:
@@ -49,9 +51,18 @@ def frame_rate(fabric: Fabric, frame_len: int) -> float:
     return fabric.params.link_mbps * 1e6 / 8 / frame_len
 
 
+def busy_cores(seconds: float) -> float:
+    """The machine's busy cores over the next `seconds` (/proc/stat)."""
+    busy0, total0 = _machine()
+    time.sleep(seconds)
+    busy1, total1 = _machine()
+    return (busy1 - busy0) / max(total1 - total0, 1) * (os.cpu_count() or 1)
+
+
 def measure(fabric: Fabric, backend: str, seconds: float, seed: int, workdir: Path) -> dict[str, Any]:
     """One rate: the permutation's senders and sinks for `seconds` after `WARMUP_S`; the
-    machine's busy cores per delivered data packet."""
+    machine's busy cores per delivered data packet, and how busy it was before."""
+    background = busy_cores(BACKGROUND_S)
     names = [h.name for h in fabric.hosts]
     perm = traffic.derangement(names, seed)
     em = Emulation(fabric, workdir, dataplane_mode="ebpf", switch=backend)
@@ -103,6 +114,7 @@ def measure(fabric: Fabric, backend: str, seconds: float, seed: int, workdir: Pa
             "delivered_pps": round(delivered), "delivery_ratio": round(delivered / offered, 4),
             "machine_busy_cores": round(busy, 3), "endpoint_processes": len(procs),
             "us_per_packet": round(busy / delivered * 1e6, 1) if delivered else None,
+            "background_cores": round(background, 3), "quiet": background <= QUIET_CORES,
             "setup_seconds": setup}
 
 
@@ -143,6 +155,9 @@ def main(argv: list[str] | None = None) -> int:
         runs.append(r)
         print(f"  {r['delivered_pps']:,} data packets/s delivered ({r['delivery_ratio']:.1%} of offered), "
               f"{r['machine_busy_cores']:.2f} cores busy: {r['us_per_packet']} us per packet", flush=True)
+        if not r["quiet"]:
+            print(f"  warning: the machine was {r['background_cores']:.2f} cores busy before this rate "
+                  f"began: the figure counts that work too (quiet: {QUIET_CORES} or less)", flush=True)
     out = {"runs": runs, "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
            "software": fidelity.software_versions(), "machine": {"cpus": os.cpu_count()}}
     files.write_json(args.out, out)

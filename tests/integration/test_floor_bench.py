@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from endpoints.protocol import wire
-from experiments.tools.floor_bench import OFFERED_SHARE
+from experiments.tools.floor_bench import OFFERED_SHARE, QUIET_CORES
 from tests.integration.helpers import REPO, assert_nothing_left
 
 pytestmark = pytest.mark.usefixtures("emulation_ready")
@@ -35,6 +35,9 @@ def test_floor_bench_measures_the_fabric_under_the_permutation(tmp_path, switch_
         assert r["delivery_ratio"] >= 0.99, r  # the fabric carries what it was offered
         per_packet = r["machine_busy_cores"] / r["delivered_pps"] * 1e6
         assert r["us_per_packet"] == pytest.approx(per_packet, rel=0.01)
+        # how busy the machine was before: said, and warned of when not quiet (a busy loop in CI)
+        assert r["background_cores"] >= 0 and r["quiet"] == (r["background_cores"] <= QUIET_CORES)
+    assert proc.stdout.count("warning: the machine was") == sum(not r["quiet"] for r in runs)
     assert runs[1]["delivered_pps"] == pytest.approx(2 * runs[0]["delivered_pps"], rel=0.05)
     assert_nothing_left()
 

@@ -147,6 +147,15 @@ def _allreduce(mrc: tuple[float, float, float], roce: dict[int, tuple[float | No
                     roce={**base, "algbw_mbps": {str(q): table(v) for q, v in roce.items()}})
 
 
+def _ahead_when_small(summary: dict) -> dict:
+    """MRC at 2.0 and RoCE at 1.0 Mbit/s at 128 KB, whatever the loss."""
+    for name, t in summary["transports"].items():
+        for by_rate in t["algbw_mbps"].values():
+            for by_size in by_rate.values():
+                by_size["128"] = 2.0 if name == "mrc" else 1.0
+    return summary
+
+
 def test_fig16_mrc_keeps_its_bandwidth_under_loss_and_beats_roce_at_every_qp_count():
     roce = {1: (6.0, 5.0, None), 16: (12.0, 8.0, 1.0)}
     ok = _judge("fig16", _allreduce((12.0, 11.5, 4.0), roce))
@@ -173,17 +182,9 @@ def test_an_unfinished_roce_is_behind_mrc_in_fig16_and_fig17_alike():
     assert not neither.holds and "neither MRC nor RoCE with 16 QPs finished" in neither.measured
     # Fig. 17 alike: RoCE unfinished at every QP count at 2048 KB with 1% loss
     roce17 = {1: (6.0, 5.0, None), 16: (5.5, 5.0, None)}
-
-    def small_won(summary: dict) -> dict:
-        for name, t in summary["transports"].items():
-            for by_rate in t["algbw_mbps"].values():
-                for by_size in by_rate.values():
-                    by_size["128"] = 2.0 if name == "mrc" else 1.0
-        return summary
-
-    won = _judge("fig17", small_won(_allreduce((12.0, 11.5, 4.0), roce17)))
+    won = _judge("fig17", _ahead_when_small(_allreduce((12.0, 11.5, 4.0), roce17)))
     assert won.holds and won.figures["mrc_over_roce_best_min"] == 2.0, won.measured
-    lost = _judge("fig17", small_won(_allreduce((12.0, 11.5, None), roce17)))
+    lost = _judge("fig17", _ahead_when_small(_allreduce((12.0, 11.5, None), roce17)))
     assert not lost.holds and lost.figures["mrc_over_roce_best_min"] is None
     assert lost.figures["at_size_kb"] == 2048 and lost.figures["at_loss"] == 0.01
     assert "neither MRC nor RoCE finished" in lost.measured, lost.measured
@@ -192,20 +193,12 @@ def test_an_unfinished_roce_is_behind_mrc_in_fig16_and_fig17_alike():
 
 
 def test_fig17_mrc_must_beat_roces_best_qp_count_at_every_size_and_loss_rate():
-    def ahead_when_small(summary: dict) -> dict:
-        """MRC at 2.0 and RoCE at 1.0 Mbit/s at 128 KB, whatever the loss."""
-        for name, t in summary["transports"].items():
-            for by_rate in t["algbw_mbps"].values():
-                for by_size in by_rate.values():
-                    by_size["128"] = 2.0 if name == "mrc" else 1.0
-        return summary
-
     roce = {1: (6.0, 5.0, 2.0), 16: (5.5, 5.0, None)}
     level = _judge("fig17", _allreduce((12.0, 11.5, 4.0), roce))  # 1.0 each at 128 KB
     assert not level.holds and level.figures["at_size_kb"] == 128
-    won = _judge("fig17", ahead_when_small(_allreduce((12.0, 11.5, 4.0), roce)))
+    won = _judge("fig17", _ahead_when_small(_allreduce((12.0, 11.5, 4.0), roce)))
     assert won.holds and won.figures["mrc_over_roce_best_min"] == 2.0, won.measured
-    behind = _judge("fig17", ahead_when_small(_allreduce((12.0, 11.5, 4.0), {**roce, 16: (13.0, 5.0, 1.0)})))
+    behind = _judge("fig17", _ahead_when_small(_allreduce((12.0, 11.5, 4.0), {**roce, 16: (13.0, 5.0, 1.0)})))
     assert not behind.holds and behind.figures["at_size_kb"] == 2048 and behind.figures["at_loss"] == 0.0
     # Behind only without loss: the verdict fails, and the page says how it went under loss
     assert behind.figures["under_loss_min"] == 2.0 and "under loss lowest at 128 KB with 0.1%: 2.00x" \

@@ -39,11 +39,12 @@ class TransportConfig:
     backup_min_paths: int = 8  # a plane keeps backups only with at least this many paths
     ev_min_active: int = 2  # floor: never mark EVs bad below this many usable ones
     # An ECN echo / trimmed NACK skips the EV for `skip_rotations` rotations of its plane AND
-    # `skip_rtts` smoothed RTTs, whichever ends later: with a few EVs per plane a rotation is a
-    # couple of packets, far shorter than the RTT the echo describes (with the paper's 128-256
-    # EVs one rotation is hundreds of packets, and the RTT bound changes nothing).
+    # `skip_rtts` round trips of the EV's path (its smoothed RTT, or the QP's if longer),
+    # whichever ends later: with a few EVs per plane a rotation is a couple of packets, far
+    # shorter than the RTT the echo describes (with the paper's 128-256 EVs one rotation is
+    # hundreds of packets, and the RTT bound changes nothing).
     skip_rotations: int = 1  # an ECN echo / trimmed NACK skips the EV for this many rotations
-    skip_rtts: float = 8.0  # ... and this many smoothed RTTs, whichever ends later
+    skip_rtts: float = 8.0  # ... and this many of its path's smoothed RTTs, whichever ends later
     # Loss detection and retransmission
     reorder_slack: float = 0.002  # s: added to the loss windows before a missing packet counts lost
     # No packet is declared lost (RTO, dark path) before it could have waited behind a full

@@ -291,8 +291,16 @@ class MrcSender(PortSteering, LossRecovery, CoreBase):
 
     def _skip(self, ev: int, now: float, cause: str, rtt: float | None = None) -> None:
         """Skip `ev` (congestion on its path, not failure) for `skip_rotations` rotations and
-        `skip_rtts` smoothed RTTs."""
-        if self.evs.skip(ev, now + self.c.skip_rtts * self.cc.srtt):
+        `skip_rtts` round trips of that path: its own smoothed RTT where longer than the QP's.
+        The next news of a hot path (its next echo) takes the path's round trip, queue included;
+        counted in the QP's RTT, which its cooler paths keep short, the EV came back after a
+        fraction of that and carried its share of the spray for a whole round trip of the hot
+        path before the next mark could say so again (Fig. 14, docs/experiments.md)."""
+        base = self.cc.srtt
+        est = self.ev_rtt.get(ev)
+        if est is not None and est.srtt > base:
+            base = est.srtt
+        if self.evs.skip(ev, now + self.c.skip_rtts * base):
             self.skips[cause] += 1
             self.events.append(EvSkip(now, ev, cause, rtt))
 

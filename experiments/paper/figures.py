@@ -15,12 +15,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from experiments.scenarios.allreduce import ALGBW_MBPS
-from experiments.scenarios.ecnbalance import A_SHARED_SHARE_AFTER
 from experiments.scenarios.evloss import BENCH_RTTS, EV_GAP_MS, LOST_AGE_MS
 from experiments.scenarios.incast import INCAST_FRACTION_OF_RECEIVER_LINK, VICTIM_GOODPUT_FRACTION
 from experiments.scenarios.permutation import FLOW_FRACTION_MIN, THROUGHPUT_FRACTION, THROUGHPUT_OF_CEILING
 from experiments.scenarios.schedule import BINS_WITHIN, WORST_BIN_FRACTION
-from experiments.scenarios.schema import GOODPUT_BEFORE_MBPS, GOODPUT_DURING_MBPS, GOODPUT_FRACTION, STALL_MS
+from experiments.scenarios.schema import (
+    A_SHARED_SHARE_AFTER,
+    GOODPUT_BEFORE_MBPS,
+    GOODPUT_DURING_MBPS,
+    GOODPUT_FRACTION,
+    STALL_MS,
+)
 
 Summary = dict[str, Any]
 

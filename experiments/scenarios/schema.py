@@ -29,6 +29,7 @@ STALL_MS: Final = "stall_ms"  # the longest run of empty goodput bins after a fa
 GOODPUT_BEFORE_MBPS: Final = "goodput_before_mbps"
 GOODPUT_DURING_MBPS: Final = "goodput_during_mbps"
 GOODPUT_FRACTION: Final = "goodput_fraction"  # goodput as a share: of before the fault, or of capacity
+A_SHARED_SHARE_AFTER: Final = "a_shared_share_after"  # ecn-balance: A's data left on the shared path
 
 
 class Figures(TypedDict):

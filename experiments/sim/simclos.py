@@ -29,7 +29,7 @@ from endpoints.protocol.nicpacer import NicPacer
 from endpoints.protocol.receiver import MrcReceiver
 from endpoints.protocol.sender import MrcSender
 from experiments.api import traffic
-from experiments.scenarios.schema import GOODPUT_FRACTION
+from experiments.scenarios.schema import A_SHARED_SHARE_AFTER, GOODPUT_FRACTION
 from experiments.sim.simnet import SimLink, SimPath, Simulation
 from topologies.model import Fabric, FabricParams, build, ev_plane, fair_share_mbps
 from topologies.shaping import BURST_BYTES, HOST_QUEUE_PACKETS, SWITCH_QUEUE_PACKETS
@@ -255,6 +255,7 @@ def incast(model: ClosModel, senders: int, seed: int = 1, duration: float = 4.0,
 
 
 def ecn_balance(model: ClosModel, force_at: float = 2.0, duration: float = 5.0, seed: int = 1,
+                cores: tuple[type[MrcSender], type[MrcReceiver]] = (MrcSender, MrcReceiver),
                 **overrides: Any) -> dict[str, Any]:
     """The ecn-balance scenario (the paper's Fig. 14): A = first host -> first host of the last
     leaf, B = second host -> second host of the last leaf; at `force_at` B keeps only its path
@@ -265,7 +266,10 @@ def ecn_balance(model: ClosModel, force_at: float = 2.0, duration: float = 5.0, 
     last = [h.name for h in fabric.hosts if h.leaf_index == model.params.leaves - 1]
     pairs = [(hosts[0], last[0], 0.0, duration), (hosts[1], last[1], 0.0, duration)]
     keep = next(r.ev for r in fabric.routes(hosts[1], last[1]) if r.plane == 0 and r.spine == 0)
+    a_shared = next(r.ev for r in fabric.routes(hosts[0], last[0]) if r.plane == 0 and r.spine == 0)
     forced: list[float] = []
+    settled = force_at + 0.5
+    a_bytes: dict[float, dict[int, int]] = {}  # A's payload bytes per EV once settled, at the end
 
     def hook(now: float, flows: list[Flow]) -> None:
         if now >= force_at and not forced:
@@ -274,14 +278,22 @@ def ecn_balance(model: ClosModel, force_at: float = 2.0, duration: float = 5.0, 
             for ev in list(b.evs.state):
                 if ev != keep:
                     b.deny_ev(ev)
+        for t in (settled, duration):
+            if now >= t and t not in a_bytes:
+                a_bytes[t] = dict(flows[0].snd.ev_bytes)
 
-    res = run(model, pairs, config_for(model, **overrides), seed=seed, until=duration + 0.3, hook=hook)
+    res = run(model, pairs, config_for(model, **overrides), seed=seed, until=duration + 0.3, hook=hook,
+              cores=cores)
     fa, fb = res.flows
     p = model.params
     cap = p.link_mbps + min(p.planes * p.link_mbps, (p.planes * p.spines - 1) * p.link_mbps)
-    a, b = res.goodput_mbps(fa, force_at + 0.5, duration), res.goodput_mbps(fb, force_at + 0.5, duration)
+    a, b = res.goodput_mbps(fa, settled, duration), res.goodput_mbps(fb, settled, duration)
+    before, after = a_bytes[settled], a_bytes[duration]
+    sent = sum(after.values()) - sum(before.values())
+    on_shared = after.get(a_shared, 0) - before.get(a_shared, 0)
     return {**res.summary(), "a_after": round(a, 2), "b_after": round(b, 2),
-            GOODPUT_FRACTION: round((a + b) / cap, 3), "run": res}
+            GOODPUT_FRACTION: round((a + b) / cap, 3),
+            A_SHARED_SHARE_AFTER: round(on_shared / sent, 4) if sent else None, "run": res}
 
 
 def flap_together(model: ClosModel, count: int = 8, seed: int = 1, start: float = 2.0,

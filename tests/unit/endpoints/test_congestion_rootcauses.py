@@ -14,6 +14,7 @@ from endpoints.protocol import wire
 from endpoints.protocol.config import TransportConfig
 from endpoints.protocol.evset import SKIP, EvInfo, EvSet
 from endpoints.protocol.receiver import MrcReceiver
+from endpoints.protocol.sender import MrcSender
 from experiments.sim.simclos import ClosModel, ecn_balance, incast, permutation
 from topologies.model import FabricParams
 
@@ -124,6 +125,41 @@ def test_a_skip_shorter_than_an_rtt_kept_load_on_the_shared_path():
     rotation_only = ecn_balance(fabric, skip_rtts=1e-9)
     assert fixed["goodput_fraction"] >= 0.9
     assert rotation_only["goodput_fraction"] < fixed["goodput_fraction"] - 0.04
+
+
+class QpRttSkip(MrcSender):
+    """The skip as it was: counted in the QP's smoothed RTT whatever the skipped path's."""
+
+    def _skip(self, ev: int, now: float, cause: str, rtt: float | None = None) -> None:
+        if self.evs.skip(ev, now + self.c.skip_rtts * self.cc.srtt):
+            self.skips[cause] += 1
+
+
+def test_a_skip_counted_in_the_qps_rtt_kept_load_on_the_hot_path():
+    # ecn-balance (Fig. 14) on its scenario's fabric: the forced flow's queue makes the shared
+    # path's round trip several times the first flow's QP-wide RTT, which its cooler paths keep
+    # short. Counted in the QP's RTT the skip ended long before the next echo of the hot path
+    # could come back, and each return carried the EV's share of the spray for that round trip.
+    fabric = ClosModel(FabricParams(planes=2, leaves=2, spines=2, hosts_per_leaf=2, link_mbps=20.0))
+    fixed = ecn_balance(fabric)
+    qp_rtt = ecn_balance(fabric, cores=(QpRttSkip, MrcReceiver))
+    assert fixed["a_shared_share_after"] <= 0.04 < qp_rtt["a_shared_share_after"]
+    assert fixed["goodput_fraction"] >= qp_rtt["goodput_fraction"] + 0.01
+
+
+def test_a_skip_lasts_round_trips_of_the_skipped_path_or_of_the_qp_whichever_is_longer():
+    cfg = TransportConfig()
+    evs = [EvInfo((1 << 16) | 0xC000, 0), EvInfo((2 << 16) | 0xC001, 1)]
+    snd = MrcSender(1, 2, evs, cfg, 1)
+    hot, cool = evs[0].ev, evs[1].ev
+    snd.cc.rtt.sample(0.002)
+    snd._ev_rtt_sample(hot, 0.010)
+    snd._ev_rtt_sample(cool, 0.001)
+    snd._skip(hot, 1.0, "ecn")
+    snd._skip(cool, 1.0, "ecn")
+    assert snd.evs.state[hot] == snd.evs.state[cool] == SKIP
+    assert snd.evs.skip_until_t[hot] == pytest.approx(1.0 + cfg.skip_rtts * 0.010)
+    assert snd.evs.skip_until_t[cool] == pytest.approx(1.0 + cfg.skip_rtts * 0.002)
 
 
 def test_a_ce_marked_packet_is_acknowledged_at_once_with_its_own_ev():

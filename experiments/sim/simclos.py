@@ -29,6 +29,7 @@ from endpoints.protocol.nicpacer import NicPacer
 from endpoints.protocol.receiver import MrcReceiver
 from endpoints.protocol.sender import MrcSender
 from experiments.api import traffic
+from experiments.scenarios.ecnbalance import SETTLE_S, share_on
 from experiments.scenarios.schema import A_SHARED_SHARE_AFTER, GOODPUT_FRACTION
 from experiments.sim.simnet import SimLink, SimPath, Simulation
 from topologies.model import Fabric, FabricParams, build, ev_plane, fair_share_mbps
@@ -268,7 +269,7 @@ def ecn_balance(model: ClosModel, force_at: float = 2.0, duration: float = 5.0, 
     keep = next(r.ev for r in fabric.routes(hosts[1], last[1]) if r.plane == 0 and r.spine == 0)
     a_shared = next(r.ev for r in fabric.routes(hosts[0], last[0]) if r.plane == 0 and r.spine == 0)
     forced: list[float] = []
-    settled = force_at + 0.5
+    settled = force_at + SETTLE_S  # what the scenario measures after the force
     a_bytes: dict[float, dict[int, int]] = {}  # A's payload bytes per EV once settled, at the end
 
     def hook(now: float, flows: list[Flow]) -> None:
@@ -288,12 +289,10 @@ def ecn_balance(model: ClosModel, force_at: float = 2.0, duration: float = 5.0, 
     p = model.params
     cap = p.link_mbps + min(p.planes * p.link_mbps, (p.planes * p.spines - 1) * p.link_mbps)
     a, b = res.goodput_mbps(fa, settled, duration), res.goodput_mbps(fb, settled, duration)
-    before, after = a_bytes[settled], a_bytes[duration]
-    sent = sum(after.values()) - sum(before.values())
-    on_shared = after.get(a_shared, 0) - before.get(a_shared, 0)
     return {**res.summary(), "a_after": round(a, 2), "b_after": round(b, 2),
             GOODPUT_FRACTION: round((a + b) / cap, 3),
-            A_SHARED_SHARE_AFTER: round(on_shared / sent, 4) if sent else None, "run": res}
+            A_SHARED_SHARE_AFTER: share_on(sorted(a_bytes.items()), a_shared, settled, duration),
+            "run": res}
 
 
 def flap_together(model: ClosModel, count: int = 8, seed: int = 1, start: float = 2.0,

@@ -12,6 +12,7 @@ import pytest
 
 from endpoints.protocol import wire
 from endpoints.protocol.config import TransportConfig
+from endpoints.protocol.events import EvSkip
 from endpoints.protocol.evset import SKIP, EvInfo, EvSet
 from endpoints.protocol.receiver import MrcReceiver
 from endpoints.protocol.sender import MrcSender
@@ -133,6 +134,7 @@ class QpRttSkip(MrcSender):
     def _skip(self, ev: int, now: float, cause: str, rtt: float | None = None) -> None:
         if self.evs.skip(ev, now + self.c.skip_rtts * self.cc.srtt):
             self.skips[cause] += 1
+            self.events.append(EvSkip(now, ev, cause, rtt))
 
 
 def test_a_skip_counted_in_the_qps_rtt_kept_load_on_the_hot_path():

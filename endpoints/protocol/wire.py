@@ -157,18 +157,22 @@ def frame_bytes(mtu_payload: int) -> int:
     return FRAME_OVERHEAD + data_len(mtu_payload)
 
 
-def payload_ceiling(mtu_payload: int, sack_every: int, encapsulated: bool = True) -> float:
+def payload_ceiling(mtu_payload: int, sack_every: int | None, encapsulated: bool = True) -> float:
     """The most of a host link's rate that can be payload for a host that sends full frames on
     it while acknowledging a flow it receives on the same NIC (one SACK every `sack_every`
-    data packets, as in a permutation), the shaper counting Ethernet and every IP header
-    (`encapsulated`: MRC's outer IPv6 header on data and SACKs alike). The figure a
-    throughput is measured against when the frame changes.
+    data packets, as in a permutation; None: the link carries no SACKs, as one-way flows'
+    forward links), the shaper counting Ethernet and every IP header (`encapsulated`: MRC's
+    outer IPv6 header on data and SACKs alike). The figure a throughput is measured against
+    when the frame changes.
 
     >>> round(payload_ceiling(4096, 4), 4), round(payload_ceiling(4096, 4, encapsulated=False), 4)
     (0.9565, 0.9677)
+    >>> round(payload_ceiling(4096, None), 4)
+    0.9647
     """
     outer = IPV6_HDR if encapsulated else 0
-    per_data = frame_bytes(mtu_payload) + outer + (FRAME_OVERHEAD + SACK_LEN + outer) / sack_every
+    acks = 0.0 if sack_every is None else (FRAME_OVERHEAD + SACK_LEN + outer) / sack_every
+    per_data = frame_bytes(mtu_payload) + outer + acks
     return mtu_payload / per_data
 
 

@@ -29,7 +29,7 @@ from endpoints.protocol.nicpacer import NicPacer
 from endpoints.protocol.receiver import MrcReceiver
 from endpoints.protocol.sender import MrcSender
 from experiments.api import traffic
-from experiments.scenarios.ecnbalance import SETTLE_S, share_on
+from experiments.scenarios.ecnbalance import GOODPUT_OF_CEILING, SETTLE_S, capacity_mbps, share_on
 from experiments.scenarios.schema import A_SHARED_SHARE_AFTER, GOODPUT_FRACTION
 from experiments.sim.simnet import SimLink, SimPath, Simulation
 from topologies.model import Fabric, FabricParams, build, ev_plane, fair_share_mbps
@@ -286,11 +286,12 @@ def ecn_balance(model: ClosModel, force_at: float = 2.0, duration: float = 5.0, 
     res = run(model, pairs, config_for(model, **overrides), seed=seed, until=duration + 0.3, hook=hook,
               cores=cores)
     fa, fb = res.flows
-    p = model.params
-    cap = p.link_mbps + min(p.planes * p.link_mbps, (p.planes * p.spines - 1) * p.link_mbps)
+    _, cap = capacity_mbps(model.params)
     a, b = res.goodput_mbps(fa, settled, duration), res.goodput_mbps(fb, settled, duration)
+    top = wire.payload_ceiling(res.config.mtu_payload, None, encapsulated=False)  # simulated frames
     return {**res.summary(), "a_after": round(a, 2), "b_after": round(b, 2),
             GOODPUT_FRACTION: round((a + b) / cap, 3),
+            GOODPUT_OF_CEILING: round((a + b) / cap / top, 3),
             A_SHARED_SHARE_AFTER: share_on(sorted(a_bytes.items()), a_shared, settled, duration),
             "run": res}
 

@@ -9,6 +9,7 @@ import sys
 
 import pytest
 
+from endpoints.protocol import wire
 from tests.integration.helpers import REPO, again_if_disturbed, assert_nothing_left
 
 pytestmark = pytest.mark.usefixtures("emulation_ready")
@@ -237,4 +238,8 @@ def test_ecn_balance_moves_the_first_flows_load_off_the_shared_path(tmp_path, sw
     assert mrc["a_shared_share_after"] <= 0.05
     # 0.945 now (spray 0.80); 0.91 with skips in the QP's RTT; 0.84-0.86 before issue 10's fixes
     assert mrc["goodput_fraction"] >= 0.9 and mrc["a_mbps_after"] > 0.9 * 2 * s["fabric"]["link_mbps"]
+    # Fig. 14's pair is judged against what can be payload: full encapsulated frames, no SACKs
+    assert mrc["payload_ceiling"] == round(wire.payload_ceiling(4096, None), 4)
+    assert mrc["goodput_of_ceiling"] == pytest.approx(mrc["goodput_fraction"] / mrc["payload_ceiling"],
+                                                      abs=0.002)
     assert_nothing_left()

@@ -147,6 +147,10 @@ def test_a_skip_counted_in_the_qps_rtt_kept_load_on_the_hot_path():
     qp_rtt = ecn_balance(fabric, cores=(QpRttSkip, MrcReceiver))
     assert fixed["a_shared_share_after"] <= 0.04 < qp_rtt["a_shared_share_after"]
     assert fixed["goodput_fraction"] >= qp_rtt["goodput_fraction"] + 0.01
+    # Fig. 14's pair against what the simulated links can carry as payload (no encapsulation)
+    top = wire.payload_ceiling(4096, None, encapsulated=False)
+    assert fixed["goodput_of_ceiling"] == pytest.approx(fixed["goodput_fraction"] / top, abs=0.002)
+    assert fixed["goodput_of_ceiling"] >= 0.95
 
 
 def test_a_skip_lasts_round_trips_of_the_skipped_path_or_of_the_qp_whichever_is_longer():

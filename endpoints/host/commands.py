@@ -125,9 +125,6 @@ class AgentCommands:
                     "qps": sorted(loop.qps),
                     "kernel_checksum_paths": sum(p.sock is not None for p in loop.tx.paths.values()),
                     "raw_paths": sum(p.sock is None for p in loop.tx.paths.values()),
-                    # departures read from transmit stamps, and datagrams none came back for
-                    "tx_stamps": None if (st := loop.tx.stamps) is None else
-                    {"stamped": st.stamped, "unstamped": st.unstamped},
                     "loop": loop.loop_counts()}
         if cmd == "shutdown":
             self.loop.running = False

@@ -43,7 +43,6 @@ from endpoints.host import netio
 from endpoints.host.goodput import GoodputBins
 from endpoints.host.paths import PeerPaths
 from endpoints.host.qdisc import QdiscReader
-from endpoints.host.txstamps import TxStamps
 from endpoints.protocol import wire
 from endpoints.protocol.config import TransportConfig
 from endpoints.protocol.core import Core, ReceiverCore, SenderCore
@@ -69,11 +68,6 @@ HOST_SAMPLE_S = 0.020
 # emulation) the permutation's queues stood from its first second (two runs) and the agents cost
 # more, not less (docs/experiments.md, "Where the agents' CPU goes now").
 NIC_REFILL_FRAMES = 0.0
-# Departures read from the kernel, off: each data packet's RTT sample counts from the instant the
-# host's NIC (the veth, behind HTB) took it, read from its transmit stamp (txstamps.py), rather
-# than from its hand-over; then the batched refills above stamp packets at their hand-over, and
-# the time they wait in the host queue stays out of the RTT all the same.
-NIC_TX_STAMPS = False
 # Lazy pacer wake-ups (unlike the batching above, the host queue stays within DEPTH_FRAMES and
 # frames keep their hand-over timestamps): a sender waiting for a busy port is woken only when
 # the port has this much left to send, not as soon as it could take one more frame. Any wake-up
@@ -145,22 +139,18 @@ class DataLoop:
         # with every frame; the go-back-N baseline's are 40 bytes shorter, a 1% overcharge).
         frame = wire.frame_bytes(self.config.mtu_payload)
         refill = float(settings.get("nic_refill_frames", NIC_REFILL_FRAMES))
-        pacing = bool(settings.get("nic_pacing", True))
-        stamps = pacing and bool(settings.get("nic_tx_stamps", NIC_TX_STAMPS))
         lag = pacer_wake_lag(self.config.frame_time(link_mbps)) \
             if settings.get("nic_lazy_wake", True) else 0.0
         self.pacer = NicPacer(planes, link_mbps * 1e6, frame, extra_bytes=wire.IPV6_HDR,
                               depth=DEPTH_FRAMES + refill, refill=refill + lag,
-                              stamp_departure=refill > 0 and not stamps,
+                              stamp_departure=refill > 0,
                               burst_bytes=int(settings.get("nic_burst_bytes", 0))) \
-            if pacing else None
+            if settings.get("nic_pacing", True) else None
         self.control_priority = int(settings.get("control_priority", 0))
         # raw_send: every packet built in Python and sent on the raw socket (the former path,
         # kept for comparison and for kernels that refuse the per-path sockets).
         self.rx_size = wire.data_len(self.config.mtu_payload) + 64  # never truncate a datagram
         self.tx = netio.Transmitter(kernel_checksum=not settings.get("raw_send", False))
-        if stamps:
-            self.tx.stamps = TxStamps()  # token: (QPN, EV, tsval) of a paced data packet
         # The local address is not needed (the EV names the path): one control message fewer.
         self.rx = netio.open_receiver(wire.MRC_PORT, pktinfo=False)
         # The control server's sockets; its epoll (itself pollable) sits in the loop's wait
@@ -220,12 +210,9 @@ class DataLoop:
         pacer, now = self.pacer, time.monotonic()
         data_max, overhead = wire.DATA_OPCODE_MAX, wire.FRAME_OVERHEAD
         paced = qp.transport != "roce"  # the MRC sender charged its own data packets
-        stamped = paced and self.tx.stamps is not None
         self.tx_dgrams += len(items)
         for ev, payload in items:
             control = payload[0] > data_max
-            token = (qp.qpn, ev, int.from_bytes(payload[_TSVAL:_TSVAL + 4], "big")) \
-                if stamped and not control else None
             key = (ev, control)
             path = paths.get(key)
             if path is None:
@@ -237,18 +224,9 @@ class DataLoop:
                                                  priority=self.control_priority if control else 0)
             if pacer is not None and (control or not paced):
                 pacer.charge(planes[ev], len(payload) + overhead, now)
-            send(path, payload, token)
+            send(path, payload)
             if log:
                 self._log_packet("tx", qp.qpn, ev, payload, None)
-
-    def _departures(self) -> None:
-        """Hand the senders the departures the kernel has stamped since the last call."""
-        assert self.tx.stamps is not None
-        qps = self.qps
-        for (qpn, ev, tsval), t in self.tx.stamps.drain():
-            qp = qps.get(qpn)
-            if qp is not None:
-                qp.core.departed(ev, tsval, t)
 
     def _log_packet(self, direction: str, qpn: int | None, ev: int, datagram: bytes,
                     ce: bool | None) -> None:
@@ -283,8 +261,6 @@ class DataLoop:
         vendor_min, qpn_at = wire.OPCODE_VENDOR_MASK, wire.QPN_OFF
         log = self.packet_log > 0
         received, taken = False, 0
-        if self.tx.stamps:  # before the SACKs: their RTT samples count from these
-            self._departures()
         while taken < RECV_BURST:
             try:
                 data, anc, _flags, addr = recvmsg(size, space)
@@ -397,7 +373,6 @@ class DataLoop:
 
 
 _TCLASS_BYTE = 0 if sys.byteorder == "little" else 3  # IPV6_TCLASS arrives as a native int
-_TSVAL = wire.DATA_TSVAL_OFF
 
 
 def _json_line_encoder() -> Callable[[object], bytes]:

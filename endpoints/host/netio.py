@@ -38,9 +38,7 @@ import socket
 import struct
 import sys
 from collections.abc import Callable
-from typing import Any
 
-from endpoints.host.txstamps import TxStamps, enable
 from endpoints.protocol.wire import MRC_PORT, ev_to_wire, udp6_checksum
 
 IPV6_FLOWINFO = 11  # sockopt: deliver the flow info (label) as ancillary data
@@ -161,9 +159,6 @@ class Transmitter:
         # transmitter was made in, when the process runs several hosts' agents (shared.py).
         self.namespace: Callable[[], contextlib.AbstractContextManager[None]] = contextlib.nullcontext
         self.dropped = 0  # datagrams lost to a permanent send error (counted by errno too)
-        # Set: every path socket opened from now on stamps its datagrams' departures, and
-        # `send` records each datagram there with its token (txstamps.py).
-        self.stamps: TxStamps[Any] | None = None
 
     @property
     def raw(self) -> RawSender:
@@ -185,22 +180,15 @@ class Transmitter:
                 try:
                     with self.namespace():
                         sock = open_path_socket(src, dst, ev, tclass, mark=mark, priority=priority)
-                    if self.stamps is not None:
-                        try:
-                            enable(sock)
-                        except OSError:
-                            sock.close()  # a path whose departures cannot be read: the raw one
-                            raise
                 except OSError:
                     self.refused += 1  # e.g. source not local or port taken: raw still works
             path = self.paths[key] = TxPath(src, dst, dst_text, ev, tclass, sock, mark)
         return path
 
-    def send(self, path: TxPath, payload: bytes, token: object = None) -> bool:
+    def send(self, path: TxPath, payload: bytes) -> bool:
         """True when the datagram is done with: sent, or lost for good to a permanent error
         (counted in `dropped` and by errno; the transport sees a loss on that path). False on
-        backpressure (the kernel's queue is full): the caller keeps it for later. `token`:
-        what its departure stamp is for, with `stamps` set."""
+        backpressure (the kernel's queue is full): the caller keeps it for later."""
         sock = path.sock
         try:
             if sock is None:
@@ -213,8 +201,6 @@ class Transmitter:
                     # An ICMP error about an earlier datagram, reported instead of sending this
                     # one (the raw socket never sees those): send it now.
                     sock.send(payload)
-                if self.stamps is not None:
-                    self.stamps.sent(sock, token)
             return True
         except OSError as exc:
             name = errno.errorcode.get(exc.errno or 0, str(exc.errno))
@@ -227,8 +213,6 @@ class Transmitter:
     def close(self) -> None:
         for path in self.paths.values():
             if path.sock is not None:
-                if self.stamps is not None:
-                    self.stamps.forget(path.sock)
                 path.sock.close()
         self.paths.clear()
         if self._raw is not None:
@@ -245,11 +229,10 @@ class Backlog:
         self.queues: dict[TxPath, collections.deque[bytes]] = {}
         self.overflow = 0
 
-    def send(self, path: TxPath, payload: bytes, token: object = None) -> None:
-        """`token`: see Transmitter.send (a datagram kept for later goes without one)."""
+    def send(self, path: TxPath, payload: bytes) -> None:
         queue = self.queues.get(path)
         if queue is None:
-            if self.tx.send(path, payload, token):
+            if self.tx.send(path, payload):
                 return
             queue = self.queues[path] = collections.deque()
         if len(queue) >= self.per_path:

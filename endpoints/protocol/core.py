@@ -39,10 +39,6 @@ class Core(Protocol):
     def set_local_ports(self, mask: int, now: float) -> None:
         """This host's NIC ports now: bit p set while plane p's port is down."""
 
-    def departed(self, ev: int, tsval: int, t: float) -> None:
-        """The data packet sent on `ev` stamped `tsval` started onto the wire at `t` (the
-        host's transmit stamp, where it has one: a packet may wait in the host's queue)."""
-
 
 class SenderCore(Core, Protocol):
     bytes_acked: int
@@ -96,10 +92,6 @@ class CoreBase:
     def set_local_ports(self, mask: int, now: float) -> None:
         """Cores that act on port status override it (portstatus.py); the go-back-N baseline,
         like RoCE, has one path and nothing to steer."""
-
-    def departed(self, ev: int, tsval: int, t: float) -> None:
-        """Cores that measure RTTs from departures override it (the MRC sender); the others
-        count from the packet's own stamp."""
 
     def on_datagram(self, payload: bytes | memoryview, ev: int, now: float,
                     ecn_ce: bool = False) -> None:

@@ -20,24 +20,12 @@ from collections import deque
 
 
 class Echoes:
-    __slots__ = ("keep", "_count", "_order", "_departed")
+    __slots__ = ("keep", "_count", "_order")
 
     def __init__(self, keep: float) -> None:
         self.keep = keep  # s a transmission stays acknowledgeable: beyond any queueing delay
         self._count: dict[int, int] = {}  # (ev << 32 | tsval) -> transmissions still kept
         self._order: deque[tuple[float, int]] = deque()  # (sent, key), oldest first
-        self._departed: dict[int, float] = {}  # key -> when it started onto the wire (`departed`)
-
-    def departed(self, ev: int, tsval: int, t: float) -> None:
-        """The transmission (`ev`, `tsval`) left the host at `t` (a transmit stamp); the first
-        one counts when two share the key. Forgotten with the transmission."""
-        key = (ev & 0xFFFFFFFF) << 32 | (tsval & 0xFFFFFFFF)
-        if key in self._count and key not in self._departed:
-            self._departed[key] = t
-
-    def departure(self, ev: int, tsval: int) -> float | None:
-        """When the transmission an echo names left the host, where a stamp said so."""
-        return self._departed.get((ev & 0xFFFFFFFF) << 32 | tsval) if self._departed else None
 
     def sent(self, ev: int, tsval: int, now: float) -> None:
         key = (ev & 0xFFFFFFFF) << 32 | (tsval & 0xFFFFFFFF)
@@ -49,7 +37,7 @@ class Echoes:
 
     def expire(self, now: float) -> None:
         """Forget transmissions older than `keep` (call it from the sender's poll)."""
-        order, count, departed, horizon = self._order, self._count, self._departed, now - self.keep
+        order, count, horizon = self._order, self._count, now - self.keep
         while order and order[0][0] < horizon:
             _, key = order.popleft()
             left = count[key] - 1
@@ -57,8 +45,6 @@ class Echoes:
                 count[key] = left
             else:
                 del count[key]
-                if departed:
-                    departed.pop(key, None)
 
     def __len__(self) -> int:
         return len(self._order)

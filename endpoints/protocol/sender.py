@@ -193,9 +193,6 @@ class MrcSender(PortSteering, LossRecovery, CoreBase):
         return min(deadlines) if deadlines else None
 
     # ----- receiving ------------------------------------------------------------------------
-    def departed(self, ev: int, tsval: int, t: float) -> None:
-        self.echoes.departed(ev, tsval, t)  # its RTT sample then counts from `t`
-
     def _ack_seq(self, seq: int, now: float) -> SentPacket | None:
         p = self.outstanding.pop(seq, None)
         if p is None and seq in self.deferred:
@@ -274,9 +271,6 @@ class MrcSender(PortSteering, LossRecovery, CoreBase):
             self.stats["ecn_echoes"] += 1
             self._skip(s.echo_ev, now, "ecn")
         rtt: float | None = ts_age(now, s.echo_ts)  # every SACK echoes a real tsval; 0 is one too
-        left = self.echoes.departure(s.echo_ev, s.echo_ts)  # the host's stamp of its departure
-        if left is not None and left <= now:
-            rtt = now - left  # the host queue it waited in is no path delay (nicpacer.py)
         if rtt is not None and rtt > 10.0:
             # A forged or ancient echo must not poison the estimator; nor one stamped later than
             # its packet left (it reads as one from the future): counted, as NSCC then learns

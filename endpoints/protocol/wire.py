@@ -128,7 +128,6 @@ FRAME_OVERHEAD = ETH_HDR + IPV6_HDR + UDP_HDR
 
 # The hot path's one struct call each; control packets include their (zero) ICRC.
 _DATA = struct.Struct(COMMON.format + DATA_EXT.format[1:])
-DATA_TSVAL_OFF = _DATA.size - 8  # a data packet's tsval (then its immediate): read without decoding
 _SACK = struct.Struct(COMMON.format + SACK_EXT.format[1:] + "4x")
 _NACK = struct.Struct(COMMON.format + NACK_EXT.format[1:] + "4x")
 _PROBE = struct.Struct(COMMON.format + PROBE_EXT.format[1:] + "4x")

@@ -7,11 +7,18 @@ MRCLAB := $(PY) -m experiments.cli
 NEED_LAB = if [ -z "$(N)" ]; then echo "make $@: N is missing: make $@ N=NUMBER, one of these labs:" >&2; \
 	$(PY) -m labs.checker list >&2; exit 2; fi
 
-.PHONY: setup demo cli test unit integration lint experiment paper check-fabric bench report validate docs clean lab check-lab \
+.PHONY: setup setup-tools demo cli test unit integration lint experiment paper check-fabric bench report validate docs clean lab check-lab \
 	soak fuzz
 
 setup:
 	@scripts/setup.sh
+
+# What runs no emulation (lint, the unit tests, the docs, the report) sets up without this
+# machine's calibration: a stale one is measured by the next target that runs emulations. (A
+# calibration started by `make lint` during a long `make paper` took the emulation from the
+# paper's next run, which stopped it.)
+setup-tools:
+	@scripts/setup.sh --no-calibration
 
 demo: setup
 	$(MRCLAB) demo
@@ -38,13 +45,13 @@ check-lab: setup
 test: setup
 	$(PY) -m pytest -q tests
 
-unit: setup
+unit: setup-tools
 	$(PY) -m pytest -q tests/unit
 
 integration: setup
 	$(PY) -m pytest -q tests/integration
 
-lint: setup
+lint: setup-tools
 	$(PY) -m ruff check .
 	$(PY) -m mypy
 
@@ -85,7 +92,7 @@ soak: setup
 fuzz: setup
 	$(PY) -m experiments.tools.fuzz
 
-report: setup
+report: setup-tools
 	$(MRCLAB) report
 
 validate: setup
@@ -93,7 +100,7 @@ validate: setup
 
 # The measured figures in README.md and docs/ from experiments/reference/full.json; after a
 # full run, `make docs ARGS="--from results"` first takes the reference from it.
-docs: setup
+docs: setup-tools
 	$(MRCLAB) docs $(ARGS)
 
 clean:

@@ -3,6 +3,9 @@
 # (No Open vSwitch service: every emulation runs its own OVS instances, one per plane on large fabrics.)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# --no-calibration: everything but the calibration below (the targets that run no emulation)
+calibrate=1
+[ "${1:-}" = "--no-calibration" ] && calibrate=0
 
 if [ "$(id -u)" -ne 0 ]; then
   echo "mrclab: error: setup installs packages: run it as root (sudo make setup)" >&2
@@ -71,7 +74,7 @@ scripts/install-command.sh
 # cost changes (about a minute each: two or three permutation runs, the fastest 20 s long to read
 # its standing queues, and an idle reading).
 # Without one, runs count on the committed figures.
-for backend in $(.venv/bin/python -c 'from topologies import switches
+[ "$calibrate" = 1 ] && for backend in $(.venv/bin/python -c 'from topologies import switches
 print(" ".join(n for n in switches.FASTEST_FIRST if switches.BACKENDS[n].unavailable() is None))'); do
   .venv/bin/python -m experiments.tools.cost_bench --calibrate --if-stale --switch "$backend" \
     || echo "setup: warning: no calibration of the $backend switches: their runs count on the committed figures"

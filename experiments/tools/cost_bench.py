@@ -399,6 +399,13 @@ def main(argv: list[str] | None = None) -> int:
         if args.if_stale and not calibration.stale(backend):
             print(f"calibration: up to date ({calibration.cache_path(backend).relative_to(REPO)})")
             return 0
+        if args.if_stale and not cleanup.lock_free():
+            # `make setup` beside a run: its CPU would read as this machine's cost, and the
+            # calibration's runs would take the emulation from a suite's next run
+            pid = cleanup.holder().get("pid", "?")
+            print(f"calibration: stale, not measured now: another mrclab run holds the emulation "
+                  f"(pid {pid}); `make setup` measures it once that run has ended")
+            return 0
         rates, seconds = list(CALIBRATE_RATES), CALIBRATE_SECONDS
     else:
         seconds = args.seconds

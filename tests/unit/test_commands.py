@@ -114,3 +114,17 @@ def test_make_experiment_runs_the_registrys_sweep(seeds, expected):
     dry = _make("-n", "experiment", *([f"SEEDS={seeds}"] if seeds else []))
     assert dry.returncode == 0 and expected in dry.stdout
     assert "experiments.cli report" in dry.stdout
+
+
+@pytest.mark.parametrize("target,calibrates", [("lint", False), ("unit", False), ("docs", False),
+                                               ("report", False), ("test", True), ("paper", True),
+                                               ("demo", True), ("validate", True)])
+def test_only_targets_that_run_emulations_calibrate_the_machine(target, calibrates):
+    """A stale calibration is measured by `make setup`, which runs emulations: a target that runs
+    none must not start one (`make lint` during a long `make paper` took the emulation from the
+    paper's next run, which stopped it)."""
+    done = subprocess.run(["make", "-n", "-C", str(ROOT), target], capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 0, done.stderr
+    setup = [line for line in done.stdout.splitlines() if line.startswith("scripts/setup.sh")]
+    assert setup == ["scripts/setup.sh" if calibrates else "scripts/setup.sh --no-calibration"]

@@ -206,3 +206,30 @@ def test_a_forwarding_calibration_has_a_cache_and_a_fingerprint_of_its_own(tmp_p
     assert calibration.load_forwarding("linux")["packet_hops_per_s"] == 5
     monkeypatch.setattr(calibration, "code_hash", lambda: "changed")
     assert calibration.load_forwarding("linux") is None  # the code that forwards changed
+
+
+def test_setup_leaves_a_stale_calibration_for_later_while_another_run_holds_the_emulation(
+        tmp_path, monkeypatch, capsys):
+    """`make setup` beside a run (a `make lint` during a long `make paper` used to start one):
+    measuring would read that run's CPU as this machine's and take the emulation from the
+    suite's next run, so it waits for a later `make setup`; with the lock free it measures."""
+    from topologies import cleanup, switches
+    monkeypatch.setattr(switches, "resolve", lambda name: "linux")
+    monkeypatch.setattr(calibration, "stale", lambda backend: True)
+    monkeypatch.setattr(cleanup, "holder", lambda directory=None: {"pid": 4242})
+    measured: list[list[float]] = []
+
+    def run(rates, *args, **kwargs):
+        measured.append(rates)
+        raise SystemExit("measured")
+
+    monkeypatch.setattr(cost_bench, "run", run)
+    monkeypatch.setattr(cost_bench.runctx, "interrupts_raise", lambda: None)
+    monkeypatch.setattr(cleanup, "lock_free", lambda directory=None: False)
+    assert cost_bench.main(["--calibrate", "--if-stale"]) == 0 and measured == []
+    out = capsys.readouterr().out
+    assert "stale, not measured now" in out and "pid 4242" in out
+    monkeypatch.setattr(cleanup, "lock_free", lambda directory=None: True)
+    with pytest.raises(SystemExit):
+        cost_bench.main(["--calibrate", "--if-stale"])
+    assert measured == [list(cost_bench.CALIBRATE_RATES)]

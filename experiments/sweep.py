@@ -8,7 +8,8 @@ which seed, which `mrclab docs --from results` reads to show median (min-max) ov
 The first seed's run of a scenario goes to results/NAME (what `mrclab report` and the plots
 show), every other seed's to results/spread/NAME/seed-S. A run that fails (exit 1: data not
 intact, a dead controller) is recorded and the sweep goes on; a mistake in the options (exit 2)
-stops it at once, as it would stop every run. Exit status: 0 when every run succeeded, 1 when
+stops it at once, as it would stop every run. A run waits, saying so, while another mrclab run
+holds the emulation (`wait_for_emulation`). Exit status: 0 when every run succeeded, 1 when
 one failed, 2 on a mistake, 130 when interrupted.
 """
 
@@ -26,7 +27,7 @@ from typing import Protocol
 from experiments.outdir import RESULTS
 from experiments.scenarios import SCENARIOS
 from experiments.scenarios.base import TAIL_S
-from topologies import files
+from topologies import cleanup, files
 
 INDEX = "sweep.json"
 SETUP_S = 12.0  # a run's fabric start-up and teardown, about (docs/architecture.md's costs)
@@ -95,11 +96,36 @@ def progress_line(steps: Sequence[Step], index: int, elapsed: float, failed: int
 Runner = Callable[[list[str]], int]
 
 
-def _run(argv: list[str]) -> int:
+def wait_for_emulation(poll_s: float = 1.0, say: Callable[[str], None] = print) -> None:
+    """Before a suite's next run: while another mrclab run holds the emulation (someone's `mrclab
+    run`, a calibration that `make setup` started between two of the suite's runs), wait for it
+    to end, saying so once, rather than have the run refused and the suite stop."""
+    said = False
+    while True:
+        try:
+            if cleanup.lock_free():
+                return
+        except OSError:
+            return  # not root: the run itself says what is wrong
+        if not said:
+            say(f"=== waiting: another mrclab run holds the emulation (pid "
+                f"{cleanup.holder().get('pid', '?')}); the next run starts when it ends (Ctrl-C "
+                f"stops here)")
+            said = True
+        time.sleep(poll_s)
+
+
+def run_one(argv: list[str]) -> int:
+    """One `mrclab run` of a suite (this sweep's, `mrclab paper`'s), once the emulation is free;
+    its exit status (130: interrupted while waiting)."""
+    try:
+        wait_for_emulation()
+    except KeyboardInterrupt:
+        return 130
     return subprocess.run(argv).returncode
 
 
-def sweep(steps: Sequence[Step], results: Path, extra: Sequence[str] = (), run: Runner = _run,
+def sweep(steps: Sequence[Step], results: Path, extra: Sequence[str] = (), run: Runner = run_one,
           say: Callable[[str], None] = print, clock: Callable[[], float] = time.monotonic) -> int:
     """Run every step, recording each in results/sweep.json as it ends; the exit status."""
     records: list[dict] = []

@@ -4,7 +4,8 @@ Every run of every figure named (all the expressible ones by default) goes throu
 into results/paper/<fig>/run-N-<scenario>/, with a progress line before each (what runs now, how
 many are done and left, about how long is left); once a figure's runs are done its folder gets
 its plot, CSV and verdict, and at the end index.md and index.html list every figure of the
-paper. A figure already settled by an earlier invocation stays on the index. Exit status: 0 when
+paper. A figure already settled by an earlier invocation stays on the index. A run waits, saying
+so, while another mrclab run holds the emulation. Exit status: 0 when
 every run ran (whatever the verdicts: a result that contradicts the paper is a finding, said on
 the page), 1 when a run failed, 2 on a mistake, 130 when interrupted.
 """
@@ -12,7 +13,6 @@ the page), 1 when a run failed, 2 on a mistake, 130 when interrupted.
 from __future__ import annotations
 
 import argparse
-import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -74,10 +74,6 @@ def listing() -> str:
 Runner = Callable[[list[str]], int]
 
 
-def _run(argv: list[str]) -> int:
-    return subprocess.run(argv).returncode
-
-
 def _disturbed(out: Path) -> bool:
     """A run that was not faithful while the machine was disturbed (its host took the VM's CPU:
     experiments/analysis/fidelity.py STEAL_DISTURBED_PCT) measured that host, not the product:
@@ -87,7 +83,7 @@ def _disturbed(out: Path) -> bool:
 
 
 def run(figures: Sequence[Figure], results: Path, quick: bool, extra: Sequence[str] = (),
-        runner: Runner = _run, say: Callable[[str], None] = print,
+        runner: Runner = sweep.run_one, say: Callable[[str], None] = print,
         clock: Callable[[], float] = time.monotonic) -> int:
     steps = plan(figures)
     settled: dict[str, dict] = {}

@@ -28,11 +28,16 @@ try:
 except PermissionError:
     print(json.dumps({"unreachable": True}))
     sys.exit(0)
+closed = False
 def send(kind, body=b"", xid=0):
-    s.sendall(struct.pack("!BBHI", 4, kind, 8 + len(body), xid) + body)
+    global closed
+    try:
+        s.sendall(struct.pack("!BBHI", 4, kind, 8 + len(body), xid) + body)
+    except OSError:  # the controller hung up first (a loaded machine's timing): refused all the same
+        closed = True
 send(0)  # HELLO
-seen, buf, closed, deadline, downed = [], b"", False, time.time() + 4, False
-while time.time() < deadline:
+seen, buf, deadline, downed = [], b"", time.time() + 4, False
+while not closed and time.time() < deadline:
     try:
         chunk = s.recv(65536)
     except socket.timeout:

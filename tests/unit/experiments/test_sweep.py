@@ -97,3 +97,39 @@ def test_a_single_run_reference_renders_as_before_and_says_no_spread_yet():
 
 def test_every_registry_scenario_has_a_table_row():
     assert docs_gen.SCENARIOS == tuple(SCENARIOS) and set(docs_gen.ROWS) == set(SCENARIOS)
+
+
+def test_a_suites_next_run_waits_for_the_emulation_another_run_holds(monkeypatch):
+    """A run of someone else (or a calibration) holding the emulation between two of a suite's
+    runs: the suite waits, saying so once, instead of having its run refused and stopping;
+    Ctrl-C while it waits is an interrupted suite (130), with no run started."""
+    from topologies import cleanup
+    free = iter([False, False, True])
+    said: list[str] = []
+    started: list[list[str]] = []
+    monkeypatch.setattr(cleanup, "lock_free", lambda directory=None: next(free))
+    monkeypatch.setattr(cleanup, "holder", lambda directory=None: {"pid": 4242})
+    monkeypatch.setattr(sweep.time, "sleep", lambda s: None)
+    sweep.wait_for_emulation(say=said.append)
+    assert len(said) == 1 and "pid 4242" in said[0] and "waiting" in said[0]
+
+    class Done:
+        returncode = 0
+
+    monkeypatch.setattr(sweep.subprocess, "run", lambda argv: started.append(argv) or Done())
+    monkeypatch.setattr(cleanup, "lock_free", lambda directory=None: True)
+    assert sweep.run_one(["mrclab", "run", "x"]) == 0 and started == [["mrclab", "run", "x"]]
+
+    def interrupted(directory=None):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cleanup, "lock_free", interrupted)
+    assert sweep.run_one(["mrclab", "run", "y"]) == 130 and len(started) == 1
+
+
+def test_the_paper_runs_its_figures_through_the_same_waiting_step():
+    import inspect
+
+    from experiments.paper import command
+    assert inspect.signature(command.run).parameters["runner"].default is sweep.run_one
+    assert inspect.signature(sweep.sweep).parameters["run"].default is sweep.run_one

@@ -108,9 +108,8 @@ def wait_for_emulation(poll_s: float = 1.0, say: Callable[[str], None] = print) 
         except OSError:
             return  # not root: the run itself says what is wrong
         if not said:
-            say(f"=== waiting: another mrclab run holds the emulation (pid "
-                f"{cleanup.holder().get('pid', '?')}); the next run starts when it ends (Ctrl-C "
-                f"stops here)")
+            say(f"=== waiting for the emulation, the next run starts when it is free (Ctrl-C stops "
+                f"here): {cleanup.busy_message(cleanup.holder())}")
             said = True
         time.sleep(poll_s)
 

@@ -402,9 +402,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.if_stale and not cleanup.lock_free():
             # `make setup` beside a run: its CPU would read as this machine's cost, and the
             # calibration's runs would take the emulation from a suite's next run
-            pid = cleanup.holder().get("pid", "?")
-            print(f"calibration: stale, not measured now: another mrclab run holds the emulation "
-                  f"(pid {pid}); `make setup` measures it once that run has ended")
+            print(f"calibration: stale, not measured now (`make setup` measures it once that run "
+                  f"has ended): {cleanup.busy_message(cleanup.holder())}")
             return 0
         rates, seconds = list(CALIBRATE_RATES), CALIBRATE_SECONDS
     else:

@@ -208,7 +208,8 @@ class AgentCommands:
         else:
             ev = paths.evs[0].ev
             if role == "send":
-                sender = GbnSender(qpn, peer_qpn, ev, base, seed, psn)
+                sender = GbnSender(qpn, peer_qpn, ev, base, seed, psn, pacer=self.loop.pacer,
+                                   plane=paths.evs[0].plane)
             else:
                 receiver = GbnReceiver(qpn, peer_qpn, ev, base, seed, psn)
         core: Core = sender if sender is not None else receiver  # type: ignore[assignment]

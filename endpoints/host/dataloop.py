@@ -209,7 +209,6 @@ class DataLoop:
         log = self.packet_log > 0
         pacer, now = self.pacer, time.monotonic()
         data_max, overhead = wire.DATA_OPCODE_MAX, wire.FRAME_OVERHEAD
-        paced = qp.transport != "roce"  # the MRC sender charged its own data packets
         self.tx_dgrams += len(items)
         for ev, payload in items:
             control = payload[0] > data_max
@@ -222,7 +221,7 @@ class DataLoop:
                 path = paths[key] = self.tx.path(*qp.paths.dst[ev], ev, tclass=tclass,
                                                  mark=ev if qp.paths.encap else 0,
                                                  priority=self.control_priority if control else 0)
-            if pacer is not None and (control or not paced):
+            if pacer is not None and control:  # the senders charged their own data packets
                 pacer.charge(planes[ev], len(payload) + overhead, now)
             send(path, payload)
             if log:
@@ -306,7 +305,8 @@ class DataLoop:
         permutation's CPU per packet (docs/history.md, 2026-12-02)."""
         earliest: float | None = None
         every, self.service_all = self.service_all, False
-        for qp in self.qps.values():
+        qps, served = self.qps, []
+        for qp in qps.values():
             due = qp.due
             if not (every or qp.touched or (due is not None and due <= now)):
                 if due is not None and (earliest is None or due < earliest):
@@ -317,6 +317,7 @@ class DataLoop:
             items = core.poll(now)
             if items:
                 self._transmit(qp, items)
+                served.append(qp.qpn)
             if qp.receiver is not None:
                 for msn, data in qp.receiver.take_completed():
                     qp.digests[msn] = hashlib.sha256(data).hexdigest()
@@ -335,6 +336,11 @@ class DataLoop:
             qp.due = deadline = core.next_deadline()
             if deadline is not None and (earliest is None or deadline < earliest):
                 earliest = deadline
+        # The NIC's QP arbiter: round robin. A QP that sent goes last, so the next free slot
+        # of a port goes to the QP served least recently; in a fixed order the first QP took
+        # every slot while it had data, and an all-to-all's senders all began with one peer.
+        for qpn in served:
+            qps[qpn] = qps.pop(qpn)
         return earliest
 
     def _sample_host(self, now: float) -> None:

@@ -19,14 +19,24 @@ from endpoints.protocol.core import CoreBase
 from endpoints.protocol.echoes import Echoes
 from endpoints.protocol.events import Complete, Event, GoBack, Timeout
 from endpoints.protocol.evset import EvReport
+from endpoints.protocol.nicpacer import NicPacer
 from endpoints.protocol.rtt import RttEstimator
 from endpoints.protocol.wire import ts_age, ts_us
+
+PORT_RETRY_S = 1e-6  # s: a full port whose freeing rounds to now is asked again this much later
 
 
 class GbnSender(CoreBase):
     def __init__(self, qpn: int, peer_qpn: int, ev: int, config: TransportConfig, seed: int,
-                 initial_psn: int = 0) -> None:
+                 initial_psn: int = 0, pacer: NicPacer | None = None, plane: int = 0) -> None:
+        """`pacer`: the host's NIC ports, shared with its other QPs (nicpacer.py): a packet,
+        new or resent, goes out only when `plane`'s port can take it, so that the NIC's QPs
+        take turns as MRC's do. None: the whole window at once, into the host's queue."""
         self.qpn, self.peer_qpn, self.ev, self.c = qpn, peer_qpn, ev, config
+        self.pacer, self.plane = pacer, plane
+        self._frame_overhead = wire.DATA_OVERHEAD + wire.FRAME_OVERHEAD
+        self._going_back = False  # a paced go-back under way: its GoBack event is out
+        self._pace_wait: float | None = None  # when its busy port frees, while packets wait
         self.una = self.next_seq = initial_psn
         self.pkts: dict[int, tuple[int, int, int, int]] = {}  # seq -> (msn, offset, len, msg_len)
         self.data: dict[int, memoryview] = {}
@@ -69,7 +79,10 @@ class GbnSender(CoreBase):
 
     def next_deadline(self) -> float | None:
         if self.resend_from is not None or (self.queue and self._window_open()):
-            return 0.0
+            wait = self._pace_wait
+            if wait is None:
+                return 0.0
+            return wait if self.timer is None or wait < self.timer else self.timer
         return self.timer
 
     def _window_open(self) -> bool:
@@ -98,6 +111,7 @@ class GbnSender(CoreBase):
         self._ack_to(expected, now)
         if self.una < self.next_seq:
             self.resend_from = self.una
+            self._going_back = False
 
     def _ack_to(self, cack: int, now: float) -> None:
         if cack > self.next_seq:
@@ -119,6 +133,7 @@ class GbnSender(CoreBase):
         self.timer = now + self.rto if self.una < self.next_seq else None
         if self.resend_from is not None and self.resend_from < self.una:
             self.resend_from = self.una if self.una < self.next_seq else None
+            self._going_back = self._going_back and self.resend_from is not None
 
     def _packet(self, seq: int, now: float, retx: bool) -> tuple[int, bytes]:
         msn, offset, length, msg_len = self.pkts[seq]
@@ -126,6 +141,8 @@ class GbnSender(CoreBase):
         flags = (wire.F_RETRANSMIT if retx else 0) | (wire.F_ACK_REQ if last else 0)
         data = self.data[msn]
         self.bytes_sent += length
+        if self.pacer is not None:
+            self.pacer.charge(self.plane, length + self._frame_overhead, now)
         ts = ts_us(now)
         self.echoes.sent(self.ev, ts, now)
         return self.ev, wire.encode_data(wire.data_opcode(offset == 0, last), flags,
@@ -139,18 +156,31 @@ class GbnSender(CoreBase):
             self.stats["timeouts"] += 1
             self.events.append(Timeout(now, self.una, self.rto))
             self.resend_from = self.una
+            self._going_back = False
             self.rto = min(self.rto * 2, self.c.rto_max)
             self.timer = now + self.rto
+        pacer, plane = self.pacer, self.plane
+        ready = None if pacer is None else pacer.ready_at(now)
+        self._pace_wait = None
         if self.resend_from is not None:
-            # Go back N: everything from the first unacknowledged packet, within the window.
-            for seq in range(self.resend_from, min(self.next_seq, self.una + self.c.gbn_window_pkts)):
+            # Go back N: everything from the first unacknowledged packet, within the window
+            # (paced: as far as the port takes now, the rest when it is ready again).
+            start = seq = self.resend_from
+            end = min(self.next_seq, self.una + self.c.gbn_window_pkts)
+            while seq < end and (ready is None or ready(plane)):
                 out.append(self._packet(seq, now, True))
                 self.stats["retransmitted"] += 1
-            self.events.append(GoBack(now, self.resend_from))
-            self.resend_from = None
+                seq += 1
+            if not self._going_back:
+                self.events.append(GoBack(now, start))
+            self.resend_from = seq if seq < end else None
+            self._going_back = self.resend_from is not None
             self.timer = now + self.rto
+        if self.resend_from is not None:
+            self._pace_wait = self._port_frees(now)
+            return out
         mtu = self.c.mtu_payload
-        while self.queue and self._window_open():
+        while self.queue and self._window_open() and (ready is None or ready(plane)):
             entry = self.queue[0]
             msn, data, offset = entry
             length = min(mtu, len(data) - offset)
@@ -165,7 +195,17 @@ class GbnSender(CoreBase):
             self.stats["sent"] += 1
             if self.timer is None:
                 self.timer = now + self.rto
+        if self.queue and self._window_open():  # the port is full: wait for it
+            self._pace_wait = self._port_frees(now)
         return out
+
+    def _port_frees(self, now: float) -> float:
+        """When its port, busy now, can take the next frame (the pacer's wake-up rule). Never
+        `now` itself: the port was found full at `now`, and a rounding that puts its freeing
+        at `now` would have the loop poll it again at once, for ever."""
+        assert self.pacer is not None
+        t = self.pacer.busy_until[self.plane] - self.pacer.wake_slack
+        return t if t > now else now + PORT_RETRY_S
 
 
 class GbnReceiver(CoreBase):
@@ -175,8 +215,15 @@ class GbnReceiver(CoreBase):
     what arrived, never a length a header claims."""
 
     def __init__(self, qpn: int, peer_qpn: int, ev: int, config: TransportConfig, seed: int,
-                 initial_psn: int = 0) -> None:
+                 initial_psn: int = 0, pacer: NicPacer | None = None, plane: int = 0) -> None:
+        """`pacer`: the host's NIC ports, shared with its other QPs (nicpacer.py): a packet,
+        new or resent, goes out only when `plane`'s port can take it, so that the NIC's QPs
+        take turns as MRC's do. None: the whole window at once, into the host's queue."""
         self.qpn, self.peer_qpn, self.ev, self.c = qpn, peer_qpn, ev, config
+        self.pacer, self.plane = pacer, plane
+        self._frame_overhead = wire.DATA_OVERHEAD + wire.FRAME_OVERHEAD
+        self._going_back = False  # a paced go-back under way: its GoBack event is out
+        self._pace_wait: float | None = None  # when its busy port frees, while packets wait
         self.expected = initial_psn
         self.nacked = False  # one NACK per gap, as RoCE does
         self.chunks: list[bytes] = []  # the message being received, in order

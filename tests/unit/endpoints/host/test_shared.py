@@ -140,3 +140,33 @@ def test_a_service_polls_only_the_qps_that_are_due():
     assert loop._service(2.6) == 3.0
     assert [len(c.polls) for c in cores.values()] == [3, 3, 2] and not loop.service_all
     assert loop._service(4.0) == 3.0 and [len(c.polls) for c in cores.values()] == [4, 3, 2]
+
+
+def test_the_nic_gives_its_ports_to_its_qps_in_turn():
+    """Three QPs with data for one port: after the first, each free slot goes to the QP served
+    least recently (a NIC's round robin), not to the first QP while it has data: in that order
+    an all-to-all's senders all began with the same peer, an incast of the transport's making."""
+    from endpoints.host.dataloop import DataLoop, Qp
+    from endpoints.protocol import wire
+    from endpoints.protocol.config import TransportConfig
+    from endpoints.protocol.gobackn import GbnSender
+    from endpoints.protocol.nicpacer import NicPacer
+
+    config = TransportConfig()
+    pacer = NicPacer(1, 10e6, config.mtu_payload + wire.DATA_OVERHEAD + wire.FRAME_OVERHEAD)
+    loop = object.__new__(DataLoop)
+    loop.trace, loop.service_all, loop.qps = None, True, {}
+    order: list[int] = []
+    loop._transmit = lambda qp, items: order.extend([qp.qpn] * len(items))  # type: ignore[method-assign]
+    for qpn in (7, 8, 9):
+        core = GbnSender(qpn, 100 + qpn, 0x1C000, config, 1, pacer=pacer, plane=0)
+        core.send_message(b"a" * (6 * config.mtu_payload), 0.0)
+        loop.qps[qpn] = Qp(qpn, "h1", 100 + qpn, "roce", core, None, sender=core)  # type: ignore[arg-type]
+    now: float | None = 0.0
+    while len(order) < 14 and now is not None:
+        now = loop._service(now)
+    # The first QP filled the idle port (DEPTH_FRAMES); from then on, turn by turn.
+    first = order.index(8)
+    assert set(order[:first]) == {7}
+    turns = order[first:first + 12]
+    assert turns == [8, 9, 7] * 4, order

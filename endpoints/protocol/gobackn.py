@@ -23,8 +23,6 @@ from endpoints.protocol.nicpacer import NicPacer
 from endpoints.protocol.rtt import RttEstimator
 from endpoints.protocol.wire import ts_age, ts_us
 
-PORT_RETRY_S = 1e-6  # s: a full port whose freeing rounds to now is asked again this much later
-
 
 class GbnSender(CoreBase):
     def __init__(self, qpn: int, peer_qpn: int, ev: int, config: TransportConfig, seed: int,
@@ -34,7 +32,6 @@ class GbnSender(CoreBase):
         take turns as MRC's do. None: the whole window at once, into the host's queue."""
         self.qpn, self.peer_qpn, self.ev, self.c = qpn, peer_qpn, ev, config
         self.pacer, self.plane = pacer, plane
-        self._frame_overhead = wire.DATA_OVERHEAD + wire.FRAME_OVERHEAD
         self._going_back = False  # a paced go-back under way: its GoBack event is out
         self._pace_wait: float | None = None  # when its busy port frees, while packets wait
         self.una = self.next_seq = initial_psn
@@ -142,7 +139,7 @@ class GbnSender(CoreBase):
         data = self.data[msn]
         self.bytes_sent += length
         if self.pacer is not None:
-            self.pacer.charge(self.plane, length + self._frame_overhead, now)
+            self.pacer.charge(self.plane, wire.frame_bytes(length), now)
         ts = ts_us(now)
         self.echoes.sent(self.ev, ts, now)
         return self.ev, wire.encode_data(wire.data_opcode(offset == 0, last), flags,
@@ -176,8 +173,8 @@ class GbnSender(CoreBase):
             self.resend_from = seq if seq < end else None
             self._going_back = self.resend_from is not None
             self.timer = now + self.rto
-        if self.resend_from is not None:
-            self._pace_wait = self._port_frees(now)
+        if pacer is not None and self.resend_from is not None:  # the port filled first
+            self._pace_wait = pacer.frees(plane, now)
             return out
         mtu = self.c.mtu_payload
         while self.queue and self._window_open() and (ready is None or ready(plane)):
@@ -195,17 +192,9 @@ class GbnSender(CoreBase):
             self.stats["sent"] += 1
             if self.timer is None:
                 self.timer = now + self.rto
-        if self.queue and self._window_open():  # the port is full: wait for it
-            self._pace_wait = self._port_frees(now)
+        if pacer is not None and self.queue and self._window_open():  # the port is full: wait
+            self._pace_wait = pacer.frees(plane, now)
         return out
-
-    def _port_frees(self, now: float) -> float:
-        """When its port, busy now, can take the next frame (the pacer's wake-up rule). Never
-        `now` itself: the port was found full at `now`, and a rounding that puts its freeing
-        at `now` would have the loop poll it again at once, for ever."""
-        assert self.pacer is not None
-        t = self.pacer.busy_until[self.plane] - self.pacer.wake_slack
-        return t if t > now else now + PORT_RETRY_S
 
 
 class GbnReceiver(CoreBase):
@@ -215,15 +204,8 @@ class GbnReceiver(CoreBase):
     what arrived, never a length a header claims."""
 
     def __init__(self, qpn: int, peer_qpn: int, ev: int, config: TransportConfig, seed: int,
-                 initial_psn: int = 0, pacer: NicPacer | None = None, plane: int = 0) -> None:
-        """`pacer`: the host's NIC ports, shared with its other QPs (nicpacer.py): a packet,
-        new or resent, goes out only when `plane`'s port can take it, so that the NIC's QPs
-        take turns as MRC's do. None: the whole window at once, into the host's queue."""
+                 initial_psn: int = 0) -> None:
         self.qpn, self.peer_qpn, self.ev, self.c = qpn, peer_qpn, ev, config
-        self.pacer, self.plane = pacer, plane
-        self._frame_overhead = wire.DATA_OVERHEAD + wire.FRAME_OVERHEAD
-        self._going_back = False  # a paced go-back under way: its GoBack event is out
-        self._pace_wait: float | None = None  # when its busy port frees, while packets wait
         self.expected = initial_psn
         self.nacked = False  # one NACK per gap, as RoCE does
         self.chunks: list[bytes] = []  # the message being received, in order

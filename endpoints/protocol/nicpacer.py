@@ -37,6 +37,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 DEPTH_FRAMES = 1.5  # frames a port may hold: one in service, the next ready, no standing queue
+RETRY_S = 1e-6  # s: a full port whose freeing rounds to now is asked again this much later
 
 
 class NicPacer:
@@ -92,6 +93,13 @@ class NicPacer:
             if t > now and (soonest is None or t < soonest):
                 soonest = t
         return now if soonest is None else soonest
+
+    def frees(self, plane: int, now: float) -> float:
+        """`next_ready` for the one port `plane`, found full at `now` by a sender that can use
+        no other. Never `now` itself: a rounding that put the port's freeing at `now` would
+        have that sender asked again at once, for ever."""
+        t = self.busy_until[plane] - self.wake_slack
+        return t if t > now else now + RETRY_S
 
     def sync(self, plane: int, backlog_bytes: int, now: float) -> None:
         """The real queue holds `backlog_bytes`: never believe the port emptier than that."""

@@ -153,7 +153,7 @@ def test_the_nic_gives_its_ports_to_its_qps_in_turn():
     from endpoints.protocol.nicpacer import NicPacer
 
     config = TransportConfig()
-    pacer = NicPacer(1, 10e6, config.mtu_payload + wire.DATA_OVERHEAD + wire.FRAME_OVERHEAD)
+    pacer = NicPacer(1, 10e6, wire.frame_bytes(config.mtu_payload))
     loop = object.__new__(DataLoop)
     loop.trace, loop.service_all, loop.qps = None, True, {}
     order: list[int] = []

@@ -14,7 +14,7 @@ CFG = TransportConfig()
 MTU = CFG.mtu_payload
 EV = 0x1C000
 RATE = 10e6
-FRAME = MTU + wire.DATA_OVERHEAD + wire.FRAME_OVERHEAD  # what one full data packet costs its port
+FRAME = wire.frame_bytes(MTU)  # what one full data packet costs its port
 FRAME_S = FRAME * 8 / RATE
 
 

@@ -196,3 +196,18 @@ def test_an_echo_from_the_senders_future_is_counted_and_teaches_nscc_nothing():
     assert [wire.decode(p).echo_ts > wire.ts_us(early) for _, p in sacks] == [True]
     assert snd.stats["rtt_unusable"] == 1 and snd.cc.rtt.samples == 0
     assert snd.cc.cwnd == cwnd  # no sample, no increase
+
+
+def test_a_full_port_frees_later_than_now_even_when_rounding_says_now():
+    """`frees`: a sender that found its one port full is woken when the port drains to its wake
+    slack, never at the instant it asked: a freeing that rounds to `now` would have it asked
+    again at once, for ever (the paced go-back-N's first unit test spun on it)."""
+    from endpoints.protocol.nicpacer import RETRY_S
+
+    pacer = NicPacer(2, 10e6, 4206)
+    pacer.charge(1, 4206, 0.0)
+    pacer.charge(1, 4206, 0.0)
+    due = pacer.busy_until[1] - pacer.wake_slack
+    assert pacer.frees(1, 0.0) == due > 0.0
+    assert pacer.frees(1, due) == due + RETRY_S  # asked at the freeing itself: a little later
+    assert pacer.frees(0, 0.5) == 0.5 + RETRY_S  # an idle port: at once, but not at `now`

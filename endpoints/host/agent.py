@@ -56,8 +56,10 @@ class Agent:
             paths.link_mbps, paths.planes, ecn=bool(settings.get("ecn_fabric", True)), keep=overrides)
         self.loop = DataLoop(settings, config, paths.link_mbps, paths.planes, paths.nics)
         loop = self.loop
-        # The NIC ports' state from the kernel, told to every core (endpoints/host/ports.py).
-        ports = PortWatch(self.paths.nics, loop.selector, lambda: [qp.core for qp in loop.qps.values()])
+        # The NIC ports' state from the kernel, told to every core (endpoints/host/ports.py),
+        # each of which is then polled.
+        ports = PortWatch(self.paths.nics, loop.selector, lambda: [qp.core for qp in loop.qps.values()],
+                          on_change=loop.poll_all)
         self.commands = AgentCommands(loop, self.paths, ports, config, int(settings.get("seed", 1)),
                                       classes, replacements_from.provenance(replacements))
         self.control = ControlServer(settings["control"], loop.selector, self.commands.handle)

@@ -71,16 +71,19 @@ class AgentCommands:
                 if req.get("seconds") is not None or not sized else float("inf")
             qp.stream_until = now + seconds
             self.loop.refill(qp, now)
+            qp.touched = True  # polled at the next service (it has messages to send)
             return {"qpn": qp.qpn}
         if cmd == "write":
             qp, _ = self._sender(req)
             msn = self.loop.post(qp, _number(req, "bytes", 1, self.config.max_message), now)
+            qp.touched = True
             return {"qpn": qp.qpn, "msn": msn}
         if cmd == "restrict":
             return self._restrict(req)
         if cmd == "stop_stream":
             qp, _ = self._sender(req)
             qp.stream_until = 0.0
+            qp.touched = True
             return {"qpn": qp.qpn}
         if cmd == "close":
             # An idle QP still probes (its reverse EVs every reverse_probe_interval, its bad EVs
@@ -88,6 +91,8 @@ class AgentCommands:
             # the next measurement.
             qp = self._qp(req)
             del self.loop.qps[qp.qpn]
+            if self.loop.pacer is not None:
+                self.loop.pacer.leave_all(qp.qpn)  # its place in a port's line (NicPacer.turn)
             return {"qpn": qp.qpn}
         if cmd == "stats":
             digests = req.get("digests", True)
@@ -169,6 +174,7 @@ class AgentCommands:
             if ev not in kept and states[ev] != DENIED:
                 sender.deny_ev(ev)
                 denied.append(ev)
+        qp.touched = True
         return {"qpn": qp.qpn, "kept": kept, "denied": denied}
 
     def _open(self, req: dict[str, Any], now: float) -> dict[str, object]:

@@ -52,10 +52,14 @@ from endpoints.protocol.nicpacer import DEPTH_FRAMES, NicPacer
 # Datagrams drained per wake-up before timers and transmits get a turn: small enough that the
 # receiver's SACK cadence (sack_every) survives a busy moment, large enough to amortise epoll.
 RECV_BURST = 16
-# Message contents are windows of one seeded random pattern per QP: drawing every 1 MB message
-# from random.Random cost ~4.5 ms, ~4 us per packet sent. Messages up to this size repeat no
-# byte sequence; longer ones repeat with this prime period, never a multiple of a packet size.
+# Message contents are windows of one seeded random pattern: drawing every 1 MB message from
+# random.Random cost ~4.5 ms, ~4 us per packet sent, and drawing a pattern per QP 3.5 ms a QP,
+# two thirds of a second of the agents' process at each step of an all-to-all of 16 RoCE QPs per
+# peer (192 QPs). Messages up to this size repeat no byte sequence; longer ones repeat with this
+# prime period, never a multiple of a packet size.
 PATTERN_BYTES = 1_052_693  # a prime just above 2**20
+PATTERN_SEED = 7919
+_pattern = b""  # twice PATTERN_BYTES, made on the first post (`_message_data`)
 # Host queue sampling (trace) and NIC pacer resynchronisation period: one rtnetlink dump, a
 # fraction of a millisecond; faster sampling cost a visible share of the CPU.
 HOST_SAMPLE_S = 0.020
@@ -114,7 +118,6 @@ class Qp:
     stream_bytes: int = 0  # size of each streamed message
     stream_left: int | None = None  # bytes still to post in a sized transfer (None: timed)
     msg_seed: int = 0
-    pattern: bytes = b""  # twice PATTERN_BYTES of seeded random bytes, made on the first post
     last_delivered: int = 0
     completed: int = 0  # messages fully acknowledged (sender side)
     due: float | None = 0.0  # its core's next deadline when last polled (0.0: poll it at once)
@@ -297,10 +300,9 @@ class DataLoop:
         return taken
 
     def _service(self, now: float) -> float | None:
-        """Run the timers and transmissions of every QP that is due: a datagram came for it,
-        its deadline passed, or `service_all` says each one (a control command, which may
-        have posted or changed anything, or the pacer resynchronised with the qdiscs, which
-        can ready a port sooner than a waiting sender's deadline); return the earliest deadline.
+        """Run the timers and transmissions of every QP that is due: a datagram or a command
+        came for it (`touched`), its deadline passed, or `service_all` says each one (one of
+        the host's ports changed state, `poll_all`); return the earliest deadline.
         A QP's poll with nothing due does nothing: skipping it saved about 5% of the default
         permutation's CPU per packet (docs/history.md, 2026-12-02)."""
         earliest: float | None = None
@@ -345,8 +347,9 @@ class DataLoop:
 
     def _sample_host(self, now: float) -> None:
         """Read the NICs' qdisc backlog: resynchronise the pacer with it, and trace it."""
+        # No QP is polled for it: a resynchronised port is never ready sooner (NicPacer.sync),
+        # and a sender woken for a port that is not ready yet asks again.
         self._next_host_sample = now + HOST_SAMPLE_S
-        self.service_all = True  # the pacer may be resynchronised below
         nics: dict[str, list[int]] = {}
         if self._qreader is not None:
             try:
@@ -364,6 +367,10 @@ class DataLoop:
                                          "loop_lag": round(self._loop_lag, 6),
                                          "loop": self.loop_counts()}))
         self._loop_lag = 0.0
+
+    def poll_all(self) -> None:
+        """Poll every QP at the next service, not only those due (a port changed state)."""
+        self.service_all = True
 
     def loop_counts(self) -> dict[str, int]:
         return {"wakes": self.wakes, "rx_wakes": self.rx_wakes, "rx_dgrams": self.rx_dgrams,
@@ -424,16 +431,18 @@ def message_digests(qp: Qp, budget: int | None = None) -> dict[int, str]:
 
 
 def _message_data(qp: Qp, msn_hint: int, size: int) -> bytes | memoryview:
-    """Message `msn_hint` of a QP: a window of the QP's seeded pattern at an offset that differs
-    for every message, so contents are reproducible from `data_seed` and differ between
-    messages; repeated when the message is longer than the pattern. A view, not a copy: the
-    pattern is immutable and lives as long as the QP."""
-    if not qp.pattern:
-        one = random.Random(qp.msg_seed * 7919).randbytes(PATTERN_BYTES)
-        qp.pattern = one + one
-    start = (msn_hint * 2_654_435_761 + qp.msg_seed) % PATTERN_BYTES
+    """Message `msn_hint` of a QP: a window of the seeded pattern at an offset that differs for
+    every message and every `data_seed` (both scattered over the pattern by large odd factors),
+    so contents are reproducible from `data_seed` and differ between messages and between QPs;
+    repeated when the message is longer than the pattern. A view, not a copy: the pattern is
+    immutable and lives as long as the process."""
+    global _pattern
+    if not _pattern:
+        one = random.Random(PATTERN_SEED).randbytes(PATTERN_BYTES)
+        _pattern = one + one
+    start = (msn_hint * 2_654_435_761 + qp.msg_seed * 2_246_822_507) % PATTERN_BYTES
     if size <= PATTERN_BYTES:
-        return memoryview(qp.pattern)[start:start + size]
+        return memoryview(_pattern)[start:start + size]
     reps = -(-(start + size) // PATTERN_BYTES)
-    return (qp.pattern[:PATTERN_BYTES] * reps)[start:start + size]
+    return (_pattern[:PATTERN_BYTES] * reps)[start:start + size]
 

@@ -72,9 +72,12 @@ class PortWatch:
     down now. `cores()` gives the cores to tell on a change (the agent's QPs' cores)."""
 
     def __init__(self, planes: dict[str, int], selector: selectors.BaseSelector,
-                 cores: Callable[[], Iterable[Any]]) -> None:
+                 cores: Callable[[], Iterable[Any]],
+                 on_change: Callable[[], None] | None = None) -> None:
+        """`on_change`: called after the cores heard a new mask (the agent polls them all)."""
         self.planes = dict(planes)
         self.cores = cores
+        self.on_change = on_change
         self.usable: dict[str, bool] = {}
         self.mask = 0
         self.changes = 0
@@ -115,6 +118,8 @@ class PortWatch:
             now = time.monotonic()
             for core in self.cores():
                 core.set_local_ports(mask, now)
+            if self.on_change is not None:
+                self.on_change()
 
     def close(self) -> None:
         self.sock.close()

@@ -34,6 +34,8 @@ class GbnSender(CoreBase):
         self.pacer, self.plane = pacer, plane
         self._going_back = False  # a paced go-back under way: its GoBack event is out
         self._pace_wait: float | None = None  # when its busy port frees, while packets wait
+        self._served = -1.0  # when it last sent a frame while others waited (its place in line)
+        self._in_line = False  # in its port's line (it leaves when it waits no more)
         self.una = self.next_seq = initial_psn
         self.pkts: dict[int, tuple[int, int, int, int]] = {}  # seq -> (msn, offset, len, msg_len)
         self.data: dict[int, memoryview] = {}
@@ -174,7 +176,7 @@ class GbnSender(CoreBase):
             self._going_back = self.resend_from is not None
             self.timer = now + self.rto
         if pacer is not None and self.resend_from is not None:  # the port filled first
-            self._pace_wait = pacer.frees(plane, now)
+            self._wait_turn(pacer, bool(out), self.pkts[self.resend_from][2], now)
             return out
         mtu = self.c.mtu_payload
         while self.queue and self._window_open() and (ready is None or ready(plane)):
@@ -192,9 +194,22 @@ class GbnSender(CoreBase):
             self.stats["sent"] += 1
             if self.timer is None:
                 self.timer = now + self.rto
-        if pacer is not None and self.queue and self._window_open():  # the port is full: wait
-            self._pace_wait = pacer.frees(plane, now)
+        if pacer is not None:
+            if self.queue and self._window_open():  # the port is full: wait in line for it
+                _msn, data, offset = self.queue[0]
+                self._wait_turn(pacer, bool(out), min(mtu, len(data) - offset), now)
+            elif self._in_line:
+                pacer.leave(plane, self.qpn)
+                self._in_line = False
         return out
+
+    def _wait_turn(self, pacer: NicPacer, sent: bool, length: int, now: float) -> None:
+        """Wait in line for the port (NicPacer.turn), the next packet `length` bytes of payload:
+        behind the QPs served less recently."""
+        if sent:
+            self._served = now
+        self._in_line = True
+        self._pace_wait = pacer.turn(self.plane, self.qpn, self._served, wire.frame_bytes(length), now)
 
 
 class GbnReceiver(CoreBase):

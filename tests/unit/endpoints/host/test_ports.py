@@ -35,13 +35,14 @@ def test_the_cores_hear_the_mask_only_when_it_changes():
             told.append(mask)
 
     with selectors.DefaultSelector() as sel:
-        watch = ports.PortWatch(NICS, sel, lambda: [Core()])
+        changes = []
+        watch = ports.PortWatch(NICS, sel, lambda: [Core()], on_change=lambda: changes.append(watch.mask))
         try:
             watch._readable()  # the dump: no NIC of h0 in this namespace, every port counts as up
             assert watch.mask == 0 and told == []
             for usable, want in ((False, 0b100), (False, 0b100), (True, 0), (True, 0)):
                 watch.update([("h0-eth2", usable), ("lo", False)])  # lo: not a NIC of h0
                 assert watch.mask == want
-            assert told == [0b100, 0]
+            assert told == [0b100, 0] and changes == told  # the agent then polls every QP
         finally:
             watch.close()

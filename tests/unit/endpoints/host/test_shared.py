@@ -136,7 +136,7 @@ def test_a_service_polls_only_the_qps_that_are_due():
     assert loop._service(2.5) == 3.0
     assert [len(c.polls) for c in cores.values()] == [2, 2, 1] and not loop.qps[1].touched
     cores["later"].deadline = None
-    loop.service_all = True  # a control command: every QP again
+    loop.service_all = True  # a port changed state (poll_all): every QP again
     assert loop._service(2.6) == 3.0
     assert [len(c.polls) for c in cores.values()] == [3, 3, 2] and not loop.service_all
     assert loop._service(4.0) == 3.0 and [len(c.polls) for c in cores.values()] == [4, 3, 2]
@@ -163,10 +163,111 @@ def test_the_nic_gives_its_ports_to_its_qps_in_turn():
         core.send_message(b"a" * (6 * config.mtu_payload), 0.0)
         loop.qps[qpn] = Qp(qpn, "h1", 100 + qpn, "roce", core, None, sender=core)  # type: ignore[arg-type]
     now: float | None = 0.0
-    while len(order) < 14 and now is not None:
+    while len(order) < 16 and now is not None:
         now = loop._service(now)
     # The first QP filled the idle port (DEPTH_FRAMES); from then on, turn by turn.
     first = order.index(8)
     assert set(order[:first]) == {7}
     turns = order[first:first + 12]
     assert turns == [8, 9, 7] * 4, order
+
+
+def test_qps_waiting_for_a_full_port_are_not_all_woken_when_it_frees():
+    """24 go-back-N QPs on one port (an all-to-all's 16 QPs per peer): each is woken about when
+    its turn comes (NicPacer.turn), not all of them at each free slot, which cost two dozen
+    polls a frame and a core at 10 Mbit/s; the slots still go round, one frame per QP a turn."""
+    import dataclasses
+
+    from endpoints.host.dataloop import DataLoop, Qp
+    from endpoints.protocol import wire
+    from endpoints.protocol.config import TransportConfig
+    from endpoints.protocol.gobackn import GbnSender
+    from endpoints.protocol.nicpacer import NicPacer
+
+    config = dataclasses.replace(TransportConfig(), gbn_window_pkts=1000)  # the port binds
+    pacer = NicPacer(1, 10e6, wire.frame_bytes(config.mtu_payload))
+    loop = object.__new__(DataLoop)
+    loop.trace, loop.service_all, loop.qps = None, True, {}
+    order: list[int] = []
+    loop._transmit = lambda qp, items: order.extend([qp.qpn] * len(items))  # type: ignore[method-assign]
+    polls = 0
+
+    class Counted(GbnSender):
+        def poll(self, now: float) -> list[tuple[int, bytes]]:
+            nonlocal polls
+            polls += 1
+            return super().poll(now)
+
+    qps = 24
+    for qpn in range(qps):
+        core = Counted(qpn, 100 + qpn, 0x1C000, config, 1, pacer=pacer, plane=0)
+        core.send_message(b"a" * (40 * config.mtu_payload), 0.0)
+        loop.qps[qpn] = Qp(qpn, "h1", 100 + qpn, "roce", core, None, sender=core)  # type: ignore[arg-type]
+    now: float | None = 0.0
+    while len(order) < 20 * qps and now is not None:
+        now = loop._service(now)
+    assert polls < 2 * len(order), (polls, len(order))  # everyone woken per slot: 24 or more
+    rounds = [order[i:i + qps] for i in range(2, len(order) - qps, qps)]
+    assert all(sorted(r) == list(range(qps)) for r in rounds)  # every QP once per round
+
+
+def test_a_command_has_only_the_qp_it_changed_polled_and_a_question_none():
+    """A collective's runner asks each QP for its progress every few ms: polling every QP of
+    the agent for it (96 in an all-to-all of 16 RoCE QPs per peer) was a tenth of the agents'
+    CPU. A write marks its QP; a question marks nothing; a port's change (poll_all) marks all."""
+    from types import SimpleNamespace
+
+    from endpoints.host.commands import AgentCommands
+    from endpoints.host.dataloop import DataLoop, Qp
+    from endpoints.protocol.config import TransportConfig
+    from endpoints.protocol.gobackn import GbnSender
+
+    config = TransportConfig()
+    loop = object.__new__(DataLoop)
+    loop.trace, loop.service_all, loop.qps = None, False, {}
+    sent: list[int] = []
+    loop._transmit = lambda qp, items: sent.extend([qp.qpn] * len(items))  # type: ignore[method-assign]
+    for qpn in (5, 9):
+        core = GbnSender(qpn, qpn + 1, 0x1C000, config, 1)
+        paths = SimpleNamespace(evs=[0x1C000])  # the one path `stats` counts
+        loop.qps[qpn] = Qp(qpn, "h1", qpn + 1, "roce", core, paths, sender=core, due=None)  # type: ignore[arg-type]
+    commands = object.__new__(AgentCommands)  # what these commands read: the loop and config
+    commands.loop, commands.name, commands.config = loop, "h0", config
+    assert commands.handle({"cmd": "progress", "qpn": 5})["messages"] == 0
+    assert commands.handle({"cmd": "stats", "qpn": 9, "digests": False})["qpn"] == 9
+    assert not loop.service_all and not any(qp.touched for qp in loop.qps.values())
+    assert loop._service(1.0) is None and sent == []  # nothing due: nothing polled
+    commands.handle({"cmd": "write", "qpn": 5, "bytes": 3 * config.mtu_payload})
+    assert loop.qps[5].touched and not loop.qps[9].touched and not loop.service_all
+    loop._service(1.0)
+    assert sent == [5, 5, 5] and not loop.qps[5].touched
+    loop.poll_all()
+    assert loop.service_all
+
+
+def test_qps_with_short_messages_keep_the_port_busy():
+    """Two dozen QPs, one short packet each (an all-to-all's step at its smallest size): the
+    port sends them back to back. A line that counted a full frame per QP ahead woke each QP a
+    full frame after the one before, and the port idled half the time."""
+    from endpoints.host.dataloop import DataLoop, Qp
+    from endpoints.protocol import wire
+    from endpoints.protocol.config import TransportConfig
+    from endpoints.protocol.gobackn import GbnSender
+    from endpoints.protocol.nicpacer import NicPacer
+
+    config, payload = TransportConfig(), 2048
+    pacer = NicPacer(1, 10e6, wire.frame_bytes(config.mtu_payload))
+    loop = object.__new__(DataLoop)
+    loop.trace, loop.service_all, loop.qps = None, True, {}
+    sent_at: list[float] = []
+    now: float | None = 0.0
+    loop._transmit = lambda qp, items: sent_at.extend([now] * len(items))  # type: ignore[method-assign,list-item]
+    qps = 24
+    for qpn in range(qps):
+        core = GbnSender(qpn, 100 + qpn, 0x1C000, config, 1, pacer=pacer, plane=0)
+        core.send_message(b"a" * payload, 0.0)
+        loop.qps[qpn] = Qp(qpn, "h1", 100 + qpn, "roce", core, None, sender=core)  # type: ignore[arg-type]
+    while len(sent_at) < qps and now is not None:
+        now = loop._service(now)
+    on_the_wire = qps * wire.frame_bytes(payload) * 8 / 10e6
+    assert len(sent_at) == qps and max(sent_at) < on_the_wire  # type: ignore[type-var]

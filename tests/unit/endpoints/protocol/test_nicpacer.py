@@ -211,3 +211,26 @@ def test_a_full_port_frees_later_than_now_even_when_rounding_says_now():
     assert pacer.frees(1, 0.0) == due > 0.0
     assert pacer.frees(1, due) == due + RETRY_S  # asked at the freeing itself: a little later
     assert pacer.frees(0, 0.5) == 0.5 + RETRY_S  # an idle port: at once, but not at `now`
+
+
+def test_qps_waiting_for_a_port_are_woken_in_turn_least_recently_served_first():
+    """`turn`: the QP served least recently is woken when the port frees, each other one later
+    by the next frames of the QPs ahead of it (ties in the order they asked); `leave` closes
+    the gap. Counting a full frame for a short one left the port idle half the time."""
+    pacer = NicPacer(2, RATE, FRAME, extra_bytes=40)
+    pacer.charge(0, FRAME, 0.0)
+    pacer.charge(0, FRAME, 0.0)
+    frees, short = pacer.frees(0, 0.0), 1000
+
+    def wire_s(*sizes: int) -> float:
+        return sum(size + 40 for size in sizes) * 8 / RATE
+
+    assert pacer.turn(0, 7, 0.0, FRAME, 0.0) == frees  # alone: the port's freeing, as `frees`
+    assert pacer.turn(0, 8, -1.0, short, 0.0) == frees  # never served: ahead of 7
+    assert pacer.turn(0, 9, -1.0, FRAME, 0.0) == frees + wire_s(short)  # behind 8, which asked first
+    assert pacer.turn(0, 7, 0.0, FRAME, 0.0) == frees + wire_s(short, FRAME)  # 7 again: behind both
+    assert pacer.turn(1, 7, 0.0, FRAME, 0.0) == pacer.frees(1, 0.0)  # another port, another line
+    pacer.leave(0, 8)
+    assert pacer.turn(0, 7, 0.0, FRAME, 0.0) == frees + wire_s(FRAME)
+    pacer.leave_all(7)
+    assert pacer.lines == [{9: (-1.0, FRAME)}, {}]

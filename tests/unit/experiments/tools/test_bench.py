@@ -120,13 +120,15 @@ def test_single_struct_encode_data_is_byte_identical_to_the_layered_layout(paylo
 
 def test_message_contents_are_reproducible_distinct_and_never_repeat_within_a_message():
     def qp(seed):
-        return SimpleNamespace(msg_seed=seed, pattern=b"")
+        return SimpleNamespace(msg_seed=seed)
 
     a, b = qp(5), qp(5)
     first = bytes(dataloop._message_data(a, 0, 1 << 20))
     assert first == bytes(dataloop._message_data(b, 0, 1 << 20))  # same data_seed, same bytes
     assert first != bytes(dataloop._message_data(a, 1, 1 << 20))  # every message differs
-    assert first != bytes(dataloop._message_data(qp(6), 0, 1 << 20))
+    # Another QP's messages start elsewhere in the pattern: its packets differ at every offset.
+    assert all(first[:4096] != bytes(dataloop._message_data(qp(seed), msn, 4096))
+               for seed in (6, 7, 1 << 20) for msn in range(4))
     # A packet's worth of bytes at one offset never reappears at another offset.
     chunks = {first[i:i + 1024] for i in range(0, len(first), 1024)}
     assert len(chunks) == len(first) // 1024

@@ -1,8 +1,13 @@
 """The host agent's control commands: the requests the runner sends over the control channel
 (endpoints/host/control.py), each a QP operation on the data loop (endpoints/host/dataloop.py).
 
-    ping, open, stream, write, stop_stream, restrict, close, stats, digest, evs, progress,
-    agent_stats, shutdown
+    ping, open, stream, write, write_many, stop_stream, restrict, close, stats, digest, evs,
+    progress, progress_many, agent_stats, shutdown
+
+`write_many` and `progress_many` are `write` and `progress` for several QPs in one request: a
+collective's step posts to and waits on every QP at once (an all-to-all with 16 RoCE QPs per
+peer has 48 per host), and a request a QP, each a round trip to the agents' process, made the
+step's own bookkeeping tens of milliseconds long.
 
 `open` builds a QP's sans-IO core (MRC, spray or go-back-N, sender or receiver) on its path
 table (endpoints/host/paths.py); the others post messages, read counters or change a QP. Every
@@ -34,6 +39,7 @@ from endpoints.protocol.sender import MrcSender
 MAX_TRANSFER = 1 << 40  # bytes of one sized transfer (`stream` with total_bytes)
 MAX_SECONDS = 86_400.0  # a stream's length
 MAX_SEED = 2**63 - 1
+MAX_MANY = 1024  # QPs in one write_many or progress_many request (its line within MAX_LINE)
 
 
 class AgentCommands:
@@ -78,6 +84,18 @@ class AgentCommands:
             msn = self.loop.post(qp, _number(req, "bytes", 1, self.config.max_message), now)
             qp.touched = True
             return {"qpn": qp.qpn, "msn": msn}
+        if cmd == "write_many":  # qpns, sizes: each checked before any is posted
+            largest = self.config.max_message
+            qpns, sizes = _list(req, "qpns"), _list(req, "sizes")
+            if len(sizes) != len(qpns):
+                raise ControlError(f"sizes must give one size per QP: {len(qpns)} QPs, {len(sizes)} sizes")
+            posts = [(self._sender({"qpn": qpn})[0], _number({"bytes": size}, "bytes", 1, largest))
+                     for qpn, size in zip(qpns, sizes, strict=True)]
+            msns = []
+            for qp, size in posts:
+                msns.append(self.loop.post(qp, size, now))
+                qp.touched = True
+            return {"msns": msns}
         if cmd == "restrict":
             return self._restrict(req)
         if cmd == "stop_stream":
@@ -113,15 +131,10 @@ class AgentCommands:
             message_digests(qp, DIGEST_CHUNK_BYTES)
             return {"qpn": qp.qpn, "pending": len(qp.undigested)}
         if cmd == "progress":  # cheap enough to poll every millisecond (collective steps)
-            qp = self._qp(req)
-            if qp.receiver is not None:
-                return {"qpn": qp.qpn, "messages": len(qp.digests),
-                        "bytes": qp.receiver.bytes_delivered}
-            assert qp.sender is not None
-            # posted and streaming: a sized transfer is done when nothing is left to post and
-            # every posted message is acknowledged.
-            return {"qpn": qp.qpn, "messages": qp.completed, "bytes": qp.sender.bytes_acked,
-                    "posted": qp.posted, "streaming": qp.stream_until > now}
+            return _progress(self._qp(req), now)
+        if cmd == "progress_many":  # qpns: each QP's `progress`, in that order
+            qps = [self._qp({"qpn": qpn}) for qpn in _list(req, "qpns")]
+            return {"progress": [_progress(qp, now) for qp in qps]}
         if cmd == "agent_stats":
             loop = self.loop
             return {"counters": dict(loop.stats), "backlog": len(loop.backlog),
@@ -134,8 +147,9 @@ class AgentCommands:
         if cmd == "shutdown":
             self.loop.running = False
             return {}
-        raise ControlError(f"unknown command {cmd!r}: use open, stream, write, stop_stream, "
-                           f"restrict, stats, evs, progress, close, agent_stats, ping or shutdown")
+        raise ControlError(f"unknown command {cmd!r}: use open, stream, write, write_many, "
+                           f"stop_stream, restrict, stats, evs, progress, progress_many, close, "
+                           f"agent_stats, ping or shutdown")
 
     def _qp(self, req: dict[str, Any]) -> Qp:
         qpn = _number(req, "qpn", 1, wire.QPN_MASK)
@@ -257,6 +271,25 @@ class AgentCommands:
         return {"congestion": {"cwnd_pkts": round(cc.cwnd, 1), "srtt_ms": round(cc.srtt * 1e3, 2),
                                "base_rtt_ms": round(cc.base_rtt * 1e3, 2),
                                "target_ms": round(cc.target * 1e3, 2), "decreases": cc.decreases}}
+
+
+def _progress(qp: Qp, now: float) -> dict[str, object]:
+    """Messages completed and bytes through: a receiver's delivered, a sender's acknowledged
+    (with what it posted and whether it still streams: a sized transfer is done when nothing is
+    left to post and every posted message is acknowledged)."""
+    if qp.receiver is not None:
+        return {"qpn": qp.qpn, "messages": len(qp.digests), "bytes": qp.receiver.bytes_delivered}
+    assert qp.sender is not None
+    return {"qpn": qp.qpn, "messages": qp.completed, "bytes": qp.sender.bytes_acked,
+            "posted": qp.posted, "streaming": qp.stream_until > now}
+
+
+def _list(req: dict[str, Any], name: str) -> list[Any]:
+    """Field `name`: a list of 1 to MAX_MANY items (each checked by the caller)."""
+    value = req.get(name)
+    if not isinstance(value, list) or not 0 < len(value) <= MAX_MANY:
+        raise ControlError(f"{name} must be a list of 1 to {MAX_MANY} numbers")
+    return value
 
 
 def _number(req: dict[str, Any], name: str, lo: float, hi: float, real: bool = False,

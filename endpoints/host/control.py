@@ -39,8 +39,8 @@ def _finite(text: str) -> float:
 
 def parse_request(line: bytes) -> dict[str, Any]:
     """One request line as a JSON object, strictly: no NaN or Infinity, no number that
-    overflows, and no nesting beyond one level (`"config": {"ev_set_size": 8}`); a deep one
-    would exhaust the recursion limit, and no command takes more. ValueError else."""
+    overflows, and no nesting beyond one level (`"config": {"ev_set_size": 8}`, `"qpns": [5, 9]`);
+    a deep one would exhaust the recursion limit, and no command takes more. ValueError else."""
     try:
         req = json.loads(line, parse_constant=_no_constant, parse_float=_finite)
     except RecursionError:
@@ -50,10 +50,10 @@ def parse_request(line: bytes) -> dict[str, Any]:
     if not isinstance(req, dict):
         raise ValueError("request must be a JSON object with a \"cmd\"")
     for value in req.values():
-        inner = value.values() if isinstance(value, dict) else ()
-        if isinstance(value, list) or any(isinstance(v, (dict, list)) for v in inner):
-            raise ValueError("request is nested too deeply: a field is a plain value or an "
-                             "object of plain values")
+        inner = value.values() if isinstance(value, dict) else value if isinstance(value, list) else ()
+        if any(isinstance(v, (dict, list)) for v in inner):
+            raise ValueError("request is nested too deeply: a field is a plain value, or a list "
+                             "or an object of plain values")
     return req
 
 

@@ -290,3 +290,34 @@ def finish(flows: Sequence[Flow]) -> list[FlowResult]:
         results.append(f.result())
         f.close()
     return results
+
+
+def _by_agent(flows: Sequence[AgentFlow], end: str) -> dict[str, list[int]]:
+    """The flows' places, grouped by the agent at their `end` ("src" or "dst")."""
+    groups: dict[str, list[int]] = {}
+    for i, f in enumerate(flows):
+        groups.setdefault(getattr(f, end), []).append(i)
+    return groups
+
+
+def write_all(flows: Sequence[AgentFlow], sizes: Sequence[int]) -> list[int]:
+    """Post a message of `sizes[i]` bytes on each flow at once, one request per sending agent
+    (`write_many`); each message's MSN. A request per QP, one round trip after another, made an
+    all-to-all step with 16 RoCE QPs per peer start its last QP tens of ms after its first."""
+    msns = [0] * len(flows)
+    for src, places in _by_agent(flows, "src").items():
+        got = flows[places[0]].agents[src].call(
+            "write_many", qpns=[flows[i].qpn for i in places], sizes=[sizes[i] for i in places])["msns"]
+        for i, msn in zip(places, got, strict=True):
+            msns[i] = msn
+    return msns
+
+
+def completed_all(flows: Sequence[AgentFlow]) -> list[int]:
+    """`AgentFlow.completed` of each flow, one request per receiving agent (`progress_many`)."""
+    done = [0] * len(flows)
+    for dst, places in _by_agent(flows, "dst").items():
+        got = flows[places[0]].agents[dst].call("progress_many", qpns=[flows[i].qpn for i in places])
+        for i, p in zip(places, got["progress"], strict=True):
+            done[i] = p["messages"]
+    return done

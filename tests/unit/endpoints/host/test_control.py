@@ -130,7 +130,8 @@ def test_the_socket_is_its_owners_only(loop, tmp_path):
     (b'[' * 30_000 + b']' * 30_000, "nested too deeply"),
     (b'{"cmd": "open", "x": ' + b'{"a": ' * 50 + b'1' + b'}' * 50 + b'}', "nested too deeply"),
     (b'{"cmd": "open", "config": {"ev_set_size": {"a": 1}}}', "nested too deeply"),
-    (b'{"cmd": "open", "config": [1, 2]}', "nested too deeply"),
+    (b'{"cmd": "open", "config": [1, [2]]}', "nested too deeply"),
+    (b'{"cmd": "open", "qpns": [{"a": 1}]}', "nested too deeply"),
     (b'"just a string"', "must be a JSON object"),
 ])
 def test_hostile_json_gets_an_error_reply_and_the_server_lives(loop, tmp_path, line, words):
@@ -145,6 +146,8 @@ def test_one_level_of_transport_parameters_is_a_request(loop, tmp_path):
     path = str(tmp_path / "agent.sock")
     reply = json.loads(_raw(path, b'{"cmd": "open", "config": {"ev_set_size": 8}}\n'))
     assert reply["ok"] is True and loop.calls[-1]["config"] == {"ev_set_size": 8}, reply
+    reply = json.loads(_raw(path, b'{"cmd": "write_many", "qpns": [5, 9], "sizes": [10, 20]}\n'))
+    assert reply["ok"] is True and loop.calls[-1]["qpns"] == [5, 9], reply  # a list of plain values
 
 
 def test_an_overlong_line_is_refused_and_its_connection_dropped(loop, tmp_path):

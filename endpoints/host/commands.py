@@ -81,9 +81,8 @@ class AgentCommands:
             return {"qpn": qp.qpn}
         if cmd == "write":
             qp, _ = self._sender(req)
-            msn = self.loop.post(qp, _number(req, "bytes", 1, self.config.max_message), now)
-            qp.touched = True
-            return {"qpn": qp.qpn, "msn": msn}
+            size = _number(req, "bytes", 1, self.config.max_message)
+            return {"qpn": qp.qpn, "msn": self._post(qp, size, now)}
         if cmd == "write_many":  # qpns, sizes: each checked before any is posted
             largest = self.config.max_message
             qpns, sizes = _list(req, "qpns"), _list(req, "sizes")
@@ -91,11 +90,7 @@ class AgentCommands:
                 raise ControlError(f"sizes must give one size per QP: {len(qpns)} QPs, {len(sizes)} sizes")
             posts = [(self._sender({"qpn": qpn})[0], _number({"bytes": size}, "bytes", 1, largest))
                      for qpn, size in zip(qpns, sizes, strict=True)]
-            msns = []
-            for qp, size in posts:
-                msns.append(self.loop.post(qp, size, now))
-                qp.touched = True
-            return {"msns": msns}
+            return {"msns": [self._post(qp, size, now) for qp, size in posts]}
         if cmd == "restrict":
             return self._restrict(req)
         if cmd == "stop_stream":
@@ -150,6 +145,12 @@ class AgentCommands:
         raise ControlError(f"unknown command {cmd!r}: use open, stream, write, write_many, "
                            f"stop_stream, restrict, stats, evs, progress, progress_many, close, "
                            f"agent_stats, ping or shutdown")
+
+    def _post(self, qp: Qp, size: int, now: float) -> int:
+        """One message posted on `qp`, which is polled at the next service; its MSN."""
+        msn = self.loop.post(qp, size, now)
+        qp.touched = True
+        return msn
 
     def _qp(self, req: dict[str, Any]) -> Qp:
         qpn = _number(req, "qpn", 1, wire.QPN_MASK)

@@ -211,40 +211,6 @@ def test_qps_waiting_for_a_full_port_are_not_all_woken_when_it_frees():
     assert all(sorted(r) == list(range(qps)) for r in rounds)  # every QP once per round
 
 
-def test_a_command_has_only_the_qp_it_changed_polled_and_a_question_none():
-    """A collective's runner asks each QP for its progress every few ms: polling every QP of
-    the agent for it (96 in an all-to-all of 16 RoCE QPs per peer) was a tenth of the agents'
-    CPU. A write marks its QP; a question marks nothing; a port's change (poll_all) marks all."""
-    from types import SimpleNamespace
-
-    from endpoints.host.commands import AgentCommands
-    from endpoints.host.dataloop import DataLoop, Qp
-    from endpoints.protocol.config import TransportConfig
-    from endpoints.protocol.gobackn import GbnSender
-
-    config = TransportConfig()
-    loop = object.__new__(DataLoop)
-    loop.trace, loop.service_all, loop.qps = None, False, {}
-    sent: list[int] = []
-    loop._transmit = lambda qp, items: sent.extend([qp.qpn] * len(items))  # type: ignore[method-assign]
-    for qpn in (5, 9):
-        core = GbnSender(qpn, qpn + 1, 0x1C000, config, 1)
-        paths = SimpleNamespace(evs=[0x1C000])  # the one path `stats` counts
-        loop.qps[qpn] = Qp(qpn, "h1", qpn + 1, "roce", core, paths, sender=core, due=None)  # type: ignore[arg-type]
-    commands = object.__new__(AgentCommands)  # what these commands read: the loop and config
-    commands.loop, commands.name, commands.config = loop, "h0", config
-    assert commands.handle({"cmd": "progress", "qpn": 5})["messages"] == 0
-    assert commands.handle({"cmd": "stats", "qpn": 9, "digests": False})["qpn"] == 9
-    assert not loop.service_all and not any(qp.touched for qp in loop.qps.values())
-    assert loop._service(1.0) is None and sent == []  # nothing due: nothing polled
-    commands.handle({"cmd": "write", "qpn": 5, "bytes": 3 * config.mtu_payload})
-    assert loop.qps[5].touched and not loop.qps[9].touched and not loop.service_all
-    loop._service(1.0)
-    assert sent == [5, 5, 5] and not loop.qps[5].touched
-    loop.poll_all()
-    assert loop.service_all
-
-
 def test_qps_with_short_messages_keep_the_port_busy():
     """Two dozen QPs, one short packet each (an all-to-all's step at its smallest size): the
     port sends them back to back. A line that counted a full frame per QP ahead woke each QP a
